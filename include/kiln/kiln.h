@@ -1,0 +1,9 @@
+// kiln: a tracing graph compiler for CPU tensor programs. The one public header.
+#pragma once
+
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+#include "runtime/scalar.h"
+#include "runtime/tensor.h"

@@ -1,0 +1,146 @@
+#include "runtime/allocator.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kSmallMax = 32 * 1024;     // per-thread cache up to this size
+constexpr size_t kSmallPerClass = 64;       // blocks kept per small class per thread
+constexpr size_t kPoolLimit = size_t(4) << 30; // bytes the shared pool may hold
+
+// Size classes: powers of two up to kSmallMax; above that, multiples of 1/8 of
+// the power of two below (at most 12.5% waste).
+size_t size_class(size_t n) {
+  if (n <= kAlign) return kAlign;
+  size_t p = size_t(1) << (63 - __builtin_clzll(n - 1) + 1); // next power of two >= n
+  if (p <= kSmallMax) return p;
+  size_t step = (p / 2) / 8;
+  return (n + step - 1) / step * step;
+}
+
+void *system_alloc(size_t bytes) {
+  void *p = nullptr;
+  if (posix_memalign(&p, kAlign, bytes) != 0 || !p)
+    KILN_FAIL("out of memory: could not allocate ", bytes, " bytes");
+  return p;
+}
+
+std::atomic<uint64_t> g_allocs{0}, g_system_allocs{0};
+
+struct SharedPool {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void *>> free;
+  size_t bytes = 0;
+
+  void *take(size_t cls) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = free.find(cls);
+    if (it == free.end() || it->second.empty()) return nullptr;
+    void *p = it->second.back();
+    it->second.pop_back();
+    bytes -= cls;
+    return p;
+  }
+  bool give(void *p, size_t cls) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (bytes + cls > kPoolLimit) return false;
+    free[cls].push_back(p);
+    bytes += cls;
+    return true;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto &[cls, v] : free)
+      for (void *p : v) std::free(p);
+    free.clear();
+    bytes = 0;
+  }
+};
+
+SharedPool &pool() {
+  static SharedPool *p = new SharedPool; // never destroyed: threads may free after exit handlers
+  return *p;
+}
+
+// Fixed arrays and a trivially destructible state flag: a tensor freed during
+// static destruction (after this thread's cache is gone) goes to the system.
+struct ThreadCache {
+  static constexpr int kClasses = 10; // 64 B .. kSmallMax
+  void *slots[kClasses][kSmallPerClass];
+  uint32_t count[kClasses];
+  static int index(size_t cls) { return __builtin_ctzll(cls) - 6; }
+  void clear() {
+    for (int c = 0; c < kClasses; ++c) {
+      for (uint32_t i = 0; i < count[c]; ++i) std::free(slots[c][i]);
+      count[c] = 0;
+    }
+  }
+};
+thread_local ThreadCache t_cache; // zero-initialized, trivially destructible
+thread_local bool t_cache_dead = false;
+struct ThreadCacheReaper {
+  ~ThreadCacheReaper() {
+    t_cache.clear();
+    t_cache_dead = true;
+  }
+};
+thread_local ThreadCacheReaper t_reaper;
+
+} // namespace
+
+void *cached_alloc(size_t nbytes) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  size_t cls = size_class(nbytes ? nbytes : 1);
+  if (cls <= kSmallMax) {
+    if (!t_cache_dead) {
+      (void)&t_reaper; // registers the reaper for this thread
+      int c = ThreadCache::index(cls);
+      if (t_cache.count[c] > 0) return t_cache.slots[c][--t_cache.count[c]];
+    }
+  } else if (void *p = pool().take(cls)) {
+    return p;
+  }
+  g_system_allocs.fetch_add(1, std::memory_order_relaxed);
+  return system_alloc(cls);
+}
+
+void cached_free(void *p, size_t nbytes) {
+  if (!p) return;
+  size_t cls = size_class(nbytes ? nbytes : 1);
+  if (cls <= kSmallMax) {
+    int c = ThreadCache::index(cls);
+    if (!t_cache_dead && t_cache.count[c] < kSmallPerClass) {
+      (void)&t_reaper;
+      t_cache.slots[c][t_cache.count[c]++] = p;
+      return;
+    }
+    std::free(p);
+    return;
+  }
+  if (!pool().give(p, cls)) std::free(p);
+}
+
+AllocatorStats allocator_stats() {
+  AllocatorStats s;
+  s.allocs = g_allocs.load();
+  s.system_allocs = g_system_allocs.load();
+  std::lock_guard<std::mutex> lock(pool().mu);
+  s.cached_bytes = pool().bytes;
+  return s;
+}
+
+void empty_cache() {
+  pool().clear();
+  if (!t_cache_dead) t_cache.clear();
+}
+
+} // namespace kiln

@@ -1,0 +1,12 @@
+// The uniform adapter of each op: unpacks positional attributes (in ops.def
+// order) and calls the typed public function. Defined in op_adapters.cpp.
+#pragma once
+
+#include <vector>
+
+#include "runtime/op_registry.h"
+
+namespace kiln::adapters {
+#define KILN_OP(Id, mnemonic, kind, attrs) std::vector<Tensor> Id(const std::vector<Tensor> &in, const Attrs &a);
+#include "runtime/ops.def"
+} // namespace kiln::adapters

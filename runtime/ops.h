@@ -1,0 +1,227 @@
+// The public eager ops: libtorch's names, argument order and semantics.
+//
+// Every op is listed once in runtime/ops.def. Each function here:
+//   1. validates its arguments (kiln::Error naming op, shapes/dtypes, argument);
+//   2. when tracing is active, records itself (KILN_TRACE, runtime/trace_hook.h);
+//   3. computes its result's metadata; returns it as-is if any input is meta;
+//   4. computes the values.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+// ---- factories
+Tensor empty(IntArrayRef size, TensorOptions options = {});
+Tensor zeros(IntArrayRef size, TensorOptions options = {});
+Tensor ones(IntArrayRef size, TensorOptions options = {});
+Tensor full(IntArrayRef size, const Scalar &fill_value, TensorOptions options = {});
+Tensor empty_like(const Tensor &t, TensorOptions options = {});
+Tensor zeros_like(const Tensor &t, TensorOptions options = {});
+Tensor ones_like(const Tensor &t, TensorOptions options = {});
+Tensor full_like(const Tensor &t, const Scalar &fill_value, TensorOptions options = {});
+Tensor arange(const Scalar &end, TensorOptions options = {});
+Tensor arange(const Scalar &start, const Scalar &end, const Scalar &step = 1, TensorOptions options = {});
+Tensor linspace(const Scalar &start, const Scalar &end, int64_t steps, TensorOptions options = {});
+Tensor eye(int64_t n, TensorOptions options = {});
+Tensor eye(int64_t n, int64_t m, TensorOptions options = {});
+Tensor randn(IntArrayRef size, TensorOptions options = {});
+Tensor rand(IntArrayRef size, TensorOptions options = {});
+Tensor randint(int64_t low, int64_t high, IntArrayRef size, TensorOptions options = kInt64);
+Tensor randint(int64_t high, IntArrayRef size, TensorOptions options = kInt64);
+Tensor randn_like(const Tensor &t, TensorOptions options = {});
+Tensor rand_like(const Tensor &t, TensorOptions options = {});
+// Non-owning view of user memory (contiguous strides unless given).
+Tensor from_blob(void *data, IntArrayRef sizes, TensorOptions options = {});
+Tensor from_blob(void *data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {});
+// Copies of C++ data: tensor({1.f, 2.f}), tensor(std::vector<int64_t>{...}).
+Tensor tensor(const std::vector<float> &values, TensorOptions options = {});
+Tensor tensor(const std::vector<double> &values, TensorOptions options = kFloat64);
+Tensor tensor(const std::vector<int64_t> &values, TensorOptions options = kInt64);
+Tensor tensor(const std::vector<int32_t> &values, TensorOptions options = kInt32);
+Tensor tensor(const std::vector<bool> &values, TensorOptions options = kBool);
+Tensor tensor(std::initializer_list<float> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = kFloat64);
+Tensor tensor(std::initializer_list<int64_t> values, TensorOptions options = kInt64);
+Tensor tensor(std::initializer_list<int> values, TensorOptions options = kInt64);
+Tensor scalar_tensor(const Scalar &s, TensorOptions options = {});
+
+// Reproducible random numbers: every random factory draws from one global
+// counter-based stream, so results depend on the seed and the call order only
+// (never on the thread count).
+void manual_seed(uint64_t seed);
+
+// ---- unary elementwise
+Tensor neg(const Tensor &x);
+Tensor abs(const Tensor &x);
+Tensor exp(const Tensor &x);
+Tensor log(const Tensor &x);
+Tensor log1p(const Tensor &x);
+Tensor expm1(const Tensor &x);
+Tensor sqrt(const Tensor &x);
+Tensor rsqrt(const Tensor &x);
+Tensor sin(const Tensor &x);
+Tensor cos(const Tensor &x);
+Tensor tanh(const Tensor &x);
+Tensor sigmoid(const Tensor &x);
+Tensor relu(const Tensor &x);
+// approximate: "none" (erf form) or "tanh".
+Tensor gelu(const Tensor &x, const std::string &approximate = "none");
+Tensor silu(const Tensor &x);
+Tensor erf(const Tensor &x);
+Tensor reciprocal(const Tensor &x);
+Tensor square(const Tensor &x);
+Tensor floor(const Tensor &x);
+Tensor ceil(const Tensor &x);
+Tensor round(const Tensor &x);
+Tensor sign(const Tensor &x);
+Tensor logical_not(const Tensor &x);
+// x.to(dtype): a copy converted to dtype (x itself when the dtype matches).
+Tensor to(const Tensor &x, DType dtype);
+
+// ---- binary / ternary elementwise with broadcasting
+Tensor add(const Tensor &a, const Tensor &b, const Scalar &alpha = 1);
+Tensor add(const Tensor &a, const Scalar &b, const Scalar &alpha = 1);
+Tensor sub(const Tensor &a, const Tensor &b, const Scalar &alpha = 1);
+Tensor sub(const Tensor &a, const Scalar &b, const Scalar &alpha = 1);
+Tensor mul(const Tensor &a, const Tensor &b);
+Tensor mul(const Tensor &a, const Scalar &b);
+// rounding_mode: nullopt (true division), "trunc" or "floor".
+Tensor div(const Tensor &a, const Tensor &b, std::optional<std::string> rounding_mode = std::nullopt);
+Tensor div(const Tensor &a, const Scalar &b, std::optional<std::string> rounding_mode = std::nullopt);
+Tensor pow(const Tensor &a, const Tensor &exponent);
+Tensor pow(const Tensor &a, const Scalar &exponent);
+Tensor pow(const Scalar &a, const Tensor &exponent);
+Tensor maximum(const Tensor &a, const Tensor &b);
+Tensor minimum(const Tensor &a, const Tensor &b);
+Tensor remainder(const Tensor &a, const Tensor &b);
+Tensor remainder(const Tensor &a, const Scalar &b);
+Tensor eq(const Tensor &a, const Tensor &b);
+Tensor eq(const Tensor &a, const Scalar &b);
+Tensor ne(const Tensor &a, const Tensor &b);
+Tensor ne(const Tensor &a, const Scalar &b);
+Tensor lt(const Tensor &a, const Tensor &b);
+Tensor lt(const Tensor &a, const Scalar &b);
+Tensor le(const Tensor &a, const Tensor &b);
+Tensor le(const Tensor &a, const Scalar &b);
+Tensor gt(const Tensor &a, const Tensor &b);
+Tensor gt(const Tensor &a, const Scalar &b);
+Tensor ge(const Tensor &a, const Tensor &b);
+Tensor ge(const Tensor &a, const Scalar &b);
+Tensor logical_and(const Tensor &a, const Tensor &b);
+Tensor logical_or(const Tensor &a, const Tensor &b);
+Tensor where(const Tensor &condition, const Tensor &a, const Tensor &b);
+Tensor where(const Tensor &condition, const Tensor &a, const Scalar &b);
+Tensor where(const Tensor &condition, const Scalar &a, const Tensor &b);
+Tensor clamp(const Tensor &x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+Tensor masked_fill(const Tensor &x, const Tensor &mask, const Scalar &value);
+Tensor lerp(const Tensor &start, const Tensor &end, const Scalar &weight);
+Tensor lerp(const Tensor &start, const Tensor &end, const Tensor &weight);
+
+// ---- in-place (the result must have self's shape; self's dtype must hold it)
+Tensor &add_(Tensor &self, const Tensor &other, const Scalar &alpha = 1);
+Tensor &add_(Tensor &self, const Scalar &other, const Scalar &alpha = 1);
+Tensor &sub_(Tensor &self, const Tensor &other, const Scalar &alpha = 1);
+Tensor &sub_(Tensor &self, const Scalar &other, const Scalar &alpha = 1);
+Tensor &mul_(Tensor &self, const Tensor &other);
+Tensor &mul_(Tensor &self, const Scalar &other);
+Tensor &div_(Tensor &self, const Tensor &other);
+Tensor &div_(Tensor &self, const Scalar &other);
+Tensor &clamp_(Tensor &self, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+Tensor &relu_(Tensor &self);
+Tensor &zero_(Tensor &self);
+Tensor &fill_(Tensor &self, const Scalar &value);
+// Copies src (broadcast to self's shape, converted to self's dtype) into self.
+Tensor &copy_(Tensor &self, const Tensor &src);
+
+// ---- reductions over any set of dims (an empty dim list reduces all dims)
+Tensor sum(const Tensor &x, std::optional<DType> dtype = std::nullopt);
+Tensor sum(const Tensor &x, IntArrayRef dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+Tensor mean(const Tensor &x, std::optional<DType> dtype = std::nullopt);
+Tensor mean(const Tensor &x, IntArrayRef dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+Tensor prod(const Tensor &x, std::optional<DType> dtype = std::nullopt);
+Tensor prod(const Tensor &x, int64_t dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+Tensor amax(const Tensor &x, IntArrayRef dim = {}, bool keepdim = false);
+Tensor amin(const Tensor &x, IntArrayRef dim = {}, bool keepdim = false);
+Tensor max(const Tensor &x);
+std::tuple<Tensor, Tensor> max(const Tensor &x, int64_t dim, bool keepdim = false);
+Tensor min(const Tensor &x);
+std::tuple<Tensor, Tensor> min(const Tensor &x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor &x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor &x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// correction defaults to 1 (Bessel), as torch.var.
+Tensor var(const Tensor &x, IntArrayRef dim = {}, std::optional<double> correction = std::nullopt, bool keepdim = false);
+Tensor std(const Tensor &x, IntArrayRef dim = {}, std::optional<double> correction = std::nullopt, bool keepdim = false);
+Tensor norm(const Tensor &x, const Scalar &p = 2, IntArrayRef dim = {}, bool keepdim = false);
+
+// ---- views and movement (free-function forms of the Tensor methods)
+Tensor view(const Tensor &x, IntArrayRef shape);
+Tensor reshape(const Tensor &x, IntArrayRef shape);
+Tensor transpose(const Tensor &x, int64_t dim0, int64_t dim1);
+Tensor t(const Tensor &x);
+Tensor permute(const Tensor &x, IntArrayRef dims);
+Tensor narrow(const Tensor &x, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor &x, int64_t dim = 0, std::optional<int64_t> start = std::nullopt,
+             std::optional<int64_t> end = std::nullopt, int64_t step = 1);
+Tensor select(const Tensor &x, int64_t dim, int64_t index);
+Tensor unsqueeze(const Tensor &x, int64_t dim);
+Tensor squeeze(const Tensor &x);
+Tensor squeeze(const Tensor &x, int64_t dim);
+Tensor expand(const Tensor &x, IntArrayRef size);
+Tensor flatten(const Tensor &x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor as_strided(const Tensor &x, IntArrayRef size, IntArrayRef stride,
+                  std::optional<int64_t> storage_offset = std::nullopt);
+Tensor contiguous(const Tensor &x);
+Tensor clone(const Tensor &x);
+
+// ---- nn
+Tensor softmax(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor log_softmax(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor layer_norm(const Tensor &x, IntArrayRef normalized_shape, const Tensor &weight = {},
+                  const Tensor &bias = {}, double eps = 1e-5);
+// Inference with running statistics when training is false (kiln has no training yet:
+// training=true normalizes with batch statistics and does not update running stats).
+Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
+                  const Tensor &running_var, bool training = false, double momentum = 0.1,
+                  double eps = 1e-5);
+Tensor linear(const Tensor &x, const Tensor &weight, const Tensor &bias = {});
+Tensor matmul(const Tensor &a, const Tensor &b);
+Tensor mm(const Tensor &a, const Tensor &b);
+Tensor bmm(const Tensor &a, const Tensor &b);
+Tensor addmm(const Tensor &input, const Tensor &mat1, const Tensor &mat2, const Scalar &beta = 1,
+             const Scalar &alpha = 1);
+Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+              IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  IntArrayRef dilation = 1, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size);
+// torch::embedding(weight, indices)
+Tensor embedding(const Tensor &weight, const Tensor &indices);
+// Identity unless train is true (kiln has no training yet: train=true is an Error).
+Tensor dropout(const Tensor &x, double p, bool train);
+Tensor tril(const Tensor &x, int64_t diagonal = 0);
+Tensor triu(const Tensor &x, int64_t diagonal = 0);
+Tensor cat(const TensorList &tensors, int64_t dim = 0);
+Tensor stack(const TensorList &tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor &x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor &x, IntArrayRef split_sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor &x, int64_t chunks, int64_t dim = 0);
+Tensor index_select(const Tensor &x, int64_t dim, const Tensor &index);
+Tensor gather(const Tensor &x, int64_t dim, const Tensor &index);
+Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, const Tensor &value,
+                                    const Tensor &attn_mask = {}, double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = std::nullopt);
+
+// ---- threads
+// Threads used by kiln's own kernels (default: the number of cores).
+void set_num_threads(int n);
+int get_num_threads();
+
+} // namespace kiln

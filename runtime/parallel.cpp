@@ -1,0 +1,183 @@
+#include "runtime/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/ops.h"
+
+namespace kiln {
+namespace {
+
+thread_local bool t_in_region = false;
+
+// One job at a time. A worker copies the job under the lock and registers as
+// active; a new job is only published once no worker is still inside the last
+// one, so a late worker can never run a chunk of the next job with stale data.
+class ThreadPool {
+public:
+  explicit ThreadPool(int threads) { start(threads); }
+  ~ThreadPool() { stop(); }
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> one_job(job_mu_);
+    stop();
+    start(threads);
+  }
+
+  void run(int64_t begin, int64_t end, int64_t chunk, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+    std::lock_guard<std::mutex> one_job(job_mu_); // callers from several threads take turns
+    Job job{begin, end, chunk, (end - begin + chunk - 1) / chunk, fn, ctx};
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_cv_.wait(lock, [&] { return active_ == 0; });
+      job_ = job;
+      next_.store(0);
+      done_.store(0);
+      error_ = nullptr;
+      generation_.fetch_add(1);
+    }
+    cv_.notify_all();
+    execute(job);
+    for (int spin = 0; done_.load(std::memory_order_acquire) < job.nchunks; ++spin) {
+      if (spin < 2000) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [&] { return done_.load() >= job.nchunks; });
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+private:
+  struct Job {
+    int64_t begin = 0, end = 0, chunk = 1, nchunks = 0;
+    void (*fn)(void *, int64_t, int64_t) = nullptr;
+    void *ctx = nullptr;
+  };
+
+  void execute(const Job &job) {
+    bool saved = t_in_region;
+    t_in_region = true;
+    for (;;) {
+      int64_t i = next_.fetch_add(1);
+      if (i >= job.nchunks) break;
+      int64_t b = job.begin + i * job.chunk;
+      int64_t e = std::min(job.end, b + job.chunk);
+      try {
+        job.fn(job.ctx, b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job.nchunks) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
+    }
+    t_in_region = saved;
+  }
+
+  void work() {
+    uint64_t seen = 0;
+    for (;;) {
+      for (int spin = 0; spin < 1000 && generation_.load() == seen; ++spin) std::this_thread::yield();
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
+        if (stopping_) return;
+        seen = generation_.load();
+        job = job_;
+        ++active_;
+      }
+      execute(job);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--active_ == 0) idle_cv_.notify_all();
+    }
+  }
+
+  void start(int threads) {
+    stopping_ = false;
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto &t : workers_) t.join();
+    workers_.clear();
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex job_mu_, mu_;
+  std::condition_variable cv_, done_cv_, idle_cv_;
+  Job job_;
+  int active_ = 0;
+  std::atomic<int64_t> next_{0}, done_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::exception_ptr error_;
+  bool stopping_ = false;
+};
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? int(n) : 1;
+}
+
+std::mutex g_pool_mu;
+int g_num_threads = default_threads();
+ThreadPool *g_pool = nullptr; // created on first use, never destroyed (workers may outlive statics)
+
+ThreadPool &pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) g_pool = new ThreadPool(g_num_threads);
+  return *g_pool;
+}
+
+} // namespace
+
+void set_num_threads(int n) {
+  KILN_CHECK(n >= 1, "set_num_threads: n must be >= 1, got ", n);
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_num_threads = n;
+  if (g_pool && g_pool->size() != n) g_pool->resize(n);
+}
+
+int get_num_threads() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  return g_num_threads;
+}
+
+bool in_parallel_region() { return t_in_region; }
+
+extern "C" void kiln_parallel_for(int64_t begin, int64_t end, int64_t grain,
+                                  void (*fn)(void *, int64_t, int64_t), void *ctx) {
+  if (end <= begin) return;
+  int threads = get_num_threads();
+  int64_t n = end - begin;
+  grain = std::max<int64_t>(grain, 1);
+  if (threads <= 1 || n <= grain || t_in_region) {
+    fn(ctx, begin, end);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  int64_t chunk = (n + chunks - 1) / chunks;
+  pool().run(begin, end, chunk, fn, ctx);
+}
+
+} // namespace kiln

@@ -1,0 +1,31 @@
+// The runtime thread pool: kiln::set_num_threads(n) sizes it; parallel_for
+// splits [begin, end) into chunks of at least `grain` and runs them on the pool
+// and the calling thread. Workers spin briefly and then block, so an idle pool
+// costs nothing and a busy machine is not made busier (see shared/notes).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace kiln {
+
+// The C entry point JIT-compiled kernels call: fn(ctx, chunk_begin, chunk_end).
+extern "C" void kiln_parallel_for(int64_t begin, int64_t end, int64_t grain,
+                                  void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
+
+// True on a pool worker (nested parallel_for calls run serially).
+bool in_parallel_region();
+
+template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, F &&f) {
+  if (end <= begin) return;
+  if (end - begin <= grain || in_parallel_region()) {
+    f(begin, end);
+    return;
+  }
+  using Fn = std::remove_reference_t<F>;
+  kiln_parallel_for(
+      begin, end, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
+      const_cast<void *>(static_cast<const void *>(&f)));
+}
+
+} // namespace kiln

@@ -1,0 +1,440 @@
+// Tensor: a reference-counted view (sizes, strides, offset) of shared storage.
+// The API follows libtorch's at::Tensor: names, argument order and semantics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/scalar.h"
+
+namespace kiln {
+
+inline constexpr int kMaxDims = 16;
+
+// A non-owning list of int64 (torch's IntArrayRef). Built from a braced list,
+// a std::vector or a single integer; valid for the duration of the call.
+class IntArrayRef {
+public:
+  constexpr IntArrayRef() = default;
+  constexpr IntArrayRef(const int64_t *data, size_t n) : data_(data), size_(n) {}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime" // the list outlives the call, as torch's IntArrayRef
+  IntArrayRef(std::initializer_list<int64_t> il) : data_(il.begin()), size_(il.size()) {}
+#pragma GCC diagnostic pop
+  IntArrayRef(const std::vector<int64_t> &v) : data_(v.data()), size_(v.size()) {}
+  IntArrayRef(const int64_t &one) : data_(&one), size_(1) {}
+
+  const int64_t *begin() const { return data_; }
+  const int64_t *end() const { return data_ + size_; }
+  const int64_t *data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t operator[](size_t i) const { return data_[i]; }
+  int64_t front() const { return data_[0]; }
+  int64_t back() const { return data_[size_ - 1]; }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  bool equals(IntArrayRef o) const;
+  bool operator==(IntArrayRef o) const { return equals(o); }
+
+private:
+  const int64_t *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// "[2, 3]": the form shapes take in every message and in the IR.
+std::string shape_str(IntArrayRef s);
+std::ostream &operator<<(std::ostream &os, IntArrayRef s);
+
+// A fixed-capacity dims vector; tensors have at most kMaxDims dimensions, so
+// sizes and strides never allocate.
+class Dims {
+public:
+  Dims() = default;
+  Dims(IntArrayRef r);
+  Dims(std::initializer_list<int64_t> il) : Dims(IntArrayRef(il)) {}
+  int64_t *begin() { return v_; }
+  int64_t *end() { return v_ + n_; }
+  const int64_t *begin() const { return v_; }
+  const int64_t *end() const { return v_ + n_; }
+  int64_t *data() { return v_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t &operator[](size_t i) { return v_[i]; }
+  int64_t operator[](size_t i) const { return v_[i]; }
+  void push_back(int64_t x);
+  void resize(size_t n, int64_t fill = 0);
+  void insert(size_t pos, int64_t x);
+  void erase(size_t pos);
+  operator IntArrayRef() const { return {v_, n_}; }
+  std::vector<int64_t> vec() const { return {v_, v_ + n_}; }
+
+private:
+  int64_t v_[kMaxDims];
+  size_t n_ = 0;
+};
+
+// Intrusive reference counting for Storage and TensorImpl.
+template <class T> class Ref {
+public:
+  Ref() = default;
+  explicit Ref(T *p) : p_(p) {} // adopts a fresh object (refcount 1)
+  Ref(const Ref &o) : p_(o.p_) { retain(); }
+  Ref(Ref &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  Ref &operator=(Ref o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~Ref() { release(); }
+  T *get() const { return p_; }
+  T *operator->() const { return p_; }
+  T &operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool operator==(const Ref &o) const { return p_ == o.p_; }
+
+private:
+  void retain() {
+    if (p_) p_->refcount_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() {
+    if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+  }
+  T *p_ = nullptr;
+};
+
+// A block of memory shared by all views of it. Owning storage comes from the
+// caching allocator (64-byte aligned); from_blob storage borrows user memory.
+class Storage {
+public:
+  using Deleter = void (*)(void *data, void *ctx);
+  static Ref<Storage> allocate(size_t nbytes);
+  static Ref<Storage> borrow(void *data, size_t nbytes, Deleter deleter = nullptr, void *ctx = nullptr);
+  ~Storage();
+  Storage(const Storage &) = delete;
+  Storage &operator=(const Storage &) = delete;
+
+  void *data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  int use_count() const { return refcount_.load(std::memory_order_relaxed); }
+
+private:
+  template <class T> friend class Ref;
+  Storage() = default;
+  std::atomic<int> refcount_{1};
+  void *data_ = nullptr;
+  size_t nbytes_ = 0;
+  bool owned_ = false;
+  Deleter deleter_ = nullptr;
+  void *ctx_ = nullptr;
+};
+
+// Reserved for autograd (a later issue); always null today.
+struct AutogradMeta;
+
+// What the tracer attaches to a tensor it is following (frontend/ owns the type).
+struct TraceInfo {
+  virtual ~TraceInfo() = default;
+};
+
+class TensorImpl {
+public:
+  TensorImpl() = default;
+  TensorImpl(const TensorImpl &) = delete;
+  TensorImpl &operator=(const TensorImpl &) = delete;
+
+  DType dtype = kFloat32;
+  // A meta tensor has shape, dtype and strides but no storage: ops run on meta
+  // tensors compute their result's metadata and nothing else (tracing, shape rules).
+  bool is_meta = false;
+  // A 0-dim tensor made from a C++ number (torch's "wrapped number"): it takes part
+  // in type promotion only by category, as a Python scalar does in torch.
+  bool wrapped_number = false;
+  Dims sizes;
+  Dims strides;
+  int64_t numel = 1;
+  int64_t storage_offset = 0; // in elements
+  Ref<Storage> storage;
+  std::shared_ptr<TraceInfo> trace;           // set while a tracer follows this tensor
+  std::shared_ptr<AutogradMeta> autograd_meta; // reserved
+
+  void refresh_numel();
+
+private:
+  template <class T> friend class Ref;
+  std::atomic<int> refcount_{1};
+};
+
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+// dtype (and later device/requires_grad) for factories: torch::TensorOptions.
+class TensorOptions {
+public:
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d), has_dtype_(true) {}
+  TensorOptions dtype(DType d) const { return TensorOptions(d); }
+  DType dtype() const { return dtype_; }
+  bool has_dtype() const { return has_dtype_; }
+
+private:
+  DType dtype_ = kFloat32;
+  bool has_dtype_ = false;
+};
+
+class Tensor {
+public:
+  Tensor() = default; // undefined, as torch's Tensor()
+  explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata
+  bool defined() const { return bool(impl_); }
+  IntArrayRef sizes() const { return impl().sizes; }
+  IntArrayRef strides() const { return impl().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  int64_t ndimension() const { return dim(); }
+  int64_t numel() const { return impl().numel; }
+  DType dtype() const { return impl().dtype; }
+  DType scalar_type() const { return impl().dtype; }
+  size_t element_size() const { return itemsize(dtype()); }
+  size_t nbytes() const { return numel() * element_size(); }
+  int64_t storage_offset() const { return impl().storage_offset; }
+  bool is_contiguous() const;
+  bool is_meta() const { return impl().is_meta; }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_same(const Tensor &o) const { return impl_ == o.impl_; }
+  // True when both share one storage (views of each other).
+  bool is_alias_of(const Tensor &o) const;
+  TensorOptions options() const { return TensorOptions(dtype()); }
+
+  // ---- data access (throws TraceError on a meta tensor, Error on a dtype mismatch)
+  template <class T> T *data_ptr() const;
+  void *data_ptr() const;
+  void *raw_data() const; // data_ptr() without the dtype check; first element
+  template <class T> T item() const;
+  Scalar item() const;
+
+  // ---- element indexing: x[i] is x.select(0, i)
+  Tensor operator[](int64_t index) const;
+
+  // ---- views (no copy)
+  Tensor view(IntArrayRef shape) const;
+  Tensor reshape(IntArrayRef shape) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim = 0, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(IntArrayRef size) const;
+  Tensor expand_as(const Tensor &other) const;
+  Tensor view_as(const Tensor &other) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor as_strided(IntArrayRef size, IntArrayRef stride, std::optional<int64_t> storage_offset = std::nullopt) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor &copy_(const Tensor &src);
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(IntArrayRef split_sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor index_select(int64_t dim, const Tensor &index) const;
+  Tensor gather(int64_t dim, const Tensor &index) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+
+  // ---- unary
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor erf() const;
+  Tensor reciprocal() const;
+  Tensor square() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;
+  Tensor sign() const;
+  Tensor logical_not() const;
+
+  // ---- binary
+  Tensor add(const Tensor &other, const Scalar &alpha = 1) const;
+  Tensor add(const Scalar &other, const Scalar &alpha = 1) const;
+  Tensor sub(const Tensor &other, const Scalar &alpha = 1) const;
+  Tensor sub(const Scalar &other, const Scalar &alpha = 1) const;
+  Tensor mul(const Tensor &other) const;
+  Tensor mul(const Scalar &other) const;
+  Tensor div(const Tensor &other) const;
+  Tensor div(const Scalar &other) const;
+  Tensor pow(const Tensor &exponent) const;
+  Tensor pow(const Scalar &exponent) const;
+  Tensor maximum(const Tensor &other) const;
+  Tensor minimum(const Tensor &other) const;
+  Tensor remainder(const Tensor &other) const;
+  Tensor remainder(const Scalar &other) const;
+  Tensor eq(const Tensor &other) const;
+  Tensor eq(const Scalar &other) const;
+  Tensor ne(const Tensor &other) const;
+  Tensor ne(const Scalar &other) const;
+  Tensor lt(const Tensor &other) const;
+  Tensor lt(const Scalar &other) const;
+  Tensor le(const Tensor &other) const;
+  Tensor le(const Scalar &other) const;
+  Tensor gt(const Tensor &other) const;
+  Tensor gt(const Scalar &other) const;
+  Tensor ge(const Tensor &other) const;
+  Tensor ge(const Scalar &other) const;
+  Tensor logical_and(const Tensor &other) const;
+  Tensor logical_or(const Tensor &other) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor masked_fill(const Tensor &mask, const Scalar &value) const;
+  Tensor lerp(const Tensor &end, const Scalar &weight) const;
+  Tensor lerp(const Tensor &end, const Tensor &weight) const;
+
+  // ---- in-place
+  Tensor &add_(const Tensor &other, const Scalar &alpha = 1);
+  Tensor &add_(const Scalar &other, const Scalar &alpha = 1);
+  Tensor &sub_(const Tensor &other, const Scalar &alpha = 1);
+  Tensor &sub_(const Scalar &other, const Scalar &alpha = 1);
+  Tensor &mul_(const Tensor &other);
+  Tensor &mul_(const Scalar &other);
+  Tensor &div_(const Tensor &other);
+  Tensor &div_(const Scalar &other);
+  Tensor &clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor &relu_();
+  Tensor &zero_();
+  Tensor &fill_(const Scalar &value);
+
+  // ---- reductions
+  Tensor sum(std::optional<DType> dtype = std::nullopt) const;
+  Tensor sum(IntArrayRef dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;
+  Tensor mean(std::optional<DType> dtype = std::nullopt) const;
+  Tensor mean(IntArrayRef dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;
+  Tensor prod(std::optional<DType> dtype = std::nullopt) const;
+  Tensor prod(int64_t dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;
+  Tensor amax(IntArrayRef dim = {}, bool keepdim = false) const;
+  Tensor amin(IntArrayRef dim = {}, bool keepdim = false) const;
+  Tensor max() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor var(IntArrayRef dim = {}, std::optional<double> correction = std::nullopt, bool keepdim = false) const;
+  Tensor std(IntArrayRef dim = {}, std::optional<double> correction = std::nullopt, bool keepdim = false) const;
+  Tensor norm(const Scalar &p = 2, IntArrayRef dim = {}, bool keepdim = false) const;
+
+  // ---- nn / linear algebra
+  Tensor softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor log_softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor matmul(const Tensor &other) const;
+  Tensor mm(const Tensor &mat2) const;
+  Tensor bmm(const Tensor &mat2) const;
+
+  TensorImpl &impl() const;
+  TensorImpl *unsafeGetTensorImpl() const { return impl_.get(); }
+  const Ref<TensorImpl> &impl_ref() const { return impl_; }
+
+private:
+  Ref<TensorImpl> impl_;
+};
+
+// ---- Tensor operators (torch semantics)
+Tensor operator+(const Tensor &a, const Tensor &b);
+Tensor operator-(const Tensor &a, const Tensor &b);
+Tensor operator*(const Tensor &a, const Tensor &b);
+Tensor operator/(const Tensor &a, const Tensor &b);
+Tensor operator+(const Tensor &a, const Scalar &b);
+Tensor operator-(const Tensor &a, const Scalar &b);
+Tensor operator*(const Tensor &a, const Scalar &b);
+Tensor operator/(const Tensor &a, const Scalar &b);
+Tensor operator+(const Scalar &a, const Tensor &b);
+Tensor operator-(const Scalar &a, const Tensor &b);
+Tensor operator*(const Scalar &a, const Tensor &b);
+Tensor operator/(const Scalar &a, const Tensor &b);
+Tensor operator-(const Tensor &a);
+Tensor operator==(const Tensor &a, const Tensor &b);
+Tensor operator!=(const Tensor &a, const Tensor &b);
+Tensor operator<(const Tensor &a, const Tensor &b);
+Tensor operator<=(const Tensor &a, const Tensor &b);
+Tensor operator>(const Tensor &a, const Tensor &b);
+Tensor operator>=(const Tensor &a, const Tensor &b);
+Tensor operator==(const Tensor &a, const Scalar &b);
+Tensor operator!=(const Tensor &a, const Scalar &b);
+Tensor operator<(const Tensor &a, const Scalar &b);
+Tensor operator<=(const Tensor &a, const Scalar &b);
+Tensor operator>(const Tensor &a, const Scalar &b);
+Tensor operator>=(const Tensor &a, const Scalar &b);
+Tensor &operator+=(Tensor &a, const Tensor &b);
+Tensor &operator-=(Tensor &a, const Tensor &b);
+Tensor &operator*=(Tensor &a, const Tensor &b);
+Tensor &operator/=(Tensor &a, const Tensor &b);
+Tensor &operator+=(Tensor &a, const Scalar &b);
+Tensor &operator-=(Tensor &a, const Scalar &b);
+Tensor &operator*=(Tensor &a, const Scalar &b);
+Tensor &operator/=(Tensor &a, const Scalar &b);
+
+// Prints in torch's format (values, then "[ CPUFloatType{2,3} ]").
+std::ostream &operator<<(std::ostream &os, const Tensor &t);
+
+// ---- helpers for kernels and ops (not user API, but stable)
+namespace detail {
+// Wrap dim into [0, ndim); `op` and `arg` name the caller in the error message.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char *op, const char *arg = "dim");
+// Contiguous strides for `sizes`.
+Dims contiguous_strides(IntArrayRef sizes);
+// numel of `sizes`, checking each size is >= 0 and the product fits in int64.
+int64_t checked_numel(IntArrayRef sizes, const char *op);
+// A fresh contiguous tensor; meta when `meta` is true (no storage).
+Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta = false);
+// A view sharing `base`'s storage with new metadata (meta if base is meta).
+Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+// The result tensor of an op: meta if any input is meta. Kernels return it
+// straight away when it is meta (that is the op's shape rule at work).
+Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs);
+bool any_meta(std::initializer_list<const Tensor *> inputs);
+// A 0-dim wrapped-number tensor holding `s` (int64, float64 or bool).
+Tensor wrap_scalar(const Scalar &s);
+// Broadcast shapes with numpy rules; `op` names the caller in the error.
+Dims broadcast_shapes(IntArrayRef a, IntArrayRef b, const char *op);
+// torch.result_type over tensors (wrapped numbers and 0-dim tensors participate by category).
+DType result_type(std::initializer_list<const Tensor *> inputs);
+// Throws "<op>: <arg> is an undefined tensor" when !t.defined().
+void check_defined(const Tensor &t, const char *op, const char *arg);
+} // namespace detail
+
+// ---- implementation of the header-only accessors
+template <class T> T *Tensor::data_ptr() const {
+  KILN_CHECK(dtype() == dtype_of<T>, "data_ptr: tensor has dtype ", dtype(), " but was read as ", dtype_of<T>);
+  return static_cast<T *>(data_ptr());
+}
+
+template <class T> T Tensor::item() const {
+  Scalar s = item();
+  return s.to<T>();
+}
+
+} // namespace kiln

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs that are missing; does nothing when all are present.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config python3 llvm-19-dev llvm-19-tools
+          libopenblas-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
