@@ -297,7 +297,7 @@ std::optional<Dims> view_strides(IntArrayRef sizes, IntArrayRef strides, IntArra
   out.resize(shape.size());
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
-  if (numel == 0) return detail::contiguous_strides(shape);
+  if (numel == 0 || sizes.empty()) return detail::contiguous_strides(shape);
   int64_t view_d = int64_t(shape.size()) - 1;
   int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
