@@ -21,8 +21,12 @@ std::string TensorType::str() const {
   std::string s(short_name(dtype));
   s += shape_str(shape);
   if (strides) {
-    std::string st = shape_str(*strides);
-    s += "{" + st.substr(1, st.size() - 2) + "}";
+    s += '{';
+    for (size_t i = 0; i < strides->size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string((*strides)[i]);
+    }
+    s += '}';
   }
   return s;
 }
