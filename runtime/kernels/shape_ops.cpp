@@ -292,7 +292,9 @@ Tensor embedding(const Tensor &weight, const Tensor &indices) {
   if (out.is_meta()) return out;
   std::vector<int64_t> idx = read_indices(indices, weight.size(0), "embedding", 0);
   if (out.numel() == 0) return out;
-  select_along(weight, 0, idx, out);
+  // Rows of the result, one per index in logical order.
+  const int64_t dim = weight.size(1);
+  select_along(weight, 0, idx, detail::make_view(out, {int64_t(idx.size()), dim}, {dim, 1}, out.storage_offset()));
   return out;
 }
 
