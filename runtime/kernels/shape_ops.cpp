@@ -272,11 +272,12 @@ Tensor index_select(const Tensor &x, int64_t dim, const Tensor &index) {
   if (x.dim() > 0) shape[d] = index.numel();
   Tensor out = detail::make_result(shape, x.dtype(), {&x, &index});
   if (out.is_meta()) return out;
-  // A 0-dim input behaves as a 1-element vector.
-  Tensor xv = x.dim() > 0 ? x : detail::make_view(x, {1}, {1}, x.storage_offset());
+  // A 0-dim input (and its 0-dim result) behave as 1-element vectors.
+  const bool scalar = x.dim() == 0;
+  Tensor xv = scalar ? detail::make_view(x, {1}, {1}, x.storage_offset()) : x;
   std::vector<int64_t> idx = read_indices(index, xv.size(d), "index_select", d);
   if (out.numel() == 0) return out;
-  select_along(xv, d, idx, out);
+  select_along(xv, d, idx, scalar ? detail::make_view(out, {1}, {1}, out.storage_offset()) : out);
   return out;
 }
 
