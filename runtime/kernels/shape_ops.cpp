@@ -177,9 +177,10 @@ std::vector<int64_t> sizes_for_split(int64_t n, int64_t split_size, const Tensor
   KILN_CHECK(split_size >= 0, "split: split_size must be non-negative, got ", split_size);
   KILN_CHECK(split_size > 0 || n == 0, "split: split_size can only be 0 if dimension size is 0, but got dimension ",
              d, " of size ", n, " (shape ", shape_str(x.sizes()), ")");
-  const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>((n + split_size - 1) / split_size, 1);
+  // Written so that no intermediate overflows for any split_size.
+  const int64_t pieces = (n == 0 || split_size == 0) ? 1 : (n - 1) / split_size + 1;
   std::vector<int64_t> sizes(size_t(pieces), split_size);
-  sizes.back() = split_size - (split_size * pieces - n);
+  sizes.back() = n - split_size * (pieces - 1);
   return sizes;
 }
 
@@ -195,10 +196,10 @@ std::vector<Tensor> split(const Tensor &x, IntArrayRef split_sizes, int64_t dim)
   int64_t sum = 0;
   for (int64_t s : split_sizes) {
     KILN_CHECK(s >= 0, "split: split_sizes ", shape_str(split_sizes), " contain the negative size ", s);
-    sum += s;
+    sum = s > x.size(d) - sum ? x.size(d) + 1 : sum + s; // saturates past the dim size: no overflow
   }
   KILN_CHECK(sum == x.size(d), "split: split_sizes ", shape_str(split_sizes), " must sum exactly to ", x.size(d),
-             " (the size of dimension ", d, " of the input of shape ", shape_str(x.sizes()), "), but sum to ", sum);
+             " (the size of dimension ", d, " of the input of shape ", shape_str(x.sizes()), ")");
   return split_views(x, split_sizes.vec(), d);
 }
 
@@ -206,7 +207,7 @@ std::vector<Tensor> chunk(const Tensor &x, int64_t chunks, int64_t dim) {
   const int64_t d = split_dim(x, dim, "chunk");
   KILN_CHECK(chunks > 0, "chunk: expects `chunks` to be greater than 0, got ", chunks);
   const int64_t n = x.size(d);
-  const int64_t size = (n + chunks - 1) / chunks;
+  const int64_t size = n == 0 ? 0 : (n - 1) / chunks + 1; // ceil(n / chunks) without overflow
   // An empty dim keeps the number of chunks (torch splits it into `chunks` empty pieces).
   if (size == 0) return split_views(x, std::vector<int64_t>(size_t(chunks), 0), d);
   return split_views(x, sizes_for_split(n, size, x, d), d);

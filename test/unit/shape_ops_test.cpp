@@ -2,6 +2,7 @@
 // gather, embedding. Values against naive loops over multi-indices.
 #include "unit/shape_test_util.h"
 
+#include <limits>
 #include <numeric>
 
 using namespace kiln;
@@ -267,6 +268,11 @@ TEST(Split, Errors) {
   expect_error([&] { split(x, 0, 0); }, {"split", "0", "size 5"});
   expect_error([&] { split(x, 1, 2); }, {"split", "dim 2"});
   expect_error([] { split(filled({}, kFloat32), 1, 0); }, {"split", "1-dimensional"});
+  // Huge sizes: reported (or handled), never an overflow.
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  expect_error([&] { split(x, Idx{big, big}, 0); }, {"split", "sum exactly to 5"});
+  expect_pieces(x, split(x, big, 0), 0, {5});
+  expect_pieces(x, chunk(x, big, 0), 0, {1, 1, 1, 1, 1});
 }
 
 TEST(Chunk, TorchRule) {
