@@ -407,7 +407,8 @@ template <class T, class O, class Comb> struct FoldOp {
   }
   Acc init() const { return kSum ? Acc(0) : Acc(1); }
   void row(Acc &acc, const T *p, int64_t n, int64_t s, int64_t, int64_t) const {
-    if constexpr (kSum && std::is_same_v<T, float> && kIsFloat<O>) {
+    // float32 lanes only for float32 results: dtype=float64 asks for double sums.
+    if constexpr (kSum && std::is_same_v<T, float> && std::is_same_v<O, float>) {
       if (s == 1) {
         acc += sum_f32(p, n);
         return;
