@@ -1,0 +1,175 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kiln::ir {
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+bool TensorType::operator==(const TensorType &o) const {
+  if (dtype != o.dtype || IntArrayRef(shape) != IntArrayRef(o.shape)) return false;
+  if (strides.has_value() != o.strides.has_value()) return false;
+  return !strides || IntArrayRef(*strides) == IntArrayRef(*o.strides);
+}
+
+std::string TensorType::str() const {
+  std::string s(short_name(dtype));
+  s += shape_str(shape);
+  if (strides) {
+    s += '{';
+    for (size_t i = 0; i < strides->size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string((*strides)[i]);
+    }
+    s += '}';
+  }
+  return s;
+}
+
+std::string_view Node::mnemonic() const {
+  return kind_ == Kind::FusionGroup ? std::string_view("fusion_group") : info().mnemonic;
+}
+
+const AttrValue *Node::attr(std::string_view name) const {
+  if (kind_ != Kind::Op) return nullptr;
+  const auto &names = info().attr_names;
+  for (size_t i = 0; i < names.size() && i < attrs_.size(); ++i)
+    if (names[i] == name) return &attrs_[i];
+  return nullptr;
+}
+
+std::string Graph::unique_name(const std::string &hint) {
+  std::string base = hint;
+  if (base.empty()) {
+    for (;;) {
+      std::string cand = std::to_string(next_id_++);
+      if (std::find(used_names_.begin(), used_names_.end(), cand) == used_names_.end()) return cand;
+    }
+  }
+  std::string cand = base;
+  for (int i = 1; std::find(used_names_.begin(), used_names_.end(), cand) != used_names_.end(); ++i)
+    cand = base + "_" + std::to_string(i);
+  return cand;
+}
+
+Value *Graph::new_value(Value::Kind kind, TensorType type, std::string name) {
+  auto v = std::make_unique<Value>();
+  v->kind_ = kind;
+  v->type_ = std::move(type);
+  v->name_ = unique_name(name);
+  v->graph_ = this;
+  used_names_.push_back(v->name_);
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value *Graph::add_input(TensorType type, std::string name) {
+  Value *v = new_value(Value::Kind::Input, std::move(type), std::move(name));
+  inputs_.push_back(v);
+  return v;
+}
+
+Value *Graph::add_param(const Tensor &live, std::string name) {
+  Value *v = new_value(Value::Kind::Param, TensorType::of(live), std::move(name));
+  v->tensor_ = live;
+  params_.push_back(v);
+  return v;
+}
+
+Value *Graph::add_const(const Tensor &value, std::string name) {
+  Value *v = new_value(Value::Kind::Const, TensorType::of(value), std::move(name));
+  v->tensor_ = value;
+  consts_.push_back(v);
+  return v;
+}
+
+std::vector<std::unique_ptr<Node>>::iterator Graph::find(const Node *n) {
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto &p) { return p.get() == n; });
+  KILN_CHECK(it != nodes_.end(), "ir: node is not in graph @", name_);
+  return it;
+}
+
+Node *Graph::create(OpId op, std::vector<Value *> operands, Attrs attrs,
+                    const std::vector<TensorType> &result_types, Node *before) {
+  auto n = std::make_unique<Node>();
+  n->kind_ = Node::Kind::Op;
+  n->op_ = op;
+  n->operands_ = std::move(operands);
+  n->attrs_ = std::move(attrs);
+  n->graph_ = this;
+  for (size_t i = 0; i < result_types.size(); ++i) {
+    Value *r = new_value(Value::Kind::Result, result_types[i], "");
+    r->producer_ = n.get();
+    r->result_index_ = unsigned(i);
+    n->results_.push_back(r);
+  }
+  Node *raw = n.get();
+  nodes_.insert(before ? find(before) : nodes_.end(), std::move(n));
+  return raw;
+}
+
+Node *Graph::create_group(std::vector<Value *> operands, const std::vector<TensorType> &result_types,
+                          Node *before) {
+  Node *n = create(OpId{}, std::move(operands), {}, result_types, before);
+  n->kind_ = Node::Kind::FusionGroup;
+  n->body_ = std::make_unique<Graph>(name_ + ".group");
+  for (Value *v : n->operands_) n->body_->add_input(v ? v->type() : TensorType{});
+  return n;
+}
+
+void Graph::erase(Node *n) {
+  for (Value *r : n->results_)
+    KILN_CHECK(!has_uses(r), "ir: cannot erase ", n->mnemonic(), " while %", r->name(), " is still used");
+  nodes_.erase(find(n));
+}
+
+void Graph::move_before(Node *n, Node *before) {
+  auto it = find(n);
+  std::unique_ptr<Node> owned = std::move(*it);
+  nodes_.erase(it);
+  nodes_.insert(before ? find(before) : nodes_.end(), std::move(owned));
+}
+
+std::vector<Node *> Graph::nodes() const {
+  std::vector<Node *> out;
+  out.reserve(nodes_.size());
+  for (const auto &n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+std::vector<Use> Graph::uses(const Value *v) const {
+  std::vector<Use> out;
+  for (const auto &n : nodes_)
+    for (size_t i = 0; i < n->operands_.size(); ++i)
+      if (n->operands_[i] == v) out.push_back({n.get(), i});
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    if (outputs_[i] == v) out.push_back({nullptr, i});
+  return out;
+}
+
+bool Graph::has_uses(const Value *v) const {
+  for (const auto &n : nodes_)
+    for (Value *o : n->operands_)
+      if (o == v) return true;
+  if (std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end()) return true;
+  for (const WriteBack &w : write_backs_)
+    if (w.value == v || w.target == v) return true;
+  return false;
+}
+
+void Graph::replace_all_uses(Value *from, Value *to) {
+  for (auto &n : nodes_)
+    for (Value *&o : n->operands_)
+      if (o == from) o = to;
+  for (Value *&o : outputs_)
+    if (o == from) o = to;
+  for (WriteBack &w : write_backs_)
+    if (w.value == from) w.value = to;
+}
+
+} // namespace kiln::ir

@@ -1,0 +1,178 @@
+// The graph IR: an ordered list of nodes in SSA form.
+//
+//   graph @w1(%x: f32[4096, 1024]) params(%a: f32[1024], %b: f32[1024]) {
+//     %0 = mul(%x, %a) : f32[4096, 1024]
+//     %1 = add(%0, %b) {alpha = 1} : f32[4096, 1024]
+//     %2 = gelu(%1) {approximate = "tanh"} : f32[4096, 1024]
+//     return %2
+//   }
+//
+// Values are produced once: by the graph (inputs, parameters, constants) or by
+// a node. Parameters are tensors the traced function captured; they are bound
+// by reference to live storage, never copied. Constants are small owned tensors.
+// A FusionGroup node owns a body graph whose inputs are the group's operands.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/op_registry.h"
+#include "runtime/tensor.h"
+
+namespace kiln::ir {
+
+// dtype + shape, and strides once the layout pass has decided them.
+struct TensorType {
+  DType dtype = kFloat32;
+  Dims shape;
+  std::optional<Dims> strides;
+
+  static TensorType of(const Tensor &t) { return TensorType{t.dtype(), Dims(t.sizes()), std::nullopt}; }
+  int64_t numel() const;
+  bool operator==(const TensorType &o) const;
+  std::string str() const; // "f32[4, 8]" or "f32[4, 8]{8, 1}" with strides
+};
+
+class Node;
+class Graph;
+
+class Value {
+public:
+  enum class Kind { Input, Param, Const, Result };
+
+  Kind kind() const { return kind_; }
+  const TensorType &type() const { return type_; }
+  void set_type(TensorType t) { type_ = std::move(t); }
+  // Printed as %name. Unique within its graph.
+  const std::string &name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  // The producing node for Result values; nullptr otherwise.
+  Node *producer() const { return producer_; }
+  unsigned result_index() const { return result_index_; }
+  // Param: the live captured tensor. Const: the owned value. Undefined otherwise.
+  const Tensor &tensor() const { return tensor_; }
+  Graph *graph() const { return graph_; }
+
+private:
+  friend class Graph;
+  Kind kind_ = Kind::Input;
+  TensorType type_;
+  std::string name_;
+  Node *producer_ = nullptr;
+  unsigned result_index_ = 0;
+  Tensor tensor_;
+  Graph *graph_ = nullptr;
+};
+
+class Node {
+public:
+  enum class Kind { Op, FusionGroup };
+
+  Kind kind() const { return kind_; }
+  // For Op nodes; FusionGroup nodes have no OpId.
+  OpId op() const { return op_; }
+  const OpInfo &info() const { return op_info(op_); }
+  // "add", or "fusion_group" for groups.
+  std::string_view mnemonic() const;
+  // nullptr marks an absent optional operand (e.g. linear without bias).
+  const std::vector<Value *> &operands() const { return operands_; }
+  Value *operand(size_t i) const { return operands_.at(i); }
+  void set_operand(size_t i, Value *v) { operands_.at(i) = v; }
+  const Attrs &attrs() const { return attrs_; }
+  Attrs &attrs() { return attrs_; }
+  // The attribute named `name` (per ops.def), or nullptr.
+  const AttrValue *attr(std::string_view name) const;
+  const std::vector<Value *> &results() const { return results_; }
+  Value *result(size_t i = 0) const { return results_.at(i); }
+  Graph *body() const { return body_.get(); }
+  Graph *graph() const { return graph_; }
+
+private:
+  friend class Graph;
+  Kind kind_ = Kind::Op;
+  OpId op_{};
+  std::vector<Value *> operands_;
+  Attrs attrs_;
+  std::vector<Value *> results_;
+  std::unique_ptr<Graph> body_;
+  Graph *graph_ = nullptr;
+};
+
+// Where a value is read: node `user` at operand `index`, or a graph output.
+struct Use {
+  Node *user; // nullptr for a graph output
+  size_t index;
+};
+
+// A mutated graph input or parameter: after the graph runs, `value` is written
+// back into `target` (functionalized in-place ops on inputs and weights).
+struct WriteBack {
+  Value *target;
+  Value *value;
+};
+
+class Graph {
+public:
+  explicit Graph(std::string name = "main") : name_(std::move(name)) {}
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+
+  const std::string &name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+  // ---- values owned by the graph
+  Value *add_input(TensorType type, std::string name = "");
+  Value *add_param(const Tensor &live, std::string name = "");
+  Value *add_const(const Tensor &value, std::string name = "");
+  const std::vector<Value *> &inputs() const { return inputs_; }
+  const std::vector<Value *> &params() const { return params_; }
+  const std::vector<Value *> &consts() const { return consts_; }
+
+  // ---- nodes, in execution order
+  // Appends (or inserts before `before`) an op node with results of `result_types`.
+  Node *create(OpId op, std::vector<Value *> operands, Attrs attrs, const std::vector<TensorType> &result_types,
+               Node *before = nullptr);
+  // A fusion group reading `operands`; its body gets one input per operand.
+  Node *create_group(std::vector<Value *> operands, const std::vector<TensorType> &result_types,
+                     Node *before = nullptr);
+  // Removes a node whose results are unused (throws kiln::Error otherwise).
+  void erase(Node *n);
+  // Moves `n` to just before `before` (or to the end).
+  void move_before(Node *n, Node *before);
+  std::vector<Node *> nodes() const;
+  size_t num_nodes() const { return nodes_.size(); }
+
+  // ---- outputs and effects
+  void set_outputs(std::vector<Value *> outs) { outputs_ = std::move(outs); }
+  const std::vector<Value *> &outputs() const { return outputs_; }
+  std::vector<Value *> &outputs() { return outputs_; }
+  void add_write_back(Value *target, Value *value) { write_backs_.push_back({target, value}); }
+  const std::vector<WriteBack> &write_backs() const { return write_backs_; }
+  std::vector<WriteBack> &write_backs() { return write_backs_; }
+
+  // ---- use-def
+  std::vector<Use> uses(const Value *v) const;
+  bool has_uses(const Value *v) const;
+  // Replaces every use of `from` (node operands, outputs, write-backs) by `to`.
+  void replace_all_uses(Value *from, Value *to);
+
+  // A fresh unique value name ("0", "1", ... for results unless given).
+  std::string unique_name(const std::string &hint);
+
+private:
+  Value *new_value(Value::Kind kind, TensorType type, std::string name);
+  std::vector<std::unique_ptr<Node>>::iterator find(const Node *n);
+
+  std::string name_;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<Value *> inputs_, params_, consts_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value *> outputs_;
+  std::vector<WriteBack> write_backs_;
+  std::vector<std::string> used_names_;
+  int64_t next_id_ = 0;
+};
+
+} // namespace kiln::ir
