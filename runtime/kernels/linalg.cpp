@@ -303,6 +303,15 @@ void check_matmul_dtypes(const Tensor &a, const Tensor &b, const char *op, const
   KILN_CHECK(a.dtype() != kBool, op, ": bool tensors are not supported");
 }
 
+// True when `from` broadcasts to exactly `to`.
+bool broadcasts_to(IntArrayRef from, IntArrayRef to) {
+  if (from.size() > to.size()) return false;
+  const size_t off = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1 && from[d] != to[off + d]) return false;
+  return true;
+}
+
 std::string mat_str(int64_t r, int64_t c) { return detail::concat(r, "x", c); }
 
 // Copies `src` (broadcastable to out's [m, n] shape) into contiguous out.
@@ -427,9 +436,7 @@ Tensor addmm(const Tensor &input, const Tensor &mat1, const Tensor &mat2, const 
   check_matmul_dtypes(input, mat1, "addmm", "self", "mat1");
   const int64_t m = mat1.size(0), n = mat2.size(1);
   const int64_t mn[2] = {m, n};
-  KILN_CHECK(input.dim() <= 2 &&
-                 IntArrayRef(detail::broadcast_shapes(input.sizes(), IntArrayRef(mn, 2), "addmm"))
-                     .equals(IntArrayRef(mn, 2)),
+  KILN_CHECK(broadcasts_to(input.sizes(), IntArrayRef(mn, 2)),
              "addmm: self of shape ", shape_str(input.sizes()), " cannot be broadcast to ",
              shape_str(IntArrayRef(mn, 2)));
   if (is_integral(input.dtype())) {
