@@ -40,6 +40,15 @@ int64_t batch_offset(int64_t b, IntArrayRef batch, const Dims &st) {
   return off;
 }
 
+// True when `from` broadcasts to exactly `to`.
+bool broadcasts_to(IntArrayRef from, IntArrayRef to) {
+  if (from.size() > to.size()) return false;
+  const size_t off = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1 && from[d] != to[off + d]) return false;
+  return true;
+}
+
 struct SdpaPlan {
   Dims batch;
   int64_t L = 0, S = 0, E = 0, Ev = 0;
@@ -139,8 +148,7 @@ Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, cons
     KILN_CHECK(attn_mask.dtype() == kBool || attn_mask.dtype() == query.dtype(), op,
                ": expected attn_mask dtype to be bool or to match query dtype ", query.dtype(), ", got ",
                attn_mask.dtype());
-    Dims bs = detail::broadcast_shapes(attn_mask.sizes(), scores_shape, op);
-    KILN_CHECK(IntArrayRef(bs).equals(scores_shape), op, ": attn_mask of shape ", shape_str(attn_mask.sizes()),
+    KILN_CHECK(broadcasts_to(attn_mask.sizes(), scores_shape), op, ": attn_mask of shape ", shape_str(attn_mask.sizes()),
                " cannot be broadcast to the attention weights' shape ", shape_str(scores_shape));
   }
   if (scale) KILN_CHECK(std::isfinite(*scale), op, ": scale must be finite, got ", *scale);
