@@ -1,0 +1,45 @@
+// Accuracy of kiln's float32 transcendentals (KOp::Exp, Expm1, Log, Log1p, Tanh,
+// Erf, Sigmoid on float32). They are emitted as branch-free LLVM IR polynomials
+// (codegen/vecmath.cpp) that vectorize to 16-wide AVX-512 code:
+//   exp     Cephes expf: n = roundeven(x log2e), r = x - n ln2 (two-step, fma),
+//           e^r = 1 + r + r^2 P5(r), times 2^n built in two halves (subnormal results).
+//   expm1   same reduction, Taylor e^r - 1 to r^8, recombined as 2(t em + t - 1/2),
+//           t = 2^(n-1), exact for n = 0.
+//   log     Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P8(f).
+//   log1p   log(u) + (x - (u - 1))/u with u = fl(1 + x).
+//   tanh    |x| < 0.625: Cephes x + x^3 P4(x^2); else expm1(2|x|)/(expm1(2|x|) + 2).
+//   erf     9/12-degree rational interpolant (Eigen's float erf), +-1 past 3.8325.
+//   sigmoid 1 / (1 + exp(-x)).
+// float64 kernels call libm instead (correctly rounded to ~1 ulp).
+//
+// The bounds below are measured by test/unit/vecmath_test.cpp against double
+// precision std:: functions, sweeping EVERY float32 x in the listed range whose
+// magnitude is >= 2^-12, and every 61st float below 2^-12 (including subnormals);
+// the test fails if a bound is exceeded. Relative error is taken where the
+// reference is a normal float (|ref| >= FLT_MIN).
+// Measured maxima (max abs error, max relative error) on znver5, LLVM 19.1:
+//   exp      x in [-87.3, 88.7]       abs (not meaningful: values up to 3e38)   rel 1.4e-7
+//   expm1    x in [-20, 88.7]         abs (not meaningful)                      rel 1.7e-7
+//   log      x in [1e-6, 1e6]         abs 4.8e-7                                rel 1.2e-7
+//   log1p    x in [-0.999999, 1e4]    abs 4.8e-7                                rel 2.0e-7
+//   tanh     x in [-20, 20]           abs 1.2e-7                                rel 2.2e-7
+//   erf      x in [-10, 10]           abs 1.8e-7                                rel 2.4e-7
+//   sigmoid  x in [-30, 30]           abs 1.2e-7                                rel 2.6e-7
+#pragma once
+
+namespace kiln::codegen::vecmath_bounds {
+
+// Asserted by the sweep test (measured value rounded up, with a little headroom).
+struct Bound {
+  double max_abs; // <= 0: not checked (unbounded outputs)
+  double max_rel;
+};
+inline constexpr Bound kExp{0, 2e-7};
+inline constexpr Bound kExpm1{0, 2e-7};
+inline constexpr Bound kLog{6e-7, 2e-7};
+inline constexpr Bound kLog1p{6e-7, 3e-7};
+inline constexpr Bound kTanh{2e-7, 3e-7};
+inline constexpr Bound kErf{3e-7, 3e-7};
+inline constexpr Bound kSigmoid{2e-7, 3e-7};
+
+} // namespace kiln::codegen::vecmath_bounds
