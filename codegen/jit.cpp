@@ -46,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 
 // Bump whenever lowering or vecmath changes the code generated for a given
 // description: it is part of the disk cache key, so stale objects are never reused.
-constexpr const char *kCodegenVersion = "kiln-codegen-1";
+constexpr const char *kCodegenVersion = "kiln-codegen-2";
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -233,6 +233,7 @@ JitOptions JitOptions::from_env() {
     for (std::string what; std::getline(ss, what, ',');) {
       if (what == "llvm") o.capture_ir = o.dump = true;
       if (what == "asm") o.capture_asm = o.dump = true;
+      if (what == "kernels") o.dump_kernels = true;
     }
   }
   return o;
@@ -388,6 +389,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   kiln::log().debug("kiln jit: {} {} in {:.2f} ms (O3 {:.2f} ms, codegen {:.2f} ms)", symbol,
                     k->from_disk_cache() ? "loaded from disk cache" : "compiled", k->compile_ms(),
                     st.capture.opt_ms, st.capture.codegen_ms);
+  if (st.opts.dump_kernels) dump_log().info("# ---- {}\n{}", symbol, desc.to_string());
   if (st.opts.dump) dump_kernel(*k);
   if (it == st.kernels.end()) st.kernels.emplace(hash, State::Entry{std::move(key), k});
   return k;

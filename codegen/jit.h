@@ -34,11 +34,13 @@ struct JitOptions {
   bool capture_asm = false;
   // Also print captured text through the "kiln.dump" spdlog logger (KILN_DUMP).
   bool dump = false;
+  // Print each compiled KernelDesc (KernelDesc::to_string) the same way.
+  bool dump_kernels = false;
   // Directory of the on-disk object cache; empty = no disk cache. Created if
   // missing; an unusable directory logs a warning and the Jit runs without it.
   std::string cache_dir;
 
-  // For the global Jit: KILN_CACHE_DIR=<dir>, KILN_DUMP=llvm|asm (comma list).
+  // For the global Jit: KILN_CACHE_DIR=<dir>, KILN_DUMP=kernels|llvm|asm (comma list).
   static JitOptions from_env();
 };
 
