@@ -1,5 +1,6 @@
 #include "codegen/kernel.h"
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -255,9 +256,32 @@ Expr KernelBuilder::constant(double value, DType dtype) {
   Node n;
   n.op = KOp::Const;
   n.dtype = dtype;
-  if (is_floating(dtype)) n.fvalue = dtype == DType::Float32 ? double(float(value)) : value;
-  else if (dtype == DType::Bool) n.ivalue = value != 0;
-  else n.ivalue = dtype == DType::Int32 ? int64_t(int32_t(value)) : int64_t(value);
+  if (is_floating(dtype)) {
+    n.fvalue = dtype == DType::Float32 ? double(float(value)) : value;
+    return add_node(n);
+  }
+  if (dtype == DType::Bool) {
+    n.ivalue = value != 0;
+    return add_node(n);
+  }
+  // Integers: truncate toward zero, saturating at the type's limits (an
+  // out-of-range double -> int conversion would be undefined behaviour).
+  double lo = dtype == DType::Int32 ? -2147483648.0 : -9223372036854775808.0;
+  double hi = dtype == DType::Int32 ? 2147483647.0 : 9223372036854775807.0;
+  KILN_CHECK(!std::isnan(value), "kernel: NaN constant for an integer dtype");
+  if (value <= lo) n.ivalue = dtype == DType::Int32 ? INT32_MIN : INT64_MIN;
+  else if (value >= hi) n.ivalue = dtype == DType::Int32 ? INT32_MAX : INT64_MAX;
+  else n.ivalue = int64_t(value);
+  return add_node(n);
+}
+
+Expr KernelBuilder::constant_int(int64_t value, DType dtype) {
+  if (is_floating(dtype)) return constant(double(value), dtype);
+  Node n;
+  n.op = KOp::Const;
+  n.dtype = dtype;
+  if (dtype == DType::Bool) n.ivalue = value != 0;
+  else n.ivalue = dtype == DType::Int32 ? int64_t(int32_t(uint32_t(uint64_t(value)))) : value;
   return add_node(n);
 }
 

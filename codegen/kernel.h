@@ -145,7 +145,10 @@ public:
   // Declares the next input buffer and returns its element at the current
   // iteration point. Empty strides = contiguous over the iteration space.
   Expr input(DType dtype, std::vector<int64_t> strides = {});
+  // A constant of `dtype`; integer dtypes truncate toward zero and saturate.
   Expr constant(double value, DType dtype);
+  // An exact integer constant (int64 values beyond 2^53 need this), wrapped to dtype.
+  Expr constant_int(int64_t value, DType dtype);
 
   Expr unary(KOp op, Expr a);
   Expr binary(KOp op, Expr a, Expr b);
@@ -168,7 +171,7 @@ private:
 };
 
 // Sugar for writing expressions (tests, lowering rules). Constants take the
-// dtype of the other operand.
+// dtype of the other operand (x * 0.5 on an int32 x multiplies by 0).
 Expr operator+(Expr a, Expr b);
 Expr operator-(Expr a, Expr b);
 Expr operator*(Expr a, Expr b);

@@ -221,6 +221,26 @@ TEST(Jit, Int64AndBool) {
   }
 }
 
+TEST(Jit, IntegerConstantsAreExactOrSaturated) {
+  KernelBuilder k({2});
+  Expr a = k.input(kiln::kInt64);
+  const int64_t big = (int64_t(1) << 62) + 1; // not representable as a double
+  k.output(a + k.constant_int(big, kiln::kInt64));
+  Expr i32 = k.cast(a, kiln::kInt32);
+  k.output(k.select(k.binary(KOp::Gt, i32, k.constant(0, kiln::kInt32)), k.constant(1e20, kiln::kInt32),
+                    k.constant(-1e20, kiln::kInt32)));
+  Jit jit;
+  auto kernel = jit.compile(k.build());
+  std::vector<int64_t> av{1, -1}, sum(2);
+  std::vector<int32_t> sat(2);
+  void *bufs[] = {av.data(), sum.data(), sat.data()};
+  kernel->run(bufs);
+  EXPECT_EQ(sum[0], big + 1);
+  EXPECT_EQ(sum[1], big - 1);
+  EXPECT_EQ(sat[0], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(sat[1], std::numeric_limits<int32_t>::min());
+}
+
 TEST(Jit, Float32CastsComparesAndNaNs) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   KernelBuilder k({6});
