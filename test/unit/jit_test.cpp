@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "codegen/interpret.h"
 #include "codegen/jit.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
@@ -171,6 +172,27 @@ TEST(Jit, FourDimensionalPermutedAndNegativeStrides) {
       for (int c = 0; c < 4; ++c)
         for (int d = 0; d < 5; ++d)
           ASSERT_EQ(y[((a * 3 + b) * 4 + c) * 5 + d], buf[a + 2 * b + 6 * c + 24 * d] * v[4 - d]);
+}
+
+TEST(Jit, CollapsibleDimsMatchInterpreter) {
+  // Size-1 dims and dims every buffer walks contiguously are merged by codegen;
+  // the broadcast operand only allows the inner two dims to merge.
+  const std::vector<int64_t> shape{2, 1, 3, 40};
+  KernelBuilder k(shape);
+  Expr x = k.input(kiln::kFloat32);
+  Expr y = k.input(kiln::kFloat32, {0, 0, 40, 1});
+  k.output(x * y + 1.0);
+  KernelDesc desc = k.build();
+  Jit jit;
+  auto kernel = jit.compile(desc);
+  std::vector<float> xv(240), yv(120), got(240), want(240);
+  for (int i = 0; i < 240; ++i) xv[i] = float(i % 17) - 8;
+  for (int i = 0; i < 120; ++i) yv[i] = float(i % 7) * 0.5f;
+  void *bufs[] = {xv.data(), yv.data(), got.data()};
+  void *ref[] = {xv.data(), yv.data(), want.data()};
+  kernel->run(bufs);
+  interpret(desc, ref);
+  EXPECT_EQ(got, want);
 }
 
 TEST(Jit, Int32Arithmetic) {
