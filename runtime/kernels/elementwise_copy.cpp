@@ -21,16 +21,8 @@ void convert_one(const void *src, DType from, void *dst, DType to) {
 }
 } // namespace
 
-Arg::Arg(const Tensor &t, DType want) {
+void Arg::convert(const Tensor &t, DType want) {
   itemsize = int64_t(kiln::itemsize(want));
-  if (t.dtype() == want) {
-    data = static_cast<char *>(t.raw_data());
-    sizes = t.sizes();
-    strides = t.strides();
-    numel = t.numel();
-    contiguous = t.is_contiguous();
-    return;
-  }
   if (t.numel() == 1) { // scalars: convert the one value, no temporary tensor
     convert_one(t.raw_data(), t.dtype(), buf, want);
     data = buf;
