@@ -123,7 +123,8 @@ struct Alpha {
   double d;
   int64_t i;
   bool b;
-  explicit Alpha(const Scalar &s) : d(s.toDouble()), i(s.toLong()), b(s.to<bool>()) {}
+  // i stays 0 for a float alpha (only float results use it; casting NaN to int is UB).
+  explicit Alpha(const Scalar &s) : d(s.toDouble()), i(s.is_floating_point() ? 0 : s.toLong()), b(s.to<bool>()) {}
   template <class T> T as() const {
     if constexpr (std::is_same_v<T, bool>) return b;
     else if constexpr (std::is_floating_point_v<T>) return T(d);
@@ -218,8 +219,6 @@ std::optional<double> scalar_value(const Tensor &t) {
 }
 
 void pow_kernel(const Tensor &out, const Tensor &a, const Tensor &b) {
-  if (out.dtype() == kBool) // x ** 0 is 1, x ** 1 is x
-    return binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return !y || x; });
   if (!out.is_floating_point())
     return binary_kernel<IntTypes>(out, a, b, [](auto x, auto y) { return int_pow(x, y); });
   std::optional<double> e = scalar_value(b);
@@ -297,6 +296,9 @@ Tensor div(const Tensor &a, const Scalar &b, std::optional<std::string> rounding
 
 Tensor pow(const Tensor &a, const Tensor &exponent) {
   Shape2 m = binary_meta(a, exponent, "pow");
+  // As torch: pow has no bool kernel (square(bool) promotes through an int64 exponent).
+  KILN_CHECK(m.dtype != kBool, "pow: not supported on bool tensors (shapes ", shape_str(a.sizes()), " and ",
+             shape_str(exponent.sizes()), ")");
   // torch refuses a negative integer *scalar* exponent on integers (a tensor exponent gives 0s).
   if (is_integral(m.dtype) && exponent.impl().wrapped_number && !exponent.is_floating_point()) {
     std::optional<double> e = scalar_value(exponent);

@@ -447,6 +447,9 @@ TEST(ElementwiseBinary, PowThreeOverloads) {
   EXPECT_EQ(pow(i, 2.0).dtype(), kFloat32);
   EXPECT_EQ(pow(2, make({2}, kInt32, small_int)).dtype(), kInt32);
   expect_error([&] { pow(i, -1); }, "pow: integers to negative integer powers are not allowed");
+  Tensor bb = make({2}, kBool, bool_gen);
+  expect_error([&] { pow(bb, bb); }, "pow: not supported on bool tensors");
+  EXPECT_EQ(pow(bb, 2).dtype(), kInt64);
 }
 
 TEST(ElementwiseBinary, ComparisonsAndLogical) {
