@@ -580,6 +580,21 @@ TEST(ElementwiseParallel, LargeStridedAndFlatMatchReferenceAtTwoThreads) {
   }
 }
 
+TEST(ElementwiseParallel, FourDimPermutedBroadcastAcrossChunks) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    // [3, 65, 7, 33] permuted to [7, 33, 65, 3]: 45045 elements, no dim coalesces,
+    // so chunk boundaries fall inside runs and carries cross several dims.
+    Tensor a = make({3, 65, 7, 33}, kFloat64, signed_frac).permute({2, 3, 1, 0});
+    Tensor b = make({33, 1, 3}, kFloat64, positive);
+    expect_values(sub(a, b, 0.5), ref_binary(a, b, [](double x, double z) { return x - 0.5 * z; }), 1e-15, 1e-15);
+    std::vector<double> av = values(a);
+    Tensor a_copy = make({7, 33, 65, 3}, kFloat64, [&](int64_t k) { return av[size_t(k)]; });
+    a.mul_(b); // in place through the permuted view
+    expect_values(a, ref_binary(a_copy, b, [](double x, double z) { return x * z; }), 1e-15);
+  }
+}
+
 // ---------------------------------------------------------------- meta tensors (the shape rule)
 
 TEST(ElementwiseMeta, MetaInMetaOut) {
