@@ -249,7 +249,7 @@ template <class T> T py_mod(T a, T b, const char *op) {
 Tensor add(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "add");
   check_alpha(m.dtype, alpha, "add");
-  KILN_TRACE(Add, TensorList({a, b}), alpha);
+  KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   add_kernel(out, a, b, alpha);
@@ -261,7 +261,7 @@ Tensor sub(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "sub");
   check_sub(a, b, "sub");
   check_alpha(m.dtype, alpha, "sub");
-  KILN_TRACE(Sub, TensorList({a, b}), alpha);
+  KILN_TRACE(Sub, KILN_INPUTS(a, b), alpha);
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   sub_kernel(out, a, b, alpha);
@@ -271,7 +271,7 @@ Tensor sub(const Tensor &a, const Scalar &b, const Scalar &alpha) { return sub(a
 
 Tensor mul(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "mul");
-  KILN_TRACE(Mul, TensorList({a, b}));
+  KILN_TRACE(Mul, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   mul_kernel(out, a, b);
@@ -284,7 +284,7 @@ Tensor div(const Tensor &a, const Tensor &b, std::optional<std::string> rounding
   Rounding r = parse_rounding(rounding_mode, "div");
   KILN_CHECK(r == Rounding::None || m.dtype != kBool, "div: rounding_mode '", *rounding_mode,
              "' is not supported for bool tensors");
-  KILN_TRACE(Div, TensorList({a, b}), rounding_mode);
+  KILN_TRACE(Div, KILN_INPUTS(a, b), rounding_mode);
   Tensor out = detail::make_result(m.shape, div_result(m.dtype, r), {&a, &b});
   if (out.is_meta()) return out;
   div_kernel(out, a, b, r, "div");
@@ -305,7 +305,7 @@ Tensor pow(const Tensor &a, const Tensor &exponent) {
     KILN_CHECK(!e || *e >= 0, "pow: integers to negative integer powers are not allowed (base ", a.dtype(),
                " of shape ", shape_str(a.sizes()), ", exponent ", *e, ")");
   }
-  KILN_TRACE(Pow, TensorList({a, exponent}));
+  KILN_TRACE(Pow, KILN_INPUTS(a, exponent));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &exponent});
   if (out.is_meta()) return out;
   pow_kernel(out, a, exponent);
@@ -316,7 +316,7 @@ Tensor pow(const Scalar &a, const Tensor &exponent) { return pow(detail::wrap_sc
 
 Tensor maximum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "maximum");
-  KILN_TRACE(Maximum, TensorList({a, b}));
+  KILN_TRACE(Maximum, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x > y || x != x) ? x : y; }); // NaN wins
@@ -325,7 +325,7 @@ Tensor maximum(const Tensor &a, const Tensor &b) {
 
 Tensor minimum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "minimum");
-  KILN_TRACE(Minimum, TensorList({a, b}));
+  KILN_TRACE(Minimum, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x < y || x != x) ? x : y; });
@@ -336,7 +336,7 @@ Tensor remainder(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "remainder");
   KILN_CHECK(m.dtype != kBool, "remainder: not supported on bool tensors (shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()), ")");
-  KILN_TRACE(Remainder, TensorList({a, b}));
+  KILN_TRACE(Remainder, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<NumericTypes>(out, a, b, [](auto x, auto y) { return py_mod(x, y, "remainder"); });
@@ -348,7 +348,7 @@ Tensor remainder(const Tensor &a, const Scalar &b) { return remainder(a, detail:
 #define KILN_PREDICATE(fn, Id, ...)                                                                            \
   Tensor fn(const Tensor &a, const Tensor &b) {                                                                \
     Shape2 m = binary_meta(a, b, #fn);                                                                         \
-    KILN_TRACE(Id, TensorList({a, b}));                                                                        \
+    KILN_TRACE(Id, KILN_INPUTS(a, b));                                                                         \
     Tensor out = detail::make_result(m.shape, kBool, {&a, &b});                                                \
     if (out.is_meta()) return out;                                                                             \
     predicate_kernel(out, a, b, m.dtype, [](auto x, auto y) { return __VA_ARGS__; });                          \
@@ -380,7 +380,7 @@ Tensor &add_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   Shape2 m = binary_meta(self, other, "add_");
   check_alpha(m.dtype, alpha, "add_");
   detail::check_inplace(self, other.sizes(), m.dtype, "add_");
-  KILN_TRACE_INPLACE(self, Add, TensorList({self, other}), alpha);
+  KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) add_kernel(self, self, o, alpha);
@@ -396,7 +396,7 @@ Tensor &sub_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   check_sub(self, other, "sub_");
   check_alpha(m.dtype, alpha, "sub_");
   detail::check_inplace(self, other.sizes(), m.dtype, "sub_");
-  KILN_TRACE_INPLACE(self, Sub, TensorList({self, other}), alpha);
+  KILN_TRACE_INPLACE(self, Sub, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) sub_kernel(self, self, o, alpha);
@@ -410,7 +410,7 @@ Tensor &sub_(Tensor &self, const Scalar &other, const Scalar &alpha) {
 Tensor &mul_(Tensor &self, const Tensor &other) {
   Shape2 m = binary_meta(self, other, "mul_");
   detail::check_inplace(self, other.sizes(), m.dtype, "mul_");
-  KILN_TRACE_INPLACE(self, Mul, TensorList({self, other}));
+  KILN_TRACE_INPLACE(self, Mul, KILN_INPUTS(self, other));
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) mul_kernel(self, self, o);
@@ -423,7 +423,7 @@ Tensor &div_(Tensor &self, const Tensor &other) {
   Shape2 m = binary_meta(self, other, "div_");
   DType dt = div_result(m.dtype, Rounding::None);
   detail::check_inplace(self, other.sizes(), dt, "div_");
-  KILN_TRACE_INPLACE(self, Div, TensorList({self, other}), std::optional<std::string>());
+  KILN_TRACE_INPLACE(self, Div, KILN_INPUTS(self, other), std::optional<std::string>());
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (dt == self.dtype()) div_kernel(self, self, o, Rounding::None, "div_");

@@ -93,7 +93,7 @@ Tensor copy(const Tensor &self, const Tensor &src) {
   Dims shape = detail::broadcast_shapes(self.sizes(), src.sizes(), "copy");
   KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy: src of shape ", shape_str(src.sizes()),
              " cannot be broadcast to self's shape ", shape_str(self.sizes()));
-  KILN_TRACE(Copy, TensorList({self, src}));
+  KILN_TRACE(Copy, KILN_INPUTS(self, src));
   Tensor out = detail::make_result(self.sizes(), self.dtype(), {&self, &src});
   if (out.is_meta()) return out;
   detail::cast_into(out, src);
@@ -107,7 +107,7 @@ Tensor &copy_(Tensor &self, const Tensor &src) {
   KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy_: src of shape ", shape_str(src.sizes()),
              " cannot be broadcast to self's shape ", shape_str(self.sizes()));
   detail::check_no_internal_overlap(self, "copy_");
-  KILN_TRACE_INPLACE(self, Copy, TensorList({self, src}));
+  KILN_TRACE_INPLACE(self, Copy, KILN_INPUTS(self, src));
   if (detail::any_meta({&self, &src}) || src.is_same(self)) return self;
   detail::cast_into(self, detail::unalias(self, src));
   return self;
