@@ -21,6 +21,7 @@
 // products in wrapping 64-bit integers (as torch's int64 arithmetic).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -36,7 +37,11 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kGrain = 32768;   // input elements per parallel task (docs/ops.md)
-constexpr int64_t kColBlock = 256;  // accumulator row width of the columns loop
+// Accumulator row width of the columns loop: each reduced step reads this many
+// contiguous elements (whole 4 KiB pages, so the prefetcher keeps streaming; 256
+// columns of a [4096, 1024] float tensor ran 10x slower), and a row of double
+// accumulators (8 KiB) stays in L1.
+constexpr int64_t kColBlock = 1024;
 constexpr int64_t kMinColWidth = 4; // narrower outputs reduce as strided rows instead
 
 template <class T> constexpr bool kIsFloat = std::is_floating_point_v<T>;
@@ -338,15 +343,21 @@ struct Times {
 };
 
 // v replaces a as the running max (IsMax) or min. NaN wins and stays; among
-// equals the earlier one stays (indices report the first occurrence).
+// equals the earlier one stays (indices report the first occurrence). Branch-free:
+// on random data a branch here mispredicts often.
 template <bool IsMax, class T> inline bool better(T v, T a) {
-  if constexpr (kIsFloat<T>) {
-    if (v != v) return a == a;
-  }
-  return IsMax ? v > a : v < a;
+  bool b = IsMax ? v > a : v < a;
+  if constexpr (kIsFloat<T>) b = b | ((v != v) & (a == a));
+  return b;
 }
+// The running max/min of values only (no index): a branch-free select that GCC
+// vectorizes; a NaN v replaces a NaN a, which changes nothing.
 template <bool IsMax> struct Pick {
-  template <class T> T operator()(T a, T v) const { return better<IsMax>(v, a) ? v : a; }
+  template <class T> T operator()(T a, T v) const {
+    bool take = IsMax ? v > a : v < a;
+    if constexpr (kIsFloat<T>) take = take | (v != v);
+    return take ? v : a;
+  }
 };
 
 // Folds load(i), i < n, into L independent lanes: the fixed-width inner loop is
@@ -364,6 +375,61 @@ inline Acc lane_reduce(int64_t n, Acc init, Load load, Comb comb) {
   Acc acc = lanes[0];
   for (; i < n; ++i) acc = comb(acc, load(i));
   return acc;
+}
+
+// The max (IsMax) or min of init and p[0, n), NaN propagating. GCC does not
+// vectorize the compare-and-select of lane_reduce (it turns it into branches),
+// so this one is written with GCC/Clang vector extensions: 64-byte vectors, one
+// zmm with AVX-512, split into halves by the compiler on narrower machines.
+template <bool IsMax, class T> T extreme_contig(const T *p, int64_t n, T init) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return lane_reduce<T>(n, init, [p](int64_t i) { return p[i]; }, Pick<IsMax>{});
+  } else {
+    typedef T V __attribute__((vector_size(64)));
+    constexpr int64_t W = 64 / sizeof(T);
+    auto pick = [](V a, V v) {
+      auto take = IsMax ? (v > a) : (v < a);
+      if constexpr (kIsFloat<T>) take = take | (v != v);
+      return take ? v : a;
+    };
+    V a0 = V{} + init, a1 = a0;
+    int64_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      V v0, v1;
+      std::memcpy(&v0, p + i, sizeof(V));
+      std::memcpy(&v1, p + i + W, sizeof(V));
+      a0 = pick(a0, v0);
+      a1 = pick(a1, v1);
+    }
+    a0 = pick(a0, a1);
+    T acc = init;
+    for (int64_t l = 0; l < W; ++l) acc = Pick<IsMax>{}(acc, T(a0[l]));
+    for (; i < n; ++i) acc = Pick<IsMax>{}(acc, p[i]);
+    return acc;
+  }
+}
+
+// The first k < n with p[k] == m (m not NaN) or, when m is NaN, p[k] NaN; n if none.
+// Vector compares 64 bytes at a time: the scalar scan cost as much as the max itself.
+template <class T> int64_t find_first(const T *p, int64_t n, T m) {
+  bool nan = m != m;
+  int64_t k = 0;
+  if constexpr (!std::is_same_v<T, bool>) {
+    typedef T V __attribute__((vector_size(64)));
+    constexpr int64_t W = 64 / sizeof(T);
+    for (; k + W <= n; k += W) {
+      V v;
+      std::memcpy(&v, p + k, sizeof(V));
+      auto hit = nan ? (v != v) : (v == m);
+      uint64_t words[8], any = 0;
+      std::memcpy(words, &hit, sizeof(words));
+      for (uint64_t w : words) any |= w;
+      if (any) break;
+    }
+  }
+  for (; k < n; ++k)
+    if (nan ? p[k] != p[k] : p[k] == m) return k;
+  return n;
 }
 
 // A float32 sum: float lanes (full vector speed) over 1024-element blocks, each
@@ -440,7 +506,7 @@ template <class T, bool IsMax> struct ExtremeOp {
     else return IsMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
   }
   void row(T &acc, const T *p, int64_t n, int64_t s, int64_t, int64_t) const {
-    T part = s == 1 ? lane_reduce<T>(n, init(), [p](int64_t i) { return p[i]; }, Pick<IsMax>{})
+    T part = s == 1 ? extreme_contig<IsMax>(p, n, init())
                     : lane_reduce<T>(n, init(), [p, s](int64_t i) { return p[i * s]; }, Pick<IsMax>{});
     acc = Pick<IsMax>{}(acc, part);
   }
@@ -472,20 +538,15 @@ template <class T, bool IsMax> struct ArgOp {
       return;
     }
     // Contiguous: the extreme value with vector lanes, then its first position.
-    T m = lane_reduce<T>(n, p[0], [p](int64_t i) { return p[i]; }, Pick<IsMax>{});
-    int64_t k = 0;
-    if constexpr (kIsFloat<T>) {
-      if (m != m)
-        while (p[k] == p[k]) ++k;
-      else
-        while (p[k] != m) ++k;
-    } else {
-      while (p[k] != m) ++k;
-    }
-    take(acc, m, r + k);
+    T m = extreme_contig<IsMax>(p, n, p[0]);
+    take(acc, m, r + find_first(p, n, m));
   }
   void cols(Acc *acc, const T *p, int64_t w, int64_t r, int64_t) const {
-    for (int64_t j = 0; j < w; ++j) take(acc[j], p[j], r);
+    for (int64_t j = 0; j < w; ++j) {
+      bool t = (acc[j].i < 0) | better<IsMax>(p[j], acc[j].v);
+      acc[j].v = t ? p[j] : acc[j].v;
+      acc[j].i = t ? r : acc[j].i;
+    }
   }
   void combine(Acc &a, const Acc &b) const { // b comes later: ties keep a
     if (b.i >= 0) take(a, b.v, b.i);
