@@ -235,10 +235,12 @@ void fold_rows(const Geom &g, const typename Op::In *base, int64_t r0, int64_t r
   }
 }
 
-// A few outputs over long reductions: split the reduction as well (fixed chunks).
+// A few outputs over long reductions: split the reduction as well, into chunks of
+// about kGrain elements (at most 64 chunks: enough to keep many threads busy, few
+// enough that the partial results stay small).
 int64_t reduction_chunks(int64_t groups, int64_t n_red, int64_t width) {
   if (groups >= 64 || n_red * width < 2 * kGrain) return 1;
-  return std::min(n_red, (n_red * width + kGrain - 1) / kGrain);
+  return std::min({n_red, (n_red * width + kGrain - 1) / kGrain, int64_t(64)});
 }
 
 template <class Op> void run_rows(const Geom &g, const typename Op::In *in, const Op &op) {
@@ -315,13 +317,15 @@ template <class Op> void run_cols(const Geom &g, const typename Op::In *in, cons
       fold(grp, c * len, std::min(g.n_red, (c + 1) * len), &part[size_t(t * cb)], w);
     }
   });
+  // Chunk by chunk, in order, into chunk 0's row: contiguous rows, not strided columns.
   for (int64_t grp = 0; grp < groups; ++grp) {
     int64_t j0 = (grp % nb) * cb, o0 = (grp / nb) * width + j0, w = std::min(cb, width - j0);
-    for (int64_t j = 0; j < w; ++j) {
-      Acc acc = part[size_t(grp * chunks * cb + j)];
-      for (int64_t c = 1; c < chunks; ++c) op.combine(acc, part[size_t((grp * chunks + c) * cb + j)]);
-      op.store(o0 + j, acc);
+    Acc *acc = &part[size_t(grp * chunks * cb)];
+    for (int64_t c = 1; c < chunks; ++c) {
+      const Acc *later = &part[size_t((grp * chunks + c) * cb)];
+      for (int64_t j = 0; j < w; ++j) op.combine(acc[j], later[j]);
     }
+    for (int64_t j = 0; j < w; ++j) op.store(o0 + j, acc[j]);
   }
 }
 
