@@ -45,6 +45,11 @@ template <bool IsMax> struct Pick {
 // folded in a fixed order, so the result depends on n only.
 template <class Acc, int L = 16, class Load, class Comb>
 inline Acc lane_reduce(int64_t n, Acc init, Load load, Comb comb) {
+  if (n < L) { // short rows (many outputs of a few elements each): skip the lanes
+    Acc acc = init;
+    for (int64_t i = 0; i < n; ++i) acc = comb(acc, load(i));
+    return acc;
+  }
   Acc lanes[L];
   for (int l = 0; l < L; ++l) lanes[l] = init;
   int64_t i = 0;
@@ -73,6 +78,7 @@ template <bool IsMax, class T> T extreme_contig(const T *p, int64_t n, T init) {
       if constexpr (kIsFloat<T>) take = take | (v != v);
       a = take ? v : a;
     };
+    if (n < 2 * W) return lane_reduce<T>(n, init, [p](int64_t i) { return p[i]; }, Pick<IsMax>{});
     V a0 = V{} + init, a1 = a0;
     int64_t i = 0;
     for (; i + 2 * W <= n; i += 2 * W) {
