@@ -34,9 +34,10 @@ template <bool IsMax, class T> inline bool better(T v, T a) {
 // vectorizes; a NaN v replaces a NaN a, which changes nothing.
 template <bool IsMax> struct Pick {
   template <class T> T operator()(T a, T v) const {
-    bool take = IsMax ? v > a : v < a;
-    if constexpr (kIsFloat<T>) take = take | (v != v);
-    return take ? v : a;
+    // Two plain selects: the first is exactly vmaxss/vminss, the second a blend.
+    T m = IsMax ? (v > a ? v : a) : (v < a ? v : a);
+    if constexpr (kIsFloat<T>) m = v != v ? v : m;
+    return m;
   }
 };
 

@@ -584,6 +584,20 @@ TEST(Reduce, LargePathsMatchReference) {
   expect_reduces(kiln::std(big_t, {0}), big_t, {0}, false, ref_var(1, true), 1e-5, "split columns std");
 }
 
+TEST(Reduce, LargeIntegerAndBoolPaths) {
+  Tensor i = data({20000, 40}, kInt32), b = data({300, 2000}, kBool);
+  expect_reduces(sum(i, {0}), i, {0}, false, ref_sum, 0, "int32 columns");
+  expect_reduces(sum(i), i, {}, false, ref_sum, 0, "int32 split full");
+  expect_reduces(amax(i, {0}), i, {0}, false, ref_max, 0, "int32 amax columns");
+  expect_reduces(amin(i.t(), {1}), i.t(), {1}, false, ref_min, 0, "int32 amin transposed");
+  expect_arg(argmax(i, 0), Tensor(), i, {0}, false, true, "int32 argmax columns");
+  expect_reduces(sum(b, {1}), b, {1}, false, ref_sum, 0, "bool rows");
+  expect_reduces(amax(b, {0}), b, {0}, false, ref_max, 0, "bool amax columns");
+  expect_reduces(amin(b), b, {}, false, ref_min, 0, "bool amin full");
+  auto [v, k] = max(b, 1);
+  expect_arg(k, v, b, {1}, false, true, "bool max rows");
+}
+
 TEST(Reduce, ThreadCountDoesNotChangeResults) {
   Tensor x = data({1 << 20});
   Tensor m = data({4096, 1024}, kFloat32, 7);
