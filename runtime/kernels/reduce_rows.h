@@ -30,8 +30,8 @@ template <bool IsMax, class T> inline bool better(T v, T a) {
   if constexpr (kIsFloat<T>) b = b | ((v != v) & (a == a));
   return b;
 }
-// The running max/min of values only (no index): a branch-free select that GCC
-// vectorizes; a NaN v replaces a NaN a, which changes nothing.
+// The running max/min of values only (no index), for scalar loops and the
+// columns loop (which GCC vectorizes); a NaN v replaces a NaN a, which changes nothing.
 template <bool IsMax> struct Pick {
   template <class T> T operator()(T a, T v) const {
     // Two plain selects: the first is exactly vmaxss/vminss, the second a blend.
@@ -41,9 +41,10 @@ template <bool IsMax> struct Pick {
   }
 };
 
-// Folds load(i), i < n, into L independent lanes: the fixed-width inner loop is
-// what GCC vectorizes without reassociating floating-point math. The lanes are
-// folded in a fixed order, so the result depends on n only.
+// Folds load(i), i < n, into L independent lanes: for sums and products the
+// fixed-width inner loop is what GCC vectorizes without reassociating floating-point
+// math (for max/min it emits branches: use extreme_contig). The lanes are folded in
+// a fixed order, so the result depends on n only.
 template <class Acc, int L = 16, class Load, class Comb>
 inline Acc lane_reduce(int64_t n, Acc init, Load load, Comb comb) {
   if (n < L) { // short rows (many outputs of a few elements each): skip the lanes
