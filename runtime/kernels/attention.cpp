@@ -100,9 +100,9 @@ template <class T> void sdpa_run(const SdpaPlan &pl, const Tensor &q, const Tens
     std::vector<T> scores(size_t(pl.L * pl.S)); // one buffer per chunk
     for (int64_t b = lo; b < hi; ++b) sdpa_batch(pl, b, qp, kp, vp, mask, op, scores.data());
   };
-  if (nbatch > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+  const int64_t work = std::max<int64_t>(1, pl.L * pl.S * (pl.E + pl.Ev));
+  if (batch_parallel(nbatch, work)) {
     set_blas_threads(1);
-    const int64_t work = std::max<int64_t>(1, pl.L * pl.S * (pl.E + pl.Ev));
     parallel_for(0, nbatch, std::max<int64_t>(1, (int64_t(1) << 18) / work), run);
     return;
   }

@@ -38,6 +38,12 @@ void set_blas_threads(int n) {
 
 void blas_threads_for_caller() { set_blas_threads(in_parallel_region() ? 1 : get_num_threads()); }
 
+bool batch_parallel(int64_t nbatch, int64_t flops_each) {
+  const int threads = get_num_threads();
+  if (nbatch < 2 || threads < 2 || in_parallel_region()) return false;
+  return nbatch >= threads || flops_each < (int64_t(1) << 21);
+}
+
 // ------------------------------------------------------------------ checks
 
 void check_floating(const Tensor &t, const char *op, const char *arg) {
@@ -294,7 +300,7 @@ void batched_gemm(IntArrayRef batch, int64_t m, int64_t n, int64_t k, const Oper
       };
       // Several batches: one single-threaded BLAS call per batch, batches spread
       // over kiln's pool. One batch: the call itself uses OpenBLAS's threads.
-      if (nb > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+      if (batch_parallel(nb, m * n * k)) {
         set_blas_threads(1);
         const int64_t grain = std::max<int64_t>(1, kGemmGrainFlops / std::max<int64_t>(m * n * k, 1));
         parallel_for(0, nb, grain, run);

@@ -337,6 +337,11 @@ TEST_P(NnF, SdpaPlainAndCausal) {
   expect_close(scaled_dot_product_attention(q2, k2, v2, {}, 0.0, true), ref_sdpa(q2, k2, v2, {}, true, {}, {1}), t);
   Tensor q3 = rnd({4, 3}, dt, 7), k3 = rnd({5, 3}, dt, 8), v3 = rnd({5, 2}, dt, 9);
   expect_close(scaled_dot_product_attention(q3, k3, v3), ref_sdpa(q3, k3, v3, {}, false, {}, {}), t);
+  // Empty query rows; empty keys (every row sums nothing: zeros, as softmax over nothing times v).
+  expect_close(scaled_dot_product_attention(rnd({2, 0, 3}, dt), rnd({2, 5, 3}, dt), rnd({2, 5, 2}, dt)),
+               Want{{2, 0, 2}, {}}, 0);
+  Tensor k0 = rnd({2, 0, 3}, dt), v0 = rnd({2, 0, 2}, dt), q0 = rnd({2, 4, 3}, dt);
+  expect_close(scaled_dot_product_attention(q0, k0, v0), Want{{2, 4, 2}, std::vector<double>(16, 0.0)}, 0);
 }
 
 TEST_P(NnF, SdpaMasksAndLayouts) {
