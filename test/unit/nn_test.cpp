@@ -197,6 +197,10 @@ TEST_P(NnF, SoftmaxLongRowsAndTails) {
   Tensor y = rnd({3, 7, 600}, dt, 3);
   expect_close(softmax(y, 1), ref_softmax(y, 1, false), tol(dt));
   expect_close(log_softmax(y, 1), ref_softmax(y, 1, true), tol(dt) * 8);
+  // A long reduced dim: narrower column blocks.
+  Tensor z = rnd({2, 3000, 40}, dt, 4);
+  expect_close(softmax(z, 1), ref_softmax(z, 1, false), tol(dt));
+  expect_close(log_softmax(z, -2), ref_softmax(z, -2, true), tol(dt) * 8);
 }
 
 TEST_P(NnF, SoftmaxNonContiguous) {
