@@ -4,6 +4,7 @@
 // position and type (they are bound to live storage, not baked in).
 #include "ir/hash.h"
 
+#include <cmath>
 #include <cstring>
 #include <unordered_map>
 
@@ -19,10 +20,30 @@ uint64_t mix(uint64_t h, uint64_t x) {
   return z ^ (z >> 31);
 }
 
+// Bit patterns, with every NaN folded into one: the text form keeps no NaN
+// payload, and a NaN constant or attribute should equal itself.
 uint64_t bits(double d) {
+  if (std::isnan(d)) return 0x7ff8000000000000ull;
   uint64_t u;
   std::memcpy(&u, &d, sizeof u);
   return u;
+}
+
+uint64_t element_bits(DType dt, const char *p) {
+  switch (dt) {
+  case DType::Bool: return *reinterpret_cast<const bool *>(p);
+  case DType::Int32: return uint64_t(int64_t(*reinterpret_cast<const int32_t *>(p)));
+  case DType::Int64: return uint64_t(*reinterpret_cast<const int64_t *>(p));
+  case DType::Float32: {
+    float f = *reinterpret_cast<const float *>(p);
+    if (std::isnan(f)) return 0x7fc00000u;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  }
+  case DType::Float64: return bits(*reinterpret_cast<const double *>(p));
+  }
+  return 0;
 }
 
 uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
@@ -57,7 +78,7 @@ uint64_t hash_attr(uint64_t h, const AttrValue &a) {
   return h;
 }
 
-// Doubles compare by bits so that a nan attribute equals itself.
+// Doubles compare by bits (NaNs folded) so that a nan attribute equals itself.
 bool attr_equal(const AttrValue &a, const AttrValue &b) {
   auto *x = std::get_if<double>(&a.variant());
   auto *y = std::get_if<double>(&b.variant());
@@ -69,12 +90,12 @@ bool attr_equal(const AttrValue &a, const AttrValue &b) {
 template <class F> void for_each_element(const Tensor &t, F &&f) {
   if (!t.defined() || t.is_meta()) return;
   const char *base = static_cast<const char *>(t.raw_data());
-  const size_t item = t.element_size();
+  const int64_t item = int64_t(t.element_size());
   std::vector<int64_t> idx(size_t(t.dim()), 0);
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
-    f(base + off * int64_t(item), item);
+    f(element_bits(t.dtype(), base + off * item));
     for (size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < t.sizes()[d]) break;
       idx[d] = 0;
@@ -85,7 +106,7 @@ template <class F> void for_each_element(const Tensor &t, F &&f) {
 uint64_t hash_const(uint64_t h, const Value *c) {
   const Tensor &t = c->tensor();
   h = mix(h, t.defined() && t.impl().wrapped_number);
-  for_each_element(t, [&](const char *p, size_t n) { h = hash_bytes(h, p, n); });
+  for_each_element(t, [&](uint64_t e) { h = mix(h, e); });
   return h;
 }
 
@@ -94,9 +115,9 @@ bool const_equal(const Value *a, const Value *b) {
   if (x.defined() != y.defined()) return false;
   if (!x.defined()) return true;
   if (x.impl().wrapped_number != y.impl().wrapped_number || x.is_meta() != y.is_meta()) return false;
-  std::vector<char> bx, by;
-  for_each_element(x, [&](const char *p, size_t n) { bx.insert(bx.end(), p, p + n); });
-  for_each_element(y, [&](const char *p, size_t n) { by.insert(by.end(), p, p + n); });
+  std::vector<uint64_t> bx, by;
+  for_each_element(x, [&](uint64_t e) { bx.push_back(e); });
+  for_each_element(y, [&](uint64_t e) { by.push_back(e); });
   return bx == by;
 }
 
