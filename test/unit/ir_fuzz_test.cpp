@@ -1,0 +1,140 @@
+// A seeded random-text mutation loop over printed graphs: the parser must
+// either return a graph or throw kiln::Error; never crash, hang or throw
+// anything else. What parses must print stably and verify without crashing.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ir/graph.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+
+namespace kiln::ir {
+namespace {
+
+const char *kSeeds[] = {
+    "graph @w1(%x: f32[16, 32]) params(%a: f32[32], %b: f32[32]) {\n"
+    "  %0 = mul(%x, %a) : f32[16, 32]\n"
+    "  %1 = add(%0, %b) {alpha = 1} : f32[16, 32]\n"
+    "  %2 = gelu(%1) {approximate = \"tanh\"} : f32[16, 32]\n"
+    "  return %2\n"
+    "}\n",
+
+    "graph @g(%x: f32[4, 8]{1, 4}, %s: i64[4]) params(%w: f32[8, 8]) "
+    "consts(%c0: f64[] = wrapped 2.5, %c1: i64[3] = [1, 2, 3], %c2: f32[2] = [0.1, -inf], %c3: i1[1] = [true]) {\n"
+    "  %0 = linear(%x, %w, none) : f32[4, 8]\n"
+    "  %1, %2 = max(%0) {dim = 1, keepdim = false} : f32[4], i64[4]\n"
+    "  %3 = sum(%0) {dims = [0, 1], keepdim = true, dtype = f64} : f64[1, 1]\n"
+    "  %4 = clamp(%0) {min = -0.5, max = 1e+300} : f32[4, 8]\n"
+    "  writeback %s <- %2\n"
+    "  return %1, %2, %3, %4\n"
+    "}\n",
+
+    "graph @g(%x: f32[4, 8], %y: f32[8]) {\n"
+    "  %0 = fusion_group(%x, %y) : f32[4, 8], f32[4] {\n"
+    "    graph @g.group(%a: f32[4, 8], %b: f32[8]) consts(%k: f32[] = 3.0) {\n"
+    "      %0 = mul(%a, %b) : f32[4, 8]\n"
+    "      %1 = fusion_group(%0, %k) : f32[4, 8] {\n"
+    "        graph @\"g group\"(%p: f32[4, 8], %q: f32[]) {\n"
+    "          %0 = mul(%p, %q) : f32[4, 8]\n"
+    "          return %0\n"
+    "        }\n"
+    "      }\n"
+    "      %2 = amax(%1) {dims = [1], keepdim = false} : f32[4]\n"
+    "      return %1, %2\n"
+    "    }\n"
+    "  }\n"
+    "  return %0\n"
+    "}\n",
+};
+
+// Characters that matter to the lexer, plus some that do not belong at all.
+const char kAlphabet[] = "%@()[]{}:,=<-\"\\ \n\t0123456789.eE+-_abfginrstuwx$#;\x01\xff";
+
+std::string mutate(std::string s, std::mt19937 &rng) {
+  int edits = rng() % 3 ? 1 : 2 + int(rng() % 3); // mostly single edits, so that some texts still parse
+  for (int e = 0; e < edits; ++e) {
+    size_t pos = s.empty() ? 0 : rng() % s.size();
+    switch (rng() % 6) {
+    case 0: // delete a few characters
+      if (!s.empty()) s.erase(pos, 1 + rng() % 8);
+      break;
+    case 1: { // duplicate a chunk
+      size_t len = std::min<size_t>(1 + rng() % 40, s.size() - pos);
+      s.insert(pos, s.substr(pos, len));
+      break;
+    }
+    case 2: // replace a character
+      if (!s.empty()) s[pos] = kAlphabet[rng() % (sizeof kAlphabet - 1)];
+      break;
+    case 3: // insert a character
+      s.insert(s.begin() + long(pos), kAlphabet[rng() % (sizeof kAlphabet - 1)]);
+      break;
+    case 4: // truncate
+      s.resize(pos);
+      break;
+    default: { // swap two chunks of the text
+      size_t other = s.empty() ? 0 : rng() % s.size();
+      size_t len = std::min({size_t(1 + rng() % 20), s.size() - pos, s.size() - other});
+      if (pos + len <= other || other + len <= pos) std::swap_ranges(s.begin() + long(pos), s.begin() + long(pos + len), s.begin() + long(other));
+    }
+    }
+  }
+  return s;
+}
+
+TEST(IrFuzz, MutatedTextParsesOrThrowsKilnError) {
+  std::mt19937 rng(20261129);
+  int parsed = 0, rejected = 0;
+  for (int i = 0; i < 8000; ++i) {
+    std::string text = mutate(kSeeds[i % std::size(kSeeds)], rng);
+    std::unique_ptr<Graph> g;
+    try {
+      g = parse(text, "fuzz.kir");
+    } catch (const Error &e) {
+      ++rejected;
+      ASSERT_EQ(std::string(e.what()).rfind("fuzz.kir:", 0), 0u) << e.what();
+      continue;
+    } catch (const std::exception &e) {
+      FAIL() << "non-kiln exception " << e.what() << " for:\n" << text;
+    }
+    ++parsed;
+    // What parses prints stably ...
+    std::string once = print(*g);
+    std::unique_ptr<Graph> again;
+    try {
+      again = parse(once, "reprint.kir");
+    } catch (const Error &e) {
+      FAIL() << "printed text does not parse: " << e.what() << "\n" << once << "\nfrom:\n" << text;
+    }
+    ASSERT_EQ(once, print(*again)) << text;
+    // ... and verifies or fails with kiln::Error.
+    try {
+      verify(*g);
+    } catch (const Error &) {
+    } catch (const std::exception &e) {
+      FAIL() << "verify threw a non-kiln exception " << e.what() << " for:\n" << once;
+    }
+  }
+  // The loop must exercise both outcomes to mean anything.
+  EXPECT_GT(parsed, 100);
+  EXPECT_GT(rejected, 4000);
+  std::cout << "parsed " << parsed << ", rejected " << rejected << "\n";
+}
+
+TEST(IrFuzz, RandomBytesNeverCrash) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string text(rng() % 200, '\0');
+    for (char &c : text) c = char(rng());
+    if (i % 2) text = "graph @g(" + text;
+    try {
+      parse(text);
+    } catch (const Error &) {
+    }
+  }
+}
+
+} // namespace
+} // namespace kiln::ir
