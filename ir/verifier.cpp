@@ -138,13 +138,13 @@ private:
   void check_inferred_types(const Node &n, Arity a) {
     // Factories have no tensor operand to make the run META: they would allocate.
     if (n.info().kind == OpKind::Factory) return;
-    std::vector<Tensor> in;
-    for (const Value *v : n.operands()) in.push_back(meta_of(v));
-    // Absent trailing optionals (linear without bias) read as undefined tensors.
-    if (a.max != kVariadic)
-      while (in.size() < a.max) in.emplace_back();
     std::vector<Tensor> out;
     try {
+      std::vector<Tensor> in;
+      for (const Value *v : n.operands()) in.push_back(meta_of(v));
+      // Absent trailing optionals (linear without bias) read as undefined tensors.
+      if (a.max != kVariadic)
+        while (in.size() < a.max) in.emplace_back();
       detail::TracingOff off;
       out = run_op(n.op(), in, n.attrs());
     } catch (const TraceError &) {
