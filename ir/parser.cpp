@@ -720,8 +720,8 @@ private:
     }
     for (size_t i = 0; i < names.size(); ++i)
       if (!seen[i])
-        fail_at(op, std::string(info.mnemonic) + " needs attribute '" + std::string(names[i]) + "' (" +
-                        std::to_string(names.size()) + " attributes: every one is written, none as 'none')");
+        fail_at(op, std::string(info.mnemonic) + " needs attribute '" + std::string(names[i]) +
+                        "' (every attribute is written; an absent one as none)");
     return attrs;
   }
 
