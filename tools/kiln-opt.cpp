@@ -27,7 +27,7 @@ constexpr const char *kUsage =
     "  --print-ir-after=PASS    dump the IR after PASS (repeatable)\n"
     "  --print-ir-before=PASS   dump the IR before PASS (repeatable)\n"
     "  --verify-each            verify after every pass\n"
-    "  --dump-dir=DIR           write dumps as numbered .kir files into DIR\n"
+    "  --dump-dir=DIR           write dumps as numbered .kir files into DIR (alone: after every pass)\n"
     "  --no-verify              do not verify the input\n"
     "  -h, --help               this text\n"
     "Reads FILE (or stdin for -), prints the resulting graph to stdout.\n";
@@ -85,6 +85,9 @@ Options parse_args(int argc, char **argv) {
     }
   }
   if (o.input.empty()) usage_error("no input file (use - for stdin)");
+  // A dump directory alone asks for every stage (as KILN_DUMP_DIR does).
+  if (!o.pipeline.dump_dir.empty() && o.pipeline.dump_after.empty() && o.pipeline.dump_before.empty())
+    o.pipeline.dump_after.push_back("*");
   return o;
 }
 
