@@ -312,7 +312,10 @@ const char *kinds_str(unsigned mask) {
 
 class Parser {
 public:
-  Parser(std::string_view src, std::string_view file) : lex_(src, file) { tok_ = lex_.next(); }
+  Parser(std::string_view src, std::string_view file, SourceMap *locations)
+      : lex_(src, file), locations_(locations) {
+    tok_ = lex_.next();
+  }
 
   std::unique_ptr<Graph> parse_file() {
     auto g = std::make_unique<Graph>();
@@ -635,6 +638,7 @@ private:
 
   // ---- nodes: [%a, %b =] op(%x, none) [{name = value, ...}] [: type, type] [{ graph ... }]
   void parse_node(Graph &g, Scope &scope, int depth) {
+    const SourceLoc start{tok_.line, tok_.col};
     std::vector<Token> results;
     if (at(Tok::Percent)) {
       do {
@@ -681,6 +685,7 @@ private:
       n = g.create(info->id, std::move(operands), std::move(attrs), types);
     }
     for (size_t i = 0; i < results.size(); ++i) define(scope, results[i], n->result(i));
+    if (locations_) (*locations_)[n] = start;
   }
 
   void check_arity(const Token &op, const OpInfo &info, size_t n) const {
@@ -768,12 +773,17 @@ private:
 
   Lexer lex_;
   Token tok_;
+  SourceMap *locations_;
 };
 
 } // namespace
 
 std::unique_ptr<Graph> parse(std::string_view text, std::string_view filename) {
-  return Parser(text, filename).parse_file();
+  return Parser(text, filename, nullptr).parse_file();
+}
+
+std::unique_ptr<Graph> parse(std::string_view text, std::string_view filename, SourceMap *locations) {
+  return Parser(text, filename, locations).parse_file();
 }
 
 } // namespace kiln::ir

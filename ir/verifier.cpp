@@ -55,8 +55,10 @@ public:
   }
 
 private:
-  [[noreturn]] void fail(const std::string &msg) const { KILN_FAIL("verify: @", path_, ": ", msg); }
-  [[noreturn]] void fail(const Node &n, const std::string &msg) const { fail(node_str(n) + ": " + msg); }
+  [[noreturn]] void fail(const std::string &msg, const Node *n = nullptr) const {
+    throw VerifyError("verify: @" + path_ + ": " + msg, n);
+  }
+  [[noreturn]] void fail(const Node &n, const std::string &msg) const { fail(node_str(n) + ": " + msg, &n); }
 
   void add_defined(const Value *v) {
     if (!names_.insert(v->name()).second) fail("value name " + ref(v) + " is defined twice");
@@ -181,7 +183,12 @@ private:
     }
     Verifier inner(*body, path_ + "/" + body->name());
     inner.is_body_ = true;
-    inner.run();
+    try {
+      inner.run();
+    } catch (const VerifyError &e) {
+      if (e.node()) throw;
+      throw VerifyError(e.what(), &n); // a body-level problem: point at the group
+    }
     if (body->outputs().size() != n.results().size())
       fail(n, "body returns " + std::to_string(body->outputs().size()) + " values for " +
                   std::to_string(n.results().size()) + " results");

@@ -102,6 +102,18 @@ bool read_input(const std::string &path, std::string &out) {
   return true;
 }
 
+// Verifies a freshly parsed graph; an error at a node points at its line.
+void verify_parsed(const kiln::ir::Graph &g, const std::string &file, const kiln::ir::SourceMap &locations) {
+  try {
+    kiln::ir::verify(g);
+  } catch (const kiln::ir::VerifyError &e) {
+    auto it = e.node() ? locations.find(e.node()) : locations.end();
+    if (it == locations.end()) throw;
+    throw kiln::Error(file + ":" + std::to_string(it->second.line) + ":" + std::to_string(it->second.col) + ": " +
+                      e.what());
+  }
+}
+
 int run(const Options &o) {
   const std::string file = o.input == "-" ? "<stdin>" : o.input;
   std::string text;
@@ -110,8 +122,9 @@ int run(const Options &o) {
     return 1;
   }
   try {
-    auto g = kiln::ir::parse(text, file);
-    if (o.verify) kiln::ir::verify(*g);
+    kiln::ir::SourceMap locations;
+    auto g = kiln::ir::parse(text, file, &locations);
+    if (o.verify) verify_parsed(*g, file, locations);
     if (o.has_passes) {
       kiln::passes::PipelineOptions opts = o.pipeline;
       opts.dump_stream = &std::cerr;

@@ -469,6 +469,22 @@ TEST(IrVerifier, OpenFusionBody) {
   EXPECT_NE(error_of([&] { verify(g); }).find("has type f32[5] but the body returns f32[4]"), std::string::npos);
 }
 
+TEST(IrVerifier, ErrorsNameTheNodeAndParsedNodesHaveLocations) {
+  SourceMap locs;
+  auto g = parse("graph @g(%x: f32[4]) {\n  %0 = neg(%x) : f32[4]\n    %1 = exp(%0) : f64[4]\n  return %1\n}\n",
+                 "l.kir", &locs);
+  ASSERT_EQ(locs.size(), 2u);
+  const Node *bad = g->nodes()[1];
+  EXPECT_EQ(locs[bad].line, 3);
+  EXPECT_EQ(locs[bad].col, 5);
+  try {
+    verify(*g);
+    ADD_FAILURE() << "verify accepted a wrong result type";
+  } catch (const VerifyError &e) {
+    EXPECT_EQ(e.node(), bad);
+  }
+}
+
 TEST(IrVerifier, DuplicateNames) {
   Graph g("g");
   Value *x = g.add_input(ty({4}), "x");
