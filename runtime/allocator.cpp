@@ -85,8 +85,12 @@ struct ThreadCache {
     }
   }
 };
-thread_local ThreadCache t_cache; // zero-initialized, trivially destructible
-thread_local bool t_cache_dead = false;
+// initial-exec: these are read on every tensor allocation, and the general TLS
+// model of a shared library costs a __tls_get_addr call per access.
+#define KILN_FAST_TLS __attribute__((tls_model("initial-exec")))
+KILN_FAST_TLS thread_local ThreadCache t_cache; // zero-initialized, trivially destructible
+KILN_FAST_TLS thread_local bool t_cache_dead = false;
+KILN_FAST_TLS thread_local bool t_reaper_registered = false;
 struct ThreadCacheReaper {
   ~ThreadCacheReaper() {
     t_cache.clear();
@@ -95,13 +99,22 @@ struct ThreadCacheReaper {
 };
 thread_local ThreadCacheReaper t_reaper;
 
+// Touching t_reaper runs its TLS initializer (which registers its destructor);
+// do it once per thread, not on every allocation.
+inline void register_reaper() {
+  if (t_reaper_registered) [[likely]]
+    return;
+  (void)&t_reaper;
+  t_reaper_registered = true;
+}
+
 } // namespace
 
 void *cached_alloc(size_t nbytes) {
   size_t cls = size_class(nbytes ? nbytes : 1);
   if (cls <= kSmallMax) {
     if (!t_cache_dead) {
-      (void)&t_reaper; // registers the reaper for this thread
+      register_reaper();
       int c = ThreadCache::index(cls);
       if (t_cache.count[c] > 0) return t_cache.slots[c][--t_cache.count[c]];
     }
@@ -118,7 +131,7 @@ void cached_free(void *p, size_t nbytes) {
   if (cls <= kSmallMax) {
     int c = ThreadCache::index(cls);
     if (!t_cache_dead && t_cache.count[c] < kSmallPerClass) {
-      (void)&t_reaper;
+      register_reaper();
       t_cache.slots[c][t_cache.count[c]++] = p;
       return;
     }

@@ -16,7 +16,7 @@
 namespace kiln {
 namespace {
 
-thread_local bool t_in_region = false;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_in_region = false;
 
 // One job at a time. A worker copies the job under the lock and registers as
 // active; a new job is only published once no worker is still inside the last

@@ -2,7 +2,7 @@
 
 namespace kiln::detail {
 
-thread_local bool t_tracing = false;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_tracing = false;
 
 namespace {
 TraceHooks g_hooks;

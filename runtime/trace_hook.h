@@ -10,7 +10,8 @@
 namespace kiln::detail {
 
 // True on a thread that is currently tracing; one thread_local load per op.
-extern thread_local bool t_tracing;
+// initial-exec: every op reads it; see allocator.cpp.
+extern __attribute__((tls_model("initial-exec"))) thread_local bool t_tracing;
 inline bool tracing() { return t_tracing; }
 
 // The results of a recorded op, convertible to what the op returns.
