@@ -118,6 +118,7 @@ RowPlan plan_rows(const KernelDesc &k, int64_t max_scratch_bytes) {
     plan.output_pass[o] = plan.level[k.outputs[o].value];
     plan.passes = std::max(plan.passes, plan.output_pass[o] + 1);
   }
+  for (const Node &n : k.nodes) plan.transcendental |= is_expensive(n.op);
   choose_scratch(k, plan, max_scratch_bytes);
   return plan;
 }

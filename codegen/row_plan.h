@@ -26,6 +26,7 @@ struct RowPlan {
   std::vector<int> output_pass; // per output: pass storing it; -1 = once per row, at stage level(value)
   int passes = 0;
   int64_t scratch_bytes = 0;    // per-row scratch of all materialized nodes
+  bool transcendental = false;  // some node is exp, tanh...: rows are compute-bound
 
   bool materialized(int32_t node) const { return scratch_pass[size_t(node)] >= 0; }
 };
