@@ -86,7 +86,8 @@ public:
   }
 
   void run(const std::string &symbol) {
-    llvm::Function *body = k_.has_reductions() ? build_row_body(symbol + ".body") : build_body(symbol + ".body");
+    std::string name = symbol + ".body";
+    llvm::Function *body = k_.has_reductions() ? build_row_body(name) : build_body(name);
     build_entry(symbol, body);
   }
 
@@ -287,7 +288,8 @@ private:
       std::vector<int64_t> st = strides_of(i);
       bool moves = std::any_of(st.begin(), st.end() - 1, [](int64_t s) { return s != 0; });
       int64_t bytes = inner_size() * int64_t(itemsize(buffer_dtype(i)));
-      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes) streamed.emplace_back(i, i >= k_.inputs.size());
+      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes)
+        streamed.emplace_back(i, i >= k_.inputs.size());
     }
     if (streamed.empty()) return;
     // Past the last row this addresses beyond the buffer: harmless for a
@@ -329,7 +331,8 @@ private:
   void emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row) {
     std::vector<int32_t> reductions;
     for (size_t i = 0; i < k_.nodes.size(); ++i)
-      if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
+      if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
+        reductions.push_back(int32_t(i));
     if (inner_size() == 0) {
       for (int32_t r : reductions) row[r] = finish(b, k_.nodes[r], reduce_identity(k_.nodes[r]));
       return;
@@ -361,7 +364,8 @@ private:
     for (size_t a = 0; a < acc.size(); ++a) acc[a]->addIncoming(next[a], b.GetInsertBlock());
     b.CreateCondBr(b.CreateICmpSLT(j_next, b.getInt64(inner_size())), loop, exit);
     b.SetInsertPoint(exit);
-    for (size_t a = 0; a < reductions.size(); ++a) row[reductions[a]] = finish(b, k_.nodes[reductions[a]], next[a]);
+    for (size_t a = 0; a < reductions.size(); ++a)
+      row[reductions[a]] = finish(b, k_.nodes[reductions[a]], next[a]);
   }
 
   // Node `id` at element j of pass p: per-row values are in `cur` already;
@@ -402,8 +406,10 @@ private:
   Value *combine(IRBuilder<> &b, const Node &r, Value *acc, Value *x) {
     bool fp = is_floating(r.dtype);
     using I = llvm::Intrinsic::ID;
-    if (r.combine == KOp::Max) return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::maximum) : I(llvm::Intrinsic::smax), acc, x);
-    if (r.combine == KOp::Min) return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::minimum) : I(llvm::Intrinsic::smin), acc, x);
+    if (r.combine == KOp::Max)
+      return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::maximum) : I(llvm::Intrinsic::smax), acc, x);
+    if (r.combine == KOp::Min)
+      return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::minimum) : I(llvm::Intrinsic::smin), acc, x);
     if (!fp) return r.combine == KOp::Add ? b.CreateAdd(acc, x) : b.CreateMul(acc, x);
     // The only reassociation in the kernel: it lets the vectorizer keep partial
     // sums per lane and per unrolled copy (the documented unspecified order).
@@ -590,7 +596,8 @@ KernelDesc collapse_outer_dims(const KernelDesc &in) {
     strides.push_back(last);
   };
   for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides);
-  for (size_t o = 0; o < k.outputs.size(); ++o) fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides);
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides);
   return k;
 }
 

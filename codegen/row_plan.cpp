@@ -38,7 +38,8 @@ bool stored_per_row(const KernelDesc &k, const RowPlan &plan, size_t o) {
 std::vector<int32_t> pass_roots(const KernelDesc &k, const RowPlan &plan, int p) {
   std::vector<int32_t> roots;
   for (size_t i = 0; i < k.nodes.size(); ++i)
-    if (k.nodes[i].op == KOp::Reduce && plan.level[k.nodes[i].args[0]] == p) roots.push_back(k.nodes[i].args[0]);
+    if (k.nodes[i].op == KOp::Reduce && plan.level[k.nodes[i].args[0]] == p)
+      roots.push_back(k.nodes[i].args[0]);
   for (size_t o = 0; o < k.outputs.size(); ++o)
     if (plan.output_pass[o] == p) roots.push_back(k.outputs[o].value);
   return roots;

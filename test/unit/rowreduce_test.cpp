@@ -154,7 +154,8 @@ template <class T> void check_layer_norm(int64_t rows, int64_t cols, DType t, do
 // Runs `desc` compiled and interpreted on the same inputs; floats must agree
 // within `tol` (absolute), everything else exactly.
 void expect_matches_interpreter(const KernelDesc &desc, const std::vector<std::vector<uint8_t>> &inputs,
-                                const std::vector<size_t> &output_bytes, double tol, const std::string &what) {
+                                const std::vector<size_t> &output_bytes, double tol,
+                                const std::string &what) {
   std::vector<std::vector<uint8_t>> jit_bufs = inputs, ref_bufs = inputs;
   for (size_t n : output_bytes) {
     jit_bufs.emplace_back(n, 0xcd);
@@ -407,11 +408,12 @@ TEST(RowReduce, PerRowOutputsWithStrides) {
   auto sums = values_of<float>(out[1]), centered = values_of<float>(out[2]), maxes = values_of<float>(out[3]);
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 3; ++c) {
+      const float *row = &xs[(r * 3 + c) * 10];
       double s = 0, m = -kInf;
-      for (int j = 0; j < 10; ++j) s += xs[(r * 3 + c) * 10 + j], m = std::max(m, double(xs[(r * 3 + c) * 10 + j]));
+      for (int j = 0; j < 10; ++j) s += row[j], m = std::max(m, double(row[j]));
       EXPECT_NEAR(sums[c * 2 + r], s, 1e-5);
       EXPECT_EQ(maxes[r * 3 + c], float(m));
-      for (int j = 0; j < 10; ++j) EXPECT_NEAR(centered[(r * 3 + c) * 10 + j], xs[(r * 3 + c) * 10 + j] - s / 10, 1e-5);
+      for (int j = 0; j < 10; ++j) EXPECT_NEAR(centered[(r * 3 + c) * 10 + j], row[j] - s / 10, 1e-5);
     }
   EXPECT_THROW(k.output_per_row(x), kiln::Error);        // varies along the row
   EXPECT_THROW(k.output_per_row(reduce_sum(x), {1}), kiln::Error); // one stride per outer dim
@@ -512,7 +514,10 @@ RandomCase random_case(std::mt19937 &g, DType t) {
     c.inputs.push_back(t == DType::Float32 ? bytes_of(random_values<float>(size_t(span), -2, 2, seed))
                                            : bytes_of(random_values<double>(size_t(span), -2, 2, seed)));
   }
-  auto pick = [&] { return g() % 3 ? pool[pool.size() - 1 - g() % std::min<size_t>(pool.size(), 3)] : pool[g() % pool.size()]; };
+  auto pick = [&] { // prefer recent values so that DAGs get deep
+    size_t n = pool.size();
+    return g() % 3 ? pool[n - 1 - g() % std::min<size_t>(n, 3)] : pool[g() % n];
+  };
   int steps = 4 + g() % 8;
   for (int s = 0; s < steps; ++s) {
     Expr a = pick(), b = pick();
@@ -644,6 +649,7 @@ TEST(RowReducePerf, SoftmaxAndLayerNorm4096x1024) {
   Timing ts = best_of(200, [&] { sm_small->run(sm_bufs); });
   Timing tr = best_of(200, [&] { smr_small->run(sm_bufs); });
   Timing tl = best_of(200, [&] { ln_small->run(ln_bufs); });
-  std::printf("in cache (64 rows, 1 thread): softmax %.1f ns/row, softmax*1/s %.1f ns/row, layer_norm %.1f ns/row\n",
+  std::printf("in cache (64 rows, 1 thread): softmax %.1f ns/row, softmax*1/s %.1f ns/row, "
+              "layer_norm %.1f ns/row\n",
               ts.wall_ms * 1e6 / 64, tr.wall_ms * 1e6 / 64, tl.wall_ms * 1e6 / 64);
 }
