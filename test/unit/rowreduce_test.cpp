@@ -259,6 +259,23 @@ TEST(RowReduce, FullSizeWorkloadsAtOneAndTwoThreads) {
   kiln::set_num_threads(1);
 }
 
+// y = f(x) written over x: every pass reads the row before the last one
+// stores it (and the store of element j follows the loads of element j).
+TEST(RowReduce, InPlaceSoftmaxAndLayerNorm) {
+  const int64_t rows = 33, cols = 1000;
+  auto x = random_values<float>(rows * cols, -4, 4, 21);
+  auto w = random_values<float>(cols, 0.5, 1.5, 22);
+  auto b = random_values<float>(cols, -1, 1, 23);
+  std::vector<float> y = x;
+  void *sm_bufs[] = {y.data(), y.data()};
+  test_jit().compile(softmax_desc(rows, cols, DType::Float32))->run(sm_bufs);
+  EXPECT_LE(max_abs_diff(y, softmax_ref(x, rows, cols, cols, 1)), 1e-5);
+  y = x;
+  void *ln_bufs[] = {y.data(), w.data(), b.data(), y.data()};
+  test_jit().compile(layer_norm_desc(rows, cols, DType::Float32))->run(ln_bufs);
+  EXPECT_LE(max_abs_diff(y, layer_norm_ref(x, w, b, rows, cols).y), 1e-5);
+}
+
 // A row longer than the scratch budget recomputes exp instead of keeping it.
 TEST(RowReduce, SoftmaxRowBeyondScratchBudget) {
   KernelDesc big = softmax_desc(2, 200000, DType::Float32);
