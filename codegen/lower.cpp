@@ -142,12 +142,7 @@ private:
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
-    // The buffer pointers, loaded once per chunk.
-    auto *ptr = llvm::PointerType::getUnqual(c_);
-    for (size_t i = 0; i < k_.num_buffers(); ++i) {
-      Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
-      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
-    }
+    load_buffers(b, f);
     Value *begin = f->getArg(1), *end = f->getArg(2);
     if (rank() == 1) {
       std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));
@@ -161,6 +156,15 @@ private:
     }
     b.CreateRetVoid();
     return f;
+  }
+
+  // The buffer pointers, loaded once per chunk.
+  void load_buffers(IRBuilder<> &b, llvm::Function *f) {
+    auto *ptr = llvm::PointerType::getUnqual(c_);
+    for (size_t i = 0; i < k_.num_buffers(); ++i) {
+      Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
+      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
+    }
   }
 
   // for (iv = lo; iv < hi; ++iv) body(iv); leaves `b` after the loop.
@@ -236,11 +240,7 @@ private:
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
-    auto *ptr = llvm::PointerType::getUnqual(c_);
-    for (size_t i = 0; i < k_.num_buffers(); ++i) {
-      Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
-      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
-    }
+    load_buffers(b, f);
     allocate_scratch(b, f);
     emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
     b.CreateRetVoid();
@@ -267,8 +267,10 @@ private:
     emit_stage(b, 0, bases, row);
     for (int p = 0; p < plan_.passes; ++p) {
       emit_pass(b, p, bases, row);
-      if (p == 0 && plan_.passes >= 2) prefetch_next_row(b, o, false);
-      if (p == 0 && plan_.passes >= 2 && !plan_.transcendental) prefetch_next_row(b, o, true);
+      if (p == 0 && plan_.passes >= 2) {
+        prefetch_next_row(b, o, false);
+        if (!plan_.transcendental) prefetch_next_row(b, o, true);
+      }
       emit_stage(b, p + 1, bases, row);
     }
   }
