@@ -170,11 +170,8 @@ Val eval_int(const Node &n, Val a, Val b, Val c) {
   return r;
 }
 
-Val eval(const KernelDesc &k, const Node &n, const std::vector<Val> &vals) {
-  Val a = n.args[0] >= 0 ? vals[n.args[0]] : Val{};
-  Val b = n.args[1] >= 0 ? vals[n.args[1]] : Val{};
-  Val c = n.args[2] >= 0 ? vals[n.args[2]] : Val{};
-  DType at = n.args[0] >= 0 ? k.nodes[n.args[0]].dtype : n.dtype;
+// `at` is the operand type (the result type for nullary nodes).
+Val eval_args(const Node &n, DType at, Val a, Val b, Val c) {
   switch (n.op) {
   case KOp::Const: return Val{n.fvalue, n.ivalue};
   case KOp::Eq: case KOp::Ne: case KOp::Lt: case KOp::Le: case KOp::Gt: case KOp::Ge:
@@ -185,10 +182,134 @@ Val eval(const KernelDesc &k, const Node &n, const std::vector<Val> &vals) {
   }
 }
 
+Val eval(const KernelDesc &k, const Node &n, const std::vector<Val> &vals) {
+  Val a = n.args[0] >= 0 ? vals[n.args[0]] : Val{};
+  Val b = n.args[1] >= 0 ? vals[n.args[1]] : Val{};
+  Val c = n.args[2] >= 0 ? vals[n.args[2]] : Val{};
+  DType at = n.args[0] >= 0 ? k.nodes[n.args[0]].dtype : n.dtype;
+  return eval_args(n, at, a, b, c);
+}
+
+// ---- row-wise reductions
+
+// The identity of `combine` on `t`, which a reduction starts from.
+Val reduce_identity(KOp combine, DType t) {
+  double inf = std::numeric_limits<double>::infinity();
+  bool i32 = t == DType::Int32;
+  int64_t lo = i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  int64_t hi = i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  switch (combine) {
+  case KOp::Add: return Val{0, 0};
+  case KOp::Mul: return Val{1, 1};
+  case KOp::Max: return Val{-inf, lo};
+  default: return Val{inf, hi}; // Min
+  }
+}
+
+// A row-reduction kernel, row by row: each node's values over the whole row are
+// computed in node order, so a reduction sees its operand's complete row. The
+// fold is sequential (the compiled code's order differs: see codegen/kernel.h).
+class RowInterpreter {
+public:
+  RowInterpreter(const KernelDesc &k, void *const *buffers)
+      : k_(k), bufs_(buffers), per_row_(k.per_row_nodes()), len_(k.shape.back()),
+        vals_(k.nodes.size(), std::vector<Val>(size_t(len_))), row_(k.nodes.size()) {}
+
+  void run() {
+    size_t outer_rank = k_.shape.size() - 1;
+    std::vector<int64_t> idx(outer_rank, 0), base(k_.num_buffers(), 0);
+    for (size_t d = 0; d < outer_rank; ++d)
+      if (k_.shape[d] == 0) return;
+    for (;;) {
+      run_row(base);
+      // Odometer over the outer dims, keeping every buffer's row offset.
+      size_t d = outer_rank;
+      for (; d-- > 0;) {
+        for (size_t b = 0; b < base.size(); ++b) base[b] += strides(b)[d];
+        if (++idx[d] < k_.shape[d]) break;
+        for (size_t b = 0; b < base.size(); ++b) base[b] -= strides(b)[d] * k_.shape[d];
+        idx[d] = 0;
+      }
+      if (d == size_t(-1)) return;
+    }
+  }
+
+private:
+  const std::vector<int64_t> &strides(size_t buf) const {
+    return buf < k_.inputs.size() ? k_.inputs[buf].strides : k_.outputs[buf - k_.inputs.size()].buffer.strides;
+  }
+
+  // Per-row nodes are evaluated once (row_), the others at every j (vals_).
+  void run_row(const std::vector<int64_t> &base) {
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      const Node &n = k_.nodes[i];
+      if (n.op == KOp::Reduce) {
+        row_[i] = fold(n);
+        continue;
+      }
+      if (per_row_[i]) {
+        row_[i] = evaluate(n, base, 0, [&](int32_t a) { return row_[a]; });
+        continue;
+      }
+      for (int64_t j = 0; j < len_; ++j)
+        vals_[i][j] = evaluate(n, base, j, [&](int32_t a) { return at(a, j); });
+    }
+    for (size_t o = 0; o < k_.outputs.size(); ++o) store_output(o, base);
+  }
+
+  Val at(int32_t node, int64_t j) const { return per_row_[node] ? row_[node] : vals_[node][j]; }
+
+  template <class Arg>
+  Val evaluate(const Node &n, const std::vector<int64_t> &base, int64_t j, Arg &&arg) const {
+    if (n.op == KOp::Load) {
+      int64_t off = base[n.input] + j * k_.inputs[n.input].strides.back();
+      return load(bufs_[n.input], off, n.dtype);
+    }
+    Val v[3];
+    for (int a = 0; a < op_arity(n.op); ++a) v[a] = arg(n.args[a]);
+    DType at = n.args[0] >= 0 ? k_.nodes[n.args[0]].dtype : n.dtype;
+    return eval_args(n, at, v[0], v[1], v[2]);
+  }
+
+  // acc = combine(acc, x) left to right, each step rounded to the dtype.
+  Val fold(const Node &n) const {
+    Node step;
+    step.op = n.combine;
+    step.dtype = n.dtype;
+    Val acc = reduce_identity(n.combine, n.dtype);
+    for (int64_t j = 0; j < len_; ++j) acc = eval_args(step, n.dtype, acc, at(n.args[0], j), Val{});
+    if (n.combine == KOp::Add && is_floating(n.dtype)) acc.f += 0.0; // -0 sums to +0, as torch
+    return acc;
+  }
+
+  void store_output(size_t o, const std::vector<int64_t> &base) {
+    const OutputSpec &out = k_.outputs[o];
+    size_t buf = k_.inputs.size() + o;
+    int64_t stride = out.buffer.strides.back();
+    if (stride == 0 && per_row_[out.value]) { // row statistics: once per row, even if empty
+      store(bufs_[buf], base[buf], out.buffer.dtype, row_[out.value]);
+      return;
+    }
+    for (int64_t j = 0; j < len_; ++j)
+      store(bufs_[buf], base[buf] + j * stride, out.buffer.dtype, at(out.value, j));
+  }
+
+  const KernelDesc &k_;
+  void *const *bufs_;
+  std::vector<uint8_t> per_row_;
+  int64_t len_;
+  std::vector<std::vector<Val>> vals_;
+  std::vector<Val> row_;
+};
+
 } // namespace
 
 void interpret(const KernelDesc &k, void *const *buffers) {
   k.validate();
+  if (k.has_reductions()) {
+    RowInterpreter(k, buffers).run();
+    return;
+  }
   if (k.numel() == 0) return;
   size_t rank = k.shape.size(), nbuf = k.num_buffers();
   auto strides = [&](size_t buf) -> const std::vector<int64_t> & {

@@ -28,6 +28,10 @@ int op_arity(KOp op) {
   return 0;
 }
 
+bool is_reduce_combine(KOp op) {
+  return op == KOp::Add || op == KOp::Mul || op == KOp::Max || op == KOp::Min;
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
@@ -38,6 +42,26 @@ int64_t KernelDesc::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
+}
+
+bool KernelDesc::has_reductions() const {
+  for (const Node &n : nodes)
+    if (n.op == KOp::Reduce) return true;
+  return false;
+}
+
+std::vector<uint8_t> KernelDesc::per_row_nodes() const {
+  std::vector<uint8_t> per_row(nodes.size(), 1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node &n = nodes[i];
+    if (n.op == KOp::Reduce) continue; // one value per row by definition
+    if (n.op == KOp::Load) {
+      per_row[i] = shape.empty() || inputs[n.input].strides.back() == 0;
+      continue;
+    }
+    for (int a = 0; a < op_arity(n.op); ++a) per_row[i] &= per_row[n.args[a]];
+  }
+  return per_row;
 }
 
 namespace {
@@ -68,9 +92,18 @@ void check_buffer(const BufferSpec &b, size_t rank, const char *what, size_t i) 
              " strides for an iteration space of rank ", rank);
 }
 
+void check_reduce(const KernelDesc &k, size_t i) {
+  const Node &n = k.nodes[i];
+  KILN_CHECK(is_reduce_combine(n.combine), "kernel: node ", i, " reduces with ", op_name(n.combine),
+             "; use Add, Mul, Max or Min");
+  KILN_CHECK(!k.shape.empty(), "kernel: node ", i, " reduces over the last dim of a rank-0 kernel");
+}
+
 void check_node(const KernelDesc &k, size_t i) {
   const Node &n = k.nodes[i];
   int arity = op_arity(n.op);
+  if (n.op == KOp::Reduce) check_reduce(k, i);
+  else KILN_CHECK(n.combine == KOp::Const, "kernel: node ", i, " (", op_name(n.op), ") has a combine op");
   for (int a = 0; a < 3; ++a) {
     bool used = a < arity;
     int32_t arg = n.args[a];
@@ -106,7 +139,7 @@ void check_node(const KernelDesc &k, size_t i) {
     KILN_CHECK(is_floating(n.dtype), "kernel: node ", i, " (", op_name(n.op),
                ") needs a floating operand, got ", n.dtype);
   bool arith = (n.op >= KOp::Add && n.op <= KOp::Max) || n.op == KOp::Neg || n.op == KOp::Abs ||
-               n.op == KOp::Fma;
+               n.op == KOp::Fma || n.op == KOp::Reduce;
   KILN_CHECK(!arith || n.dtype != DType::Bool, "kernel: node ", i, " (", op_name(n.op),
              ") is not defined on bool; cast first");
   bool bitwise = n.op == KOp::And || n.op == KOp::Or || n.op == KOp::Xor || n.op == KOp::Not;
@@ -134,7 +167,7 @@ void KernelDesc::validate() const {
 
 std::string KernelDesc::key() const {
   KeyWriter w;
-  w.put<uint32_t>(1); // key format version
+  w.put<uint32_t>(2); // key format version (2: Reduce nodes and their combine)
   w.put_vec(shape);
   w.put(grain);
   w.put<uint64_t>(inputs.size());
@@ -150,6 +183,7 @@ std::string KernelDesc::key() const {
     w.put(n.input);
     w.put(n.fvalue);
     w.put(n.ivalue);
+    w.put(n.combine);
   }
   w.put<uint64_t>(outputs.size());
   for (const auto &o : outputs) {
@@ -189,6 +223,7 @@ std::string KernelDesc::to_string() const {
     const Node &n = nodes[i];
     os << "  %" << i << " = " << op_name(n.op) << '.' << short_name(n.dtype);
     if (n.op == KOp::Load) os << " in" << n.input;
+    if (n.op == KOp::Reduce) os << ' ' << op_name(n.combine);
     if (n.op == KOp::Const) {
       if (is_floating(n.dtype)) os << ' ' << n.fvalue;
       else os << ' ' << n.ivalue;
@@ -327,6 +362,29 @@ Expr KernelBuilder::cast(Expr a, DType to) {
   return add_node(n);
 }
 
+Expr KernelBuilder::reduce(KOp combine, Expr value) {
+  KILN_CHECK(is_reduce_combine(combine), "kernel: cannot reduce with ", op_name(combine),
+             "; use Add, Mul, Max or Min");
+  Node n;
+  n.op = KOp::Reduce;
+  n.combine = combine;
+  n.dtype = node(own(this, value)).dtype;
+  n.args[0] = value.id;
+  return add_node(n);
+}
+
+void KernelBuilder::output_per_row(Expr value, std::vector<int64_t> outer_strides) {
+  KILN_CHECK(!desc_.shape.empty(), "kernel: output_per_row needs rank >= 1");
+  std::vector<int64_t> outer(desc_.shape.begin(), desc_.shape.end() - 1);
+  if (outer_strides.empty()) outer_strides = contiguous_strides(outer);
+  KILN_CHECK(outer_strides.size() == outer.size(), "kernel: output_per_row takes ", outer.size(),
+             " strides (all dims but the last), got ", outer_strides.size());
+  KILN_CHECK(desc_.per_row_nodes()[own(this, value)], "kernel: output_per_row of node ", value.id,
+             ", which varies along the last dim");
+  outer_strides.push_back(0);
+  output(value, std::move(outer_strides));
+}
+
 void KernelBuilder::output(Expr value, std::vector<int64_t> strides) {
   if (strides.empty() && !desc_.shape.empty()) strides = contiguous_strides(desc_.shape);
   DType t = node(own(this, value)).dtype;
@@ -371,6 +429,18 @@ Expr log1p(Expr a) { return builder_of(a).unary(KOp::Log1p, a); }
 Expr tanh(Expr a) { return builder_of(a).unary(KOp::Tanh, a); }
 Expr erf(Expr a) { return builder_of(a).unary(KOp::Erf, a); }
 Expr sigmoid(Expr a) { return builder_of(a).unary(KOp::Sigmoid, a); }
+Expr reduce_sum(Expr a) { return builder_of(a).reduce(KOp::Add, a); }
+Expr reduce_max(Expr a) { return builder_of(a).reduce(KOp::Max, a); }
+Expr reduce_min(Expr a) { return builder_of(a).reduce(KOp::Min, a); }
+Expr reduce_prod(Expr a) { return builder_of(a).reduce(KOp::Mul, a); }
+
+Expr reduce_mean(Expr a) {
+  KernelBuilder &k = builder_of(a);
+  KILN_CHECK(is_floating(a.dtype()), "kernel: reduce_mean of ", a.dtype(), "; cast to a float first");
+  KILN_CHECK(!k.shape().empty(), "kernel: reduce_mean needs rank >= 1");
+  // An empty row gives 0 * inf = NaN, as torch.mean of nothing.
+  return reduce_sum(a) * (1.0 / double(k.shape().back()));
+}
 
 Expr gelu_tanh(Expr x) {
   constexpr double kSqrt2OverPi = 0.7978845608028654;

@@ -25,6 +25,36 @@
 //   libm per element.
 // - The outermost dims are split across kiln's thread pool; the innermost dim is
 //   the vectorized loop. Put the contiguous dim last.
+//
+// Row-wise reductions (KernelBuilder::reduce) fold a value over the LAST
+// iteration dim ("the row"); the result is one value per row that later
+// expressions use broadcast over that row. softmax over the last dim:
+//
+//   KernelBuilder k({4096, 1024});
+//   Expr x = k.input(kFloat32);
+//   Expr e = exp(x - k.reduce(KOp::Max, x));
+//   k.output(e / k.reduce(KOp::Add, e));
+//
+// - Combines: Add, Mul, Max, Min on int32/int64/float32/float64 (not bool).
+//   The result has the value's dtype: float sums and products ACCUMULATE IN THE
+//   ELEMENT TYPE (float32 rows sum in float32), in an unspecified order (the
+//   compiled code keeps several vector partial sums), so results differ from a
+//   sequential sum by rounding. Integer combines wrap and are exact. Float Max
+//   and Min propagate NaN and order -0 < +0 (torch.amax / amin).
+// - An empty row (last dim 0) gives the identity: 0 (Add, +0.0 for floats),
+//   1 (Mul), the dtype's lowest value or -inf (Max), highest or +inf (Min).
+//   Mean is the caller's job: reduce(Add, v) * (1.0 / L).
+// - Reductions nest (layer_norm's variance reduces (x - mean)^2); a kernel with
+//   reductions needs rank >= 1, and its last dim is never merged with others.
+// - A value is PER-ROW when it does not vary along the last dim: reductions,
+//   constants, loads whose last-dim stride is 0, and ops on per-row values only.
+//   An output whose last-dim stride is 0 and whose value is per-row is stored
+//   once per row (also for empty rows): that is how a kernel returns row
+//   statistics (output_per_row). Any other output is stored at every element.
+// - Compiled code evaluates a row in passes (one per nesting level of
+//   reductions, plus a final one for the outputs), all over the same row while
+//   it sits in cache, so x is read from memory once; transcendentals needed by
+//   several passes are computed once into a per-row scratch buffer.
 #pragma once
 
 #include <array>
@@ -74,7 +104,8 @@ inline constexpr int kMaxKernelRank = 4;
   X(Ceil, 1)                                                                                     \
   X(Round, 1)                                                                                    \
   X(Fma, 3)                                                                                      \
-  X(Select, 3)
+  X(Select, 3)                                                                                   \
+  X(Reduce, 1)
 
 enum class KOp : uint8_t {
 #define X(name, arity) name,
@@ -93,7 +124,11 @@ struct Node {
   int32_t input = -1;           // Load: index into KernelDesc::inputs
   double fvalue = 0;            // Const of a floating type
   int64_t ivalue = 0;           // Const of an integer or bool type
+  KOp combine = KOp::Const;     // Reduce: Add, Mul, Max or Min; Const otherwise
 };
+
+// True for the combines KernelBuilder::reduce accepts.
+bool is_reduce_combine(KOp op);
 
 struct BufferSpec {
   DType dtype = DType::Float32;
@@ -114,6 +149,10 @@ struct KernelDesc {
 
   int64_t numel() const;
   size_t num_buffers() const { return inputs.size() + outputs.size(); }
+  bool has_reductions() const;
+  // Per node: 1 if its value is the same for every element of a row (see the
+  // file comment: reductions, constants, loads with last-dim stride 0...).
+  std::vector<uint8_t> per_row_nodes() const;
 
   // Canonical bytes of everything that affects the generated code; equal keys
   // <=> identical kernels. hash() is a 64-bit hash of key().
@@ -155,15 +194,24 @@ public:
   Expr fma(Expr a, Expr b, Expr c); // a*b+c, one rounding for floats
   Expr select(Expr cond, Expr a, Expr b);
   Expr cast(Expr a, DType to);
+  // Folds `value` over the last iteration dim with `combine` (Add, Mul, Max,
+  // Min): one value per row, broadcast over the row where used. Throws
+  // kiln::Error for rank 0, bool values or another combine. See the file comment.
+  Expr reduce(KOp combine, Expr value);
 
   // Declares the next output buffer: stores `value` there (in its dtype).
   void output(Expr value, std::vector<int64_t> strides = {});
+  // An output of one element per row: `value` must be per-row; `outer_strides`
+  // has one stride per dim except the last (empty = contiguous over them, i.e.
+  // a [d0, ..., d(k-2)] tensor). Same as output(value, outer_strides + {0}).
+  void output_per_row(Expr value, std::vector<int64_t> outer_strides = {});
   void set_grain(int64_t elements) { desc_.grain = elements; }
 
   // Validates and returns the description. The builder stays usable.
   KernelDesc build() const;
 
   const Node &node(int32_t id) const;
+  const std::vector<int64_t> &shape() const { return desc_.shape; }
 
 private:
   Expr add_node(Node n);
@@ -194,6 +242,12 @@ Expr log1p(Expr a);
 Expr tanh(Expr a);
 Expr erf(Expr a);
 Expr sigmoid(Expr a);
+// Row reductions (KernelBuilder::reduce) and the mean over the last dim.
+Expr reduce_sum(Expr a);
+Expr reduce_max(Expr a);
+Expr reduce_min(Expr a);
+Expr reduce_prod(Expr a);
+Expr reduce_mean(Expr a); // float only: sum * (1 / L)
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
 Expr gelu_tanh(Expr x);
 

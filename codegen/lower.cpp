@@ -7,6 +7,9 @@
 //   row: for j in [lo, hi): out_k[base_k + j*s_k] = expr(in_i[base_i + j*s_i] ...)
 #include "codegen/lower.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/IRBuilder.h>
@@ -16,6 +19,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/kernel.h"
+#include "codegen/row_plan.h"
 #include "codegen/vecmath_ir.h"
 #include "runtime/error.h"
 
@@ -26,6 +30,11 @@ using llvm::IRBuilder;
 using llvm::Value;
 
 constexpr int64_t kDefaultGrain = 16384; // elements; below this a chunk is not worth a thread
+// Per-row scratch of a reduction kernel lives on the stack of the thread running
+// a chunk (kiln's pool threads and a main thread have megabytes). Beyond this,
+// expensive values are recomputed instead: 64K float32 rows keep two scratch rows.
+constexpr int64_t kMaxScratchBytes = 512 * 1024;
+constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch_next_row
 
 llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   switch (t) {
@@ -77,7 +86,8 @@ public:
   }
 
   void run(const std::string &symbol) {
-    llvm::Function *body = build_body(symbol + ".body");
+    std::string name = symbol + ".body";
+    llvm::Function *body = k_.has_reductions() ? build_row_body(name) : build_body(name);
     build_entry(symbol, body);
   }
 
@@ -132,12 +142,7 @@ private:
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
-    // The buffer pointers, loaded once per chunk.
-    auto *ptr = llvm::PointerType::getUnqual(c_);
-    for (size_t i = 0; i < k_.num_buffers(); ++i) {
-      Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
-      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
-    }
+    load_buffers(b, f);
     Value *begin = f->getArg(1), *end = f->getArg(2);
     if (rank() == 1) {
       std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));
@@ -151,6 +156,15 @@ private:
     }
     b.CreateRetVoid();
     return f;
+  }
+
+  // The buffer pointers, loaded once per chunk.
+  void load_buffers(IRBuilder<> &b, llvm::Function *f) {
+    auto *ptr = llvm::PointerType::getUnqual(c_);
+    for (size_t i = 0; i < k_.num_buffers(); ++i) {
+      Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
+      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
+    }
   }
 
   // for (iv = lo; iv < hi; ++iv) body(iv); leaves `b` after the loop.
@@ -216,6 +230,215 @@ private:
       if (out.buffer.dtype == DType::Bool) v = b.CreateZExt(v, b.getInt8Ty());
       b.CreateStore(v, element_ptr(b, buf, out.buffer.dtype, bases[buf], j));
     }
+  }
+
+  // ---- row reductions (see codegen/row_plan.h): rank >= 2 here, the last dim
+  // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
+  // and passes of the plan.
+  llvm::Function *build_row_body(const std::string &name) {
+    plan_ = plan_rows(k_, kMaxScratchBytes);
+    auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
+    stamp(f);
+    IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
+    load_buffers(b, f);
+    allocate_scratch(b, f);
+    emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
+    b.CreateRetVoid();
+    return f;
+  }
+
+  // Static allocas in the entry block: one row per materialized node, reused by
+  // every row of the chunk. Probed, so that an overflow faults on the guard page.
+  void allocate_scratch(IRBuilder<> &b, llvm::Function *f) {
+    scratch_.assign(k_.nodes.size(), nullptr);
+    if (plan_.scratch_bytes == 0) return;
+    f->addFnAttr("probe-stack", "inline-asm");
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      if (!plan_.materialized(int32_t(i))) continue;
+      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(inner_size()), "scratch");
+      a->setAlignment(llvm::Align(64));
+      scratch_[i] = a;
+    }
+  }
+
+  void emit_row(IRBuilder<> &b, Value *o) {
+    std::vector<Value *> bases = row_bases(b, o);
+    std::vector<Value *> row(k_.nodes.size(), nullptr); // per-row values known so far
+    emit_stage(b, 0, bases, row);
+    for (int p = 0; p < plan_.passes; ++p) {
+      emit_pass(b, p, bases, row);
+      if (p == 0 && plan_.passes >= 2) {
+        prefetch_next_row(b, o, false);
+        if (!plan_.transcendental) prefetch_next_row(b, o, true);
+      }
+      emit_stage(b, p + 1, bases, row);
+    }
+  }
+
+  // The first pass pulls the row from memory; the later ones compute on the
+  // cached row while memory idles. Prefetching the next row's inputs there
+  // overlaps its transfer with that computation, as a single streaming pass
+  // would. Outputs too (for writing: their lines are read for ownership), but
+  // only in rows without transcendentals: those are compute-bound, and there
+  // (softmax, 4096x1024) the extra prefetches cost ~15% instead of helping,
+  // while layer_norm went from ~450 to ~330 ns/row, the speed of a copy.
+  // Only contiguous rows that move from row to row and fit in L2.
+  void prefetch_next_row(IRBuilder<> &b, Value *o, bool outputs) {
+    std::vector<std::pair<size_t, int>> streamed; // buffer, 0 = read / 1 = write
+    size_t first = outputs ? k_.inputs.size() : 0, last = outputs ? k_.num_buffers() : k_.inputs.size();
+    for (size_t i = first; i < last; ++i) {
+      std::vector<int64_t> st = strides_of(i);
+      bool moves = std::any_of(st.begin(), st.end() - 1, [](int64_t s) { return s != 0; });
+      int64_t bytes = inner_size() * int64_t(itemsize(buffer_dtype(i)));
+      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes)
+        streamed.emplace_back(i, i >= k_.inputs.size());
+    }
+    if (streamed.empty()) return;
+    // Past the last row this addresses beyond the buffer: harmless for a
+    // prefetch, and the GEPs are not inbounds.
+    std::vector<Value *> next = row_bases(b, b.CreateAdd(o, b.getInt64(1)));
+    for (auto [i, write] : streamed) {
+      Value *start = b.CreateGEP(memory_type(c_, buffer_dtype(i)), bufs_[i], next[i]);
+      int64_t lines = inner_size() * int64_t(itemsize(buffer_dtype(i))) / 64 + 1; // +1: unaligned rows
+      emit_loop(b, b.getInt64(0), b.getInt64(lines), "prefetch", [&](IRBuilder<> &lb, Value *line) {
+        Value *p = lb.CreateGEP(lb.getInt8Ty(), start, lb.CreateMul(line, lb.getInt64(64)));
+        lb.CreateIntrinsic(llvm::Intrinsic::prefetch, {p->getType()},
+                           {p, lb.getInt32(write), lb.getInt32(2), lb.getInt32(1)}); // L2, data
+      });
+    }
+  }
+
+  DType buffer_dtype(size_t buf) const {
+    return buf < k_.inputs.size() ? k_.inputs[buf].dtype : k_.outputs[buf - k_.inputs.size()].buffer.dtype;
+  }
+
+  // Per-row values of level `s` (reductions of level s are already in `row`),
+  // then the per-row outputs that only needed those.
+  void emit_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, std::vector<Value *> &row) {
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      const Node &n = k_.nodes[i];
+      if (!plan_.per_row[i] || plan_.level[i] != s || n.op == KOp::Reduce) continue;
+      row[i] = n.op == KOp::Load ? load_element(b, n, bases, b.getInt64(0)) : emit_node(b, n, row);
+    }
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      int32_t v = k_.outputs[o].value;
+      if (plan_.output_pass[o] < 0 && plan_.level[v] == s) store_output(b, o, bases, b.getInt64(0), row[v]);
+    }
+  }
+
+  // One walk over the row: folds the reductions of pass p (vector partial sums:
+  // the combines carry `reassoc`, nothing else does), writes scratch rows and
+  // element-wise outputs. The row length is a constant, so an empty row
+  // simply has no loop.
+  void emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row) {
+    std::vector<int32_t> reductions;
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
+        reductions.push_back(int32_t(i));
+    if (inner_size() == 0) {
+      for (int32_t r : reductions) row[r] = finish(b, k_.nodes[r], reduce_identity(k_.nodes[r]));
+      return;
+    }
+    llvm::Function *f = b.GetInsertBlock()->getParent();
+    llvm::BasicBlock *pre = b.GetInsertBlock();
+    auto *loop = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p), f);
+    auto *exit = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p) + ".exit", f);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    llvm::PHINode *j = b.CreatePHI(b.getInt64Ty(), 2, "j");
+    j->addIncoming(b.getInt64(0), pre);
+    std::vector<llvm::PHINode *> acc;
+    for (int32_t r : reductions) {
+      acc.push_back(b.CreatePHI(value_type(c_, k_.nodes[r].dtype), 2, "acc"));
+      acc.back()->addIncoming(reduce_identity(k_.nodes[r]), pre);
+    }
+    std::vector<Value *> cur = row; // element values of this pass at j
+    std::vector<Value *> next;
+    for (size_t a = 0; a < reductions.size(); ++a) {
+      const Node &r = k_.nodes[reductions[a]];
+      next.push_back(combine(b, r, acc[a], element_value(b, r.args[0], p, bases, j, cur)));
+    }
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      if (plan_.output_pass[o] == p)
+        store_output(b, o, bases, j, element_value(b, k_.outputs[o].value, p, bases, j, cur));
+    Value *j_next = b.CreateAdd(j, b.getInt64(1), "j.next", true, true);
+    j->addIncoming(j_next, b.GetInsertBlock());
+    for (size_t a = 0; a < acc.size(); ++a) acc[a]->addIncoming(next[a], b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(j_next, b.getInt64(inner_size())), loop, exit);
+    b.SetInsertPoint(exit);
+    for (size_t a = 0; a < reductions.size(); ++a)
+      row[reductions[a]] = finish(b, k_.nodes[reductions[a]], next[a]);
+  }
+
+  // Node `id` at element j of pass p: per-row values are in `cur` already;
+  // materialized nodes are computed once (their first pass) and read back after.
+  Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j,
+                       std::vector<Value *> &cur) {
+    if (cur[id]) return cur[id];
+    const Node &n = k_.nodes[id];
+    llvm::Type *ty = value_type(c_, n.dtype);
+    int home = plan_.scratch_pass[id];
+    if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], j));
+    for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, cur);
+    cur[id] = n.op == KOp::Load ? load_element(b, n, bases, j) : emit_node(b, n, cur);
+    if (home == p) b.CreateStore(cur[id], b.CreateInBoundsGEP(ty, scratch_[id], j));
+    return cur[id];
+  }
+
+  Value *reduce_identity(const Node &r) {
+    llvm::Type *ty = value_type(c_, r.dtype);
+    if (is_floating(r.dtype)) {
+      double inf = std::numeric_limits<double>::infinity();
+      switch (r.combine) {
+      case KOp::Add: return llvm::ConstantFP::getNegativeZero(ty); // exact identity; finish() gives +0
+      case KOp::Mul: return llvm::ConstantFP::get(ty, 1.0);
+      case KOp::Max: return llvm::ConstantFP::get(ty, -inf);
+      default: return llvm::ConstantFP::get(ty, inf);
+      }
+    }
+    unsigned bits = ty->getIntegerBitWidth();
+    switch (r.combine) {
+    case KOp::Add: return llvm::ConstantInt::get(ty, 0);
+    case KOp::Mul: return llvm::ConstantInt::get(ty, 1);
+    case KOp::Max: return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMinValue(bits));
+    default: return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMaxValue(bits));
+    }
+  }
+
+  Value *combine(IRBuilder<> &b, const Node &r, Value *acc, Value *x) {
+    bool fp = is_floating(r.dtype);
+    using I = llvm::Intrinsic::ID;
+    if (r.combine == KOp::Max)
+      return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::maximum) : I(llvm::Intrinsic::smax), acc, x);
+    if (r.combine == KOp::Min)
+      return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::minimum) : I(llvm::Intrinsic::smin), acc, x);
+    if (!fp) return r.combine == KOp::Add ? b.CreateAdd(acc, x) : b.CreateMul(acc, x);
+    // The only reassociation in the kernel: it lets the vectorizer keep partial
+    // sums per lane and per unrolled copy (the documented unspecified order).
+    IRBuilder<>::FastMathFlagGuard guard(b);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    b.setFastMathFlags(fmf);
+    return r.combine == KOp::Add ? b.CreateFAdd(acc, x) : b.CreateFMul(acc, x);
+  }
+
+  // A float sum started from -0 (the identity the vectorizer splits into lanes);
+  // adding +0 turns an all-(-0) or empty sum into +0, as torch's sum from 0.
+  Value *finish(IRBuilder<> &b, const Node &r, Value *acc) {
+    if (r.combine != KOp::Add || !is_floating(r.dtype)) return acc;
+    return b.CreateFAdd(acc, llvm::ConstantFP::get(acc->getType(), 0.0));
+  }
+
+  Value *load_element(IRBuilder<> &b, const Node &n, const std::vector<Value *> &bases, Value *j) {
+    Value *v = b.CreateLoad(memory_type(c_, n.dtype), element_ptr(b, n.input, n.dtype, bases[n.input], j));
+    return n.dtype == DType::Bool ? b.CreateICmpNE(v, b.getInt8(0)) : v;
+  }
+
+  void store_output(IRBuilder<> &b, size_t o, const std::vector<Value *> &bases, Value *j, Value *v) {
+    const OutputSpec &out = k_.outputs[o];
+    size_t buf = k_.inputs.size() + o;
+    if (out.buffer.dtype == DType::Bool) v = b.CreateZExt(v, b.getInt8Ty());
+    b.CreateStore(v, element_ptr(b, buf, out.buffer.dtype, bases[buf], j));
   }
 
   Value *libm(IRBuilder<> &b, const char *name, Value *x) {
@@ -305,7 +528,7 @@ private:
       if (fp) return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});
       return b.CreateAdd(b.CreateMul(x, y), z);
     case KOp::Select: return b.CreateSelect(x, y, z);
-    case KOp::Load: break; // handled by emit_element
+    case KOp::Load: case KOp::Reduce: break; // loads: emit_element; reductions: emit_pass
     }
     KILN_FAIL("internal: cannot lower ", op_name(n.op));
   }
@@ -316,6 +539,8 @@ private:
   const LowerTarget &target_;
   std::vector<int64_t> shape_;
   std::vector<Value *> bufs_;
+  RowPlan plan_;                   // kernels with reductions only
+  std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
 
 // Drops size-1 dims and merges neighbouring dims that every buffer walks as one
@@ -351,6 +576,33 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   return k;
 }
 
+// For row reductions the last dim is the row and must stay as it is (even of
+// size 1); the outer dims are collapsed as above, and a rank-1 kernel becomes
+// one row [1, L], so that the row code always has an outer loop.
+KernelDesc collapse_outer_dims(const KernelDesc &in) {
+  KernelDesc outer = in;
+  size_t rank = in.shape.size();
+  outer.shape.pop_back();
+  for (auto &b : outer.inputs) b.strides.pop_back();
+  for (auto &o : outer.outputs) o.buffer.strides.pop_back();
+  outer = collapse_dims(outer);
+  KernelDesc k = in;
+  k.shape = outer.shape;
+  k.shape.push_back(in.shape.back());
+  if (k.shape.size() == 1) k.shape.insert(k.shape.begin(), 1);
+  size_t rows_rank = k.shape.size() - 1;
+  auto fix = [&](std::vector<int64_t> &strides, const std::vector<int64_t> &collapsed) {
+    int64_t last = strides[rank - 1];
+    strides = collapsed;
+    strides.resize(rows_rank, 0); // the [1] of a rank-1 kernel
+    strides.push_back(last);
+  };
+  for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides);
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides);
+  return k;
+}
+
 } // namespace
 
 std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::string &symbol,
@@ -359,7 +611,7 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  KernelDesc simple = collapse_dims(desc);
+  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(desc) : collapse_dims(desc);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
   llvm::raw_string_ostream os(problems);

@@ -1,0 +1,40 @@
+// INTERNAL to codegen: how a kernel with row reductions (KernelBuilder::reduce)
+// is evaluated row by row, in passes over the row. No LLVM here; lower.cpp
+// turns the plan into loops, tests check its decisions.
+//
+// Levels: a node's level is the deepest nesting of reductions below it (a
+// Reduce counts itself). Pass p (0-based) walks the row once and folds every
+// reduction whose operand has level p, and stores every element-wise output
+// whose value has level p. Per-row values of level s (reductions finished by
+// pass s-1, and expressions of them) are computed once, at "stage" s, just
+// before pass s. softmax: pass 0 folds max(x); pass 1 folds sum(exp(x - max))
+// and keeps exp(...) in scratch; pass 2 stores exp(...) / sum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kiln::codegen {
+
+struct KernelDesc;
+
+struct RowPlan {
+  std::vector<uint8_t> per_row; // per node: same value for the whole row
+  std::vector<int> level;       // per node, see above
+  std::vector<int> scratch_pass; // per node: pass that writes it to per-row scratch; -1 = recomputed
+  std::vector<int> output_pass; // per output: pass storing it; -1 = once per row, at stage level(value)
+  int passes = 0;
+  int64_t scratch_bytes = 0;    // per-row scratch of all materialized nodes
+  bool transcendental = false;  // some node is exp, tanh...: rows are compute-bound
+
+  bool materialized(int32_t node) const { return scratch_pass[size_t(node)] >= 0; }
+};
+
+// Element-wise nodes that feed several passes are recomputed in each, except
+// expensive ones (transcendentals), which the first pass stores in a scratch
+// row that later passes read, as long as the scratch stays within
+// `max_scratch_bytes` for the whole kernel. `desc` must have reductions and rank >= 1.
+RowPlan plan_rows(const KernelDesc &desc, int64_t max_scratch_bytes);
+
+} // namespace kiln::codegen
