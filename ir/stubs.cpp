@@ -5,7 +5,6 @@
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "passes/pass_manager.h"
 
 namespace kiln::ir {
 __attribute__((weak)) std::string print(const Graph &) { KILN_FAIL("ir::print: not implemented yet"); }
@@ -20,10 +19,3 @@ __attribute__((weak)) bool structurally_equal(const Graph &, const Graph &) {
 }
 __attribute__((weak)) uint64_t node_hash(const Node &) { KILN_FAIL("ir::node_hash: not implemented yet"); }
 } // namespace kiln::ir
-
-namespace kiln::passes {
-__attribute__((weak)) std::vector<PassTiming> run_pipeline(ir::Graph &, std::string_view, const PipelineOptions &) {
-  KILN_FAIL("passes::run_pipeline: not implemented yet");
-}
-__attribute__((weak)) std::string default_pipeline() { return "decompose,canonicalize,cse,dce"; }
-} // namespace kiln::passes
