@@ -1,0 +1,71 @@
+#include "example.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+namespace kiln::examples {
+namespace {
+std::vector<Example> &registry() {
+  static std::vector<Example> r;
+  return r;
+}
+} // namespace
+
+Registrar::Registrar(std::string name, std::string description, std::function<Workload()> make) {
+  auto &r = registry();
+  r.push_back({std::move(name), std::move(description), std::move(make)});
+  std::sort(r.begin(), r.end(), [](const Example &a, const Example &b) { return a.name < b.name; });
+}
+
+const std::vector<Example> &all_examples() { return registry(); }
+
+const Example *find_example(const std::string &name) {
+  for (const Example &e : registry())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+double checksum(const std::vector<Tensor> &outputs) {
+  double s = 0;
+  for (const Tensor &t : outputs) s += sum(t.to(kFloat64)).item<double>();
+  return s;
+}
+
+double time_us(const ModelFn &fn, const std::vector<Tensor> &inputs, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn(inputs);
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn(inputs);
+    auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+int example_main(const std::string &name, int, char **) {
+  try {
+    const Example *ex = find_example(name);
+    if (!ex) {
+      std::cerr << "unknown example " << name << "\n";
+      return 2;
+    }
+    Workload w = ex->make();
+    std::vector<Tensor> out = w.fn(w.inputs);
+    std::cout << name << ": " << ex->description << "\n";
+    for (size_t i = 0; i < out.size(); ++i)
+      std::cout << "  output " << i << ": " << out[i].dtype() << shape_str(out[i].sizes()) << "\n";
+    std::printf("  checksum: %.6f\n", checksum(out));
+    std::printf("  eager: %.1f us/call (median of 20 after 3 warm-up, %d threads)\n", time_us(w.fn, w.inputs),
+                get_num_threads());
+    return 0;
+  } catch (const std::exception &e) {
+    std::cerr << name << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace kiln::examples
