@@ -6,10 +6,9 @@
 // node's result type: an identity never changes a shape or a dtype.
 #include <algorithm>
 #include <numeric>
-
-#include "passes/rewrite.h"
 #include <spdlog/spdlog.h>
 
+#include "passes/rewrite.h"
 #include "runtime/log.h"
 #include "runtime/trace_hook.h"
 

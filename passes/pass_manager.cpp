@@ -11,11 +11,10 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <spdlog/spdlog.h>
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include <spdlog/spdlog.h>
-
 #include "runtime/log.h"
 
 namespace kiln::passes {
