@@ -368,9 +368,12 @@ void hook_record_inplace(Tensor &self, OpId id, const std::vector<Tensor> &input
                                   "data_ptr, printing, bool conversion) cannot be traced"));
 }
 
+// (Re)installs the hooks unless they are ours already (a test may have put its own).
 void install_hooks() {
-  static std::once_flag once;
-  std::call_once(once, [] { detail::set_trace_hooks({&hook_record, &hook_record_inplace, &hook_data_read}); });
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (detail::trace_hooks().record == &hook_record) return;
+  detail::set_trace_hooks({&hook_record, &hook_record_inplace, &hook_data_read});
 }
 
 // Restores the thread's tracing state however fn exits.

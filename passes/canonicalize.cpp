@@ -6,6 +6,7 @@
 // node's result type: an identity never changes a shape or a dtype.
 #include <algorithm>
 #include <numeric>
+#include <unordered_set>
 #include <spdlog/spdlog.h>
 
 #include "passes/rewrite.h"
@@ -140,7 +141,9 @@ const Rule kRules[] = {
 bool foldable(const Node &n) {
   if (n.kind() != Node::Kind::Op || n.results().empty()) return false;
   for (const Value *v : n.operands())
-    if (v && (v->kind() != Value::Kind::Const || v->type().numel() > kFoldLimit)) return false;
+    if (v && (v->kind() != Value::Kind::Const || v->type().numel() > kFoldLimit || !v->tensor().defined() ||
+              v->tensor().is_meta()))
+      return false;
   for (const Value *r : n.results())
     if (r->type().numel() > kFoldLimit) return false;
   return true;
@@ -183,11 +186,18 @@ bool apply_rules(ir::Graph &g, Node &n) {
   return false;
 }
 
-bool erase_if_dead(ir::Graph &g, Node *n) {
+// Erases n if nothing uses it, then the producers that n alone kept alive
+// (the inner transpose of a removed transpose pair, ...).
+void erase_if_dead(ir::Graph &g, Node *n, std::unordered_set<Node *> &erased) {
   for (const Value *r : n->results())
-    if (g.has_uses(r)) return false;
+    if (g.has_uses(r)) return;
+  std::vector<Node *> producers;
+  for (const Value *v : n->operands())
+    if (v && v->producer() && std::find(producers.begin(), producers.end(), v->producer()) == producers.end())
+      producers.push_back(v->producer());
   g.erase(n);
-  return true;
+  erased.insert(n);
+  for (Node *p : producers) erase_if_dead(g, p, erased);
 }
 
 class Canonicalize : public Pass {
@@ -198,11 +208,12 @@ public:
     bool changed = false;
     for (bool again = true; again;) {
       again = false;
+      std::unordered_set<Node *> erased; // skipped for the rest of the sweep
       for (Node *n : g.nodes()) {
+        if (erased.count(n)) continue;
         bool rewritten = foldable(*n) ? fold(g, *n) : apply_rules(g, *n);
         if (!rewritten) continue;
-        // The rewritten node is dead unless a write-back target still names it.
-        erase_if_dead(g, n);
+        erase_if_dead(g, n, erased);
         again = changed = true;
       }
     }
