@@ -316,14 +316,24 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
   case OpId::Contiguous:
   case OpId::Cast: return updated;
   case OpId::Slice:
-  case OpId::Select: {
-    int64_t dim = step.attrs.at(0).as_int();
-    int64_t start = step.attrs.at(1).as_int();
-    int64_t end = start + 1;
-    if (step.op == OpId::Slice) {
+  case OpId::Select:
+  case OpId::Split: {
+    int64_t dim = 0, start = 0, end = 0;
+    if (step.op == OpId::Split) {
+      // Result i of split(sizes, dim) is slice(dim, sum(sizes[:i]), sum(sizes[:i+1])).
+      const auto &sizes = step.attrs.at(0).as_ints();
+      dim = step.attrs.at(1).as_int();
+      for (unsigned i = 0; i < step.result; ++i) start += sizes.at(i);
+      end = start + sizes.at(step.result);
+    } else if (step.op == OpId::Slice) {
+      dim = step.attrs.at(0).as_int();
+      start = step.attrs.at(1).as_int();
       end = step.attrs.at(2).as_int();
       if (step.attrs.at(3).as_int() != 1) break;
     } else {
+      dim = step.attrs.at(0).as_int();
+      start = step.attrs.at(1).as_int();
+      end = start + 1;
       updated = emit1(OpId::Unsqueeze, {updated}, {dim});
     }
     // base[:start] ++ updated ++ base[end:] along dim.

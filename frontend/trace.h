@@ -7,14 +7,16 @@
 //   passed to ops) become constants (copied); every other real tensor becomes a
 //   parameter (%w0, ...) bound by reference to its live storage, so later
 //   changes to a weight are seen by every executor. One tensor captured twice
-//   is one parameter.
+//   is one parameter. Factories called inside `fn` (zeros, full, arange, ...)
+//   are recorded as nodes; tensors made by untraced factories (randn, tensor())
+//   inside `fn` are captured as parameters like any other real tensor.
 // - Views are recorded as view ops; in-place ops are functionalized: the
 //   out-of-place op is recorded and the mutated tensor follows the new value.
 //   Graph inputs and parameters that were mutated get a write-back. Handled
 //   aliasing: mutating a tensor updates every view of it taken earlier or later
 //   (views are replayed from the updated base), and mutating through a chain of
 //   view / reshape / squeeze / unsqueeze / transpose / permute / slice (step 1)
-//   / select updates the base. Anything else (an in-place op through an
+//   / select / split updates the base. Anything else (an in-place op through an
 //   expand or as_strided view, inputs or parameters that share memory with
 //   each other and are mutated) throws kiln::TraceError rather than record a
 //   wrong graph.

@@ -28,12 +28,21 @@ inline Tensor rnd(std::vector<int64_t> shape, uint64_t seed, DType dt = kFloat32
 inline std::vector<double> vals(const Tensor &t) {
   std::vector<double> out;
   std::vector<int64_t> idx(size_t(t.dim()), 0);
+  const void *base = t.impl().storage->data();
+  auto read = [&](int64_t off) {
+    switch (t.dtype()) {
+    case kFloat32: return double(static_cast<const float *>(base)[off]);
+    case kFloat64: return static_cast<const double *>(base)[off];
+    case kInt64: return double(static_cast<const int64_t *>(base)[off]);
+    case kInt32: return double(static_cast<const int32_t *>(base)[off]);
+    case kBool: return double(static_cast<const bool *>(base)[off]);
+    }
+    return 0.0;
+  };
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t off = t.storage_offset();
     for (int64_t d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[d];
-    out.push_back(dispatch_dtype(t.dtype(), [&]<class T>() {
-      return double(static_cast<const T *>(t.impl().storage->data())[off]);
-    }));
+    out.push_back(read(off));
     for (int64_t d = t.dim() - 1; d >= 0; --d) {
       if (++idx[d] < t.sizes()[d]) break;
       idx[d] = 0;

@@ -331,6 +331,57 @@ TEST(Functionalize, MutationThroughViewsUpdatesTheBase) {
   }
 }
 
+TEST(Functionalize, MoreInPlaceOpsAndViews) {
+  std::vector<TracedFunction> fns = {
+      [](const std::vector<Tensor> &in) { // kv-cache style: copy into a slice of an input
+        in[0].slice(0, 1, 3).copy_(in[1].view({2, 4}));
+        return std::vector<Tensor>{in[0].sum({1})};
+      },
+      [](const std::vector<Tensor> &in) { // a piece of split, then the base is read
+        std::vector<Tensor> parts = in[0].split(1, 0);
+        parts[2].mul_(3);
+        parts[0].zero_();
+        return std::vector<Tensor>{in[0] * 1, parts[1]};
+      },
+      [](const std::vector<Tensor> &in) { // contiguous() of a contiguous tensor is the tensor itself
+        in[0].contiguous().add_(in[1].view({2, 4}).sum({0}));
+        return std::vector<Tensor>{in[0] + 0};
+      },
+      [](const std::vector<Tensor> &in) { // clamp_ on a flattened view, the view read later
+        Tensor flat = in[0].view({-1});
+        flat.clamp_(-0.5, 0.5);
+        in[0].mul_(2);
+        return std::vector<Tensor>{flat * 1, in[0].t() * 1};
+      },
+      [](const std::vector<Tensor> &in) { // out of place after in place, twice on the same tensor
+        Tensor y = in[1] * 1;
+        y.add_(1).mul_(y);
+        in[1].sub_(y.view({8}).view({2, 4}), 0.5);
+        return std::vector<Tensor>{y};
+      },
+  };
+  for (size_t i = 0; i < fns.size(); ++i) {
+    SCOPED_TRACE(i);
+    expect_matches_eager(fns[i], {rnd({4, 4}, 20 + i), rnd({8}, 30 + i).view({2, 4})});
+  }
+}
+
+TEST(Functionalize, InPlaceThroughParamViewWritesBack) {
+  Tensor w = rnd({2, 3}, 9), w_eager = copy_of(w);
+  Tensor *target = &w;
+  TracedFunction fn = [&](const std::vector<Tensor> &in) {
+    target->t()[1].add_(in[0]);
+    return std::vector<Tensor>{*target * 1};
+  };
+  Tensor x = rnd({2}, 8);
+  auto g = trace(fn, {x});
+  ASSERT_EQ(g->write_backs().size(), 1u);
+  std::vector<Tensor> got = ir::interpret(*g, {x});
+  target = &w_eager;
+  EXPECT_TRUE(all_close(got, fn({x})));
+  EXPECT_TRUE(close(w, w_eager));
+}
+
 TEST(Functionalize, DtypeOfSelfIsKept) {
   TracedFunction fn = [](const std::vector<Tensor> &in) {
     Tensor x = in[0];
@@ -345,7 +396,14 @@ TEST(Functionalize, DtypeOfSelfIsKept) {
 }
 
 TEST(Functionalize, UnhandledAliasingThrows) {
-  // An in-place update through as_strided has no expressible update of the base.
+  // An in-place update through as_strided or expand has no expressible update of the base.
+  EXPECT_THROW(trace(
+                   [](const std::vector<Tensor> &in) {
+                     in[0].expand({3, 4}).add_(1);
+                     return in;
+                   },
+                   {rnd({1, 4}, 1)}),
+               Error);
   EXPECT_THROW(trace(
                    [](const std::vector<Tensor> &in) {
                      in[0].as_strided({2}, {2}).add_(1);
@@ -363,4 +421,22 @@ TEST(Functionalize, UnhandledAliasingThrows) {
                    },
                    {x, x}),
                TraceError);
+}
+
+TEST(Interpreter, RunsFusionGroupBodies) {
+  // y = exp(x * w) + x with the mul and exp in a group.
+  ir::Graph g;
+  Value *x = g.add_input(ir::TensorType::of(rnd({2, 3}, 1)), "x");
+  Tensor w = rnd({3}, 2);
+  Value *wp = g.add_param(w, "w");
+  ir::Node *grp = g.create_group({x, wp}, {x->type()});
+  ir::Graph &body = *grp->body();
+  ir::Node *m = body.create(OpId::Mul, {body.inputs()[0], body.inputs()[1]}, {}, {x->type()});
+  ir::Node *e = body.create(OpId::Exp, {m->result()}, {}, {x->type()});
+  body.set_outputs({e->result()});
+  ir::Node *add = g.create(OpId::Add, {grp->result(), x}, {int64_t(1)}, {x->type()});
+  g.set_outputs({add->result()});
+  Tensor xi = rnd({2, 3}, 3);
+  std::vector<double> xv = vals(xi), wv = vals(w), got = vals(ir::interpret(g, {xi})[0]);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], std::exp(xv[i] * wv[i % 3]) + xv[i], 1e-5 * (1 + std::abs(got[i])));
 }
