@@ -350,13 +350,15 @@ TEST(Functionalize, MoreInPlaceOpsAndViews) {
       [](const std::vector<Tensor> &in) { // clamp_ on a flattened view, the view read later
         Tensor flat = in[0].view({-1});
         flat.clamp_(-0.5, 0.5);
-        in[0].mul_(2);
+        Tensor x = in[0];
+        x.mul_(2);
         return std::vector<Tensor>{flat * 1, in[0].t() * 1};
       },
       [](const std::vector<Tensor> &in) { // out of place after in place, twice on the same tensor
         Tensor y = in[1] * 1;
         y.add_(1).mul_(y);
-        in[1].sub_(y.view({8}).view({2, 4}), 0.5);
+        Tensor b = in[1];
+        b.sub_(y.view({8}).view({2, 4}), 0.5);
         return std::vector<Tensor>{y};
       },
   };
