@@ -8,6 +8,7 @@
 #include "runtime/allocator.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
+#include "runtime/view_internal.h"
 
 namespace kiln {
 
@@ -326,10 +327,10 @@ std::optional<Dims> view_strides(IntArrayRef sizes, IntArrayRef strides, IntArra
 Tensor view(const Tensor &x, IntArrayRef shape) {
   detail::check_defined(x, "view", "self");
   Dims s = infer_shape(shape, x.numel(), "view", x.sizes());
-  KILN_TRACE(View, {x}, IntArrayRef(s));
   auto st = view_strides(x.sizes(), x.strides(), s);
   KILN_CHECK(st, "view: size ", shape_str(s), " is not compatible with input of shape ", shape_str(x.sizes()),
              " and strides ", shape_str(x.strides()), " (use reshape instead)");
+  KILN_TRACE(View, {x}, IntArrayRef(s)); // after the stride check, so tracing reports what eager does
   return detail::make_view(x, s, *st, x.storage_offset());
 }
 
@@ -450,6 +451,20 @@ Tensor squeeze_dims(const Tensor &x, const Dims &dims) {
   return detail::make_view(x, sz, st, x.storage_offset());
 }
 } // namespace
+
+Tensor detail::squeeze_dims(const Tensor &x, IntArrayRef dims) {
+  detail::check_defined(x, "squeeze", "self");
+  Dims keep;
+  bool seen[kMaxDims] = {};
+  for (int64_t v : dims) {
+    int64_t d = detail::wrap_dim(v, x.dim(), "squeeze", "dims");
+    KILN_CHECK(!seen[d], "squeeze: dim ", d, " appears more than once in ", shape_str(dims));
+    seen[d] = true;
+    if (x.dim() > 0 && x.sizes()[d] == 1) keep.push_back(d);
+  }
+  std::sort(keep.begin(), keep.end());
+  return kiln::squeeze_dims(x, keep);
+}
 
 Tensor squeeze(const Tensor &x) {
   detail::check_defined(x, "squeeze", "self");

@@ -1,0 +1,161 @@
+// conv2d (NCHW, stride, padding, dilation, groups, optional bias) by im2col + GEMM.
+//
+// Per image and group: col[C/g * kH * kW, Hout * Wout] is gathered from the
+// input (zeros in the padding), then out_g[O/g, Hout * Wout] = W_g @ col is one
+// GEMM written straight into the output. A 1x1 / stride 1 / no padding conv
+// skips im2col: the image itself is the GEMM operand. Several images run in
+// parallel with single-threaded BLAS; one image uses OpenBLAS's threads.
+#include <algorithm>
+#include <vector>
+
+#include "runtime/kernels/linalg_internal.h"
+#include "runtime/op_adapters.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+#include "runtime/trace_hook.h"
+
+namespace kiln {
+namespace {
+using namespace detail::nn;
+
+struct ConvGeom {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t O = 0, kH = 0, kW = 0;       // weight [O, C / groups, kH, kW]
+  int64_t Ho = 0, Wo = 0, groups = 1;  // output
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  bool direct() const { return kH == 1 && kW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+};
+
+// One 2-element list from a 1- or 2-element argument.
+std::vector<int64_t> pair_arg(IntArrayRef v, const char *arg, int64_t min) {
+  KILN_CHECK(v.size() == 1 || v.size() == 2, "conv2d: expected ", arg, " to have 1 or 2 elements, got ",
+             shape_str(v));
+  std::vector<int64_t> r{v[0], v.size() == 2 ? v[1] : v[0]};
+  KILN_CHECK(r[0] >= min && r[1] >= min, "conv2d: expected ", arg, " elements to be >= ", min, ", got ",
+             shape_str(v));
+  return r;
+}
+
+// Rows [r0, r1) of image `in` ([C_g, H, W], contiguous) unfolded into col.
+template <class T> void im2col(const ConvGeom &g, const T *in, T *col, int64_t r0, int64_t r1) {
+  const int64_t hw = g.Ho * g.Wo;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = r / (g.kH * g.kW), kh = (r / g.kW) % g.kH, kw = r % g.kW;
+    for (int64_t oh = 0; oh < g.Ho; ++oh) {
+      T *dst = col + r * hw + oh * g.Wo;
+      const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+      if (ih < 0 || ih >= g.H) {
+        std::fill(dst, dst + g.Wo, T(0));
+        continue;
+      }
+      const T *src = in + (c * g.H + ih) * g.W;
+      for (int64_t ow = 0; ow < g.Wo; ++ow) {
+        const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+        dst[ow] = iw >= 0 && iw < g.W ? src[iw] : T(0);
+      }
+    }
+  }
+}
+
+// out[n] for one image; `col` is a scratch of Ckk * Hout * Wout elements.
+// `inner_parallel`: parallelize im2col (only when images are not already).
+template <class T>
+void conv_image(const ConvGeom &g, int64_t n, const T *x, const T *w, const T *bias, T *y, T *col,
+                bool inner_parallel) {
+  const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, hw = g.Ho * g.Wo, ckk = Cg * g.kH * g.kW;
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    const T *xin = x + (n * g.C + gi * Cg) * g.H * g.W;
+    T *yout = y + (n * g.O + gi * Og) * hw;
+    const T *b = xin; // the direct case reads the image as the [Cg, H*W] operand
+    if (!g.direct()) {
+      if (inner_parallel)
+        parallel_for(0, ckk, std::max<int64_t>(1, 32768 / std::max<int64_t>(hw, 1)),
+                     [&](int64_t lo, int64_t hi) { im2col(g, xin, col, lo, hi); });
+      else
+        im2col(g, xin, col, 0, ckk);
+      b = col;
+    }
+    if (bias)
+      for (int64_t o = 0; o < Og; ++o) std::fill(yout + o * hw, yout + (o + 1) * hw, bias[gi * Og + o]);
+    gemm<T>(Og, hw, ckk, T(1), w + gi * Og * ckk, ckk, 1, b, hw, 1, bias ? T(1) : T(0), yout, hw);
+  }
+}
+
+template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tensor &w, const Tensor &bias,
+                                 const Tensor &out) {
+  const T *xp = static_cast<const T *>(x.raw_data());
+  const T *wp = static_cast<const T *>(w.raw_data());
+  const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
+  T *yp = static_cast<T *>(out.raw_data());
+  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * g.Ho * g.Wo);
+  if (g.N > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+    set_blas_threads(1);
+    parallel_for(0, g.N, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<T> col(col_elems); // one scratch per chunk of images
+      for (int64_t n = lo; n < hi; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), false);
+    });
+    return;
+  }
+  blas_threads_for_caller();
+  std::vector<T> col(col_elems);
+  for (int64_t n = 0; n < g.N; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), true);
+}
+} // namespace
+
+Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  detail::check_defined(input, "conv2d", "input");
+  detail::check_defined(weight, "conv2d", "weight");
+  KILN_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
+             shape_str(input.sizes()));
+  KILN_CHECK(weight.dim() == 4, "conv2d: expected 4-D weight [out_channels, in_channels / groups, kH, kW], got shape ",
+             shape_str(weight.sizes()));
+  check_floating(input, "conv2d", "input");
+  check_same_dtype(weight, input.dtype(), "conv2d", "weight", "input");
+  const std::vector<int64_t> st = pair_arg(stride, "stride", 1), pd = pair_arg(padding, "padding", 0),
+                             dl = pair_arg(dilation, "dilation", 1);
+  KILN_CHECK(groups >= 1, "conv2d: groups must be >= 1, got ", groups);
+  const bool batched = input.dim() == 4;
+  ConvGeom g;
+  g.N = batched ? input.size(0) : 1;
+  g.C = input.size(-3), g.H = input.size(-2), g.W = input.size(-1);
+  g.O = weight.size(0), g.kH = weight.size(2), g.kW = weight.size(3), g.groups = groups;
+  g.sh = st[0], g.sw = st[1], g.ph = pd[0], g.pw = pd[1], g.dh = dl[0], g.dw = dl[1];
+  KILN_CHECK(g.O % groups == 0, "conv2d: out_channels ", g.O, " (weight ", shape_str(weight.sizes()),
+             ") must be divisible by groups ", groups);
+  KILN_CHECK(g.C == weight.size(1) * groups, "conv2d: given groups=", groups, ", weight of size ",
+             shape_str(weight.sizes()), ", expected input", shape_str(input.sizes()), " to have ",
+             weight.size(1) * groups, " channels, but got ", g.C, " channels instead");
+  if (bias.defined()) {
+    check_same_dtype(bias, input.dtype(), "conv2d", "bias", "input");
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == g.O, "conv2d: expected bias of shape [", g.O, "], got ",
+               shape_str(bias.sizes()));
+  }
+  const int64_t eh = g.dh * (g.kH - 1) + 1, ew = g.dw * (g.kW - 1) + 1; // dilated kernel extent
+  KILN_CHECK(g.H + 2 * g.ph >= eh && g.W + 2 * g.pw >= ew, "conv2d: padded input size per channel (",
+             g.H + 2 * g.ph, " x ", g.W + 2 * g.pw, ") is smaller than the dilated kernel size (", eh, " x ", ew,
+             ") for input ", shape_str(input.sizes()), " and weight ", shape_str(weight.sizes()));
+  g.Ho = (g.H + 2 * g.ph - eh) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - ew) / g.sw + 1;
+  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), st, pd, dl, groups);
+
+  Dims out_shape;
+  if (batched) out_shape.push_back(g.N);
+  for (int64_t s : {g.O, g.Ho, g.Wo}) out_shape.push_back(s);
+  Tensor out = detail::make_result(out_shape, input.dtype(), {&input, &weight, &bias});
+  if (out.is_meta() || out.numel() == 0) return out;
+  Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
+  dispatch_dtype(input.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) conv_run<T>(g, xc, wc, bc, out);
+  });
+  return out;
+}
+
+namespace adapters {
+std::vector<Tensor> Conv2d(const std::vector<Tensor> &in, const Attrs &a) {
+  check_num_inputs(in, 3, "conv2d");
+  return {conv2d(in[0], in[1], in[2], a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(), a.at(3).as_int())};
+}
+} // namespace adapters
+
+} // namespace kiln

@@ -1,0 +1,191 @@
+// Conversion and copies: to, copy, copy_, contiguous, clone, fill_, zero_, and
+// the helpers the other elementwise files share.
+#include "runtime/kernels/elementwise.h"
+#include "runtime/kernels/loops.h"
+#include "runtime/op_adapters.h"
+#include "runtime/trace_hook.h"
+
+namespace kiln {
+
+// ---------------------------------------------------------------- shared helpers
+
+namespace detail {
+
+namespace {
+// One element of dtype `from` at `src`, converted to `to` at `dst`.
+void convert_one(const void *src, DType from, void *dst, DType to) {
+  dispatch_dtype(from, [&]<class S>() {
+    S v = *static_cast<const S *>(src);
+    dispatch_dtype(to, [&]<class D>() { *static_cast<D *>(dst) = static_cast<D>(v); });
+  });
+}
+} // namespace
+
+Arg::Arg(const Tensor &t, DType want) {
+  itemsize = int64_t(kiln::itemsize(want));
+  if (t.dtype() == want) {
+    data = static_cast<char *>(t.raw_data());
+    sizes = t.sizes();
+    strides = t.strides();
+    numel = t.numel();
+    contiguous = t.is_contiguous();
+    return;
+  }
+  if (t.numel() == 1) { // scalars: convert the one value, no temporary tensor
+    convert_one(t.raw_data(), t.dtype(), buf, want);
+    data = buf;
+    return;
+  }
+  keep = to(t, want);
+  data = static_cast<char *>(keep.raw_data());
+  sizes = keep.sizes();
+  strides = keep.strides();
+  numel = keep.numel();
+  contiguous = true;
+}
+
+void cast_into(const Tensor &out, const Tensor &src) {
+  dispatch_dtype(out.dtype(), [&]<class O>() {
+    dispatch_dtype(src.dtype(), [&]<class S>() {
+      Arg a(src, src.dtype());
+      run_loop<O, S>(out, {&a}, [](S v) { return static_cast<O>(v); });
+    });
+  });
+}
+
+void check_no_internal_overlap(const Tensor &self, const char *op) {
+  for (int64_t d = 0; d < self.dim(); ++d)
+    KILN_CHECK(self.sizes()[d] <= 1 || self.strides()[d] != 0, op,
+               ": unsupported operation: more than one element of the written-to tensor refers to a single "
+               "memory location (shape ",
+               shape_str(self.sizes()), ", strides ", shape_str(self.strides()), "); clone it first");
+}
+
+void check_inplace(const Tensor &self, IntArrayRef other_shape, DType result, const char *op) {
+  Dims shape = broadcast_shapes(self.sizes(), other_shape, op);
+  KILN_CHECK(IntArrayRef(shape) == self.sizes(), op, ": output with shape ", shape_str(self.sizes()),
+             " doesn't match the broadcast shape ", shape_str(shape));
+  KILN_CHECK(can_cast(result, self.dtype()), op, ": result type ", result,
+             " can't be cast to the desired output type ", self.dtype());
+  check_no_internal_overlap(self, op);
+}
+
+Tensor unalias(const Tensor &self, const Tensor &other) {
+  if (!other.is_alias_of(self)) return other;
+  bool same_view = other.storage_offset() == self.storage_offset() && other.sizes() == self.sizes() &&
+                   other.strides() == self.strides();
+  return same_view ? other : clone(other);
+}
+
+void check_num_inputs(const std::vector<Tensor> &in, size_t n, const char *op) {
+  KILN_CHECK(in.size() == n, op, ": expected ", n, " inputs, got ", in.size());
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------- ops
+
+Tensor to(const Tensor &x, DType dtype) {
+  detail::check_defined(x, "to", "self");
+  if (x.dtype() == dtype) return x; // as torch: no copy when nothing changes
+  KILN_TRACE(Cast, {x}, dtype);
+  Tensor out = detail::make_result(x.sizes(), dtype, {&x});
+  if (out.is_meta()) return out;
+  detail::cast_into(out, x);
+  return out;
+}
+
+Tensor copy(const Tensor &self, const Tensor &src) {
+  detail::check_defined(self, "copy", "self");
+  detail::check_defined(src, "copy", "src");
+  Dims shape = detail::broadcast_shapes(self.sizes(), src.sizes(), "copy");
+  KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy: src of shape ", shape_str(src.sizes()),
+             " cannot be broadcast to self's shape ", shape_str(self.sizes()));
+  KILN_TRACE(Copy, TensorList({self, src}));
+  Tensor out = detail::make_result(self.sizes(), self.dtype(), {&self, &src});
+  if (out.is_meta()) return out;
+  detail::cast_into(out, src);
+  return out;
+}
+
+Tensor &copy_(Tensor &self, const Tensor &src) {
+  detail::check_defined(self, "copy_", "self");
+  detail::check_defined(src, "copy_", "src");
+  Dims shape = detail::broadcast_shapes(self.sizes(), src.sizes(), "copy_");
+  KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy_: src of shape ", shape_str(src.sizes()),
+             " cannot be broadcast to self's shape ", shape_str(self.sizes()));
+  detail::check_no_internal_overlap(self, "copy_");
+  KILN_TRACE_INPLACE(self, Copy, TensorList({self, src}));
+  if (detail::any_meta({&self, &src}) || src.is_same(self)) return self;
+  detail::cast_into(self, detail::unalias(self, src));
+  return self;
+}
+
+Tensor contiguous(const Tensor &x) {
+  detail::check_defined(x, "contiguous", "self");
+  if (x.is_contiguous()) return x;
+  KILN_TRACE(Contiguous, {x});
+  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  if (out.is_meta()) return out;
+  detail::cast_into(out, x);
+  return out;
+}
+
+Tensor clone(const Tensor &x) {
+  detail::check_defined(x, "clone", "self");
+  KILN_TRACE(Clone, {x});
+  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  if (out.is_meta()) return out;
+  detail::cast_into(out, x);
+  return out;
+}
+
+namespace {
+void fill_kernel(Tensor &self, const Scalar &value) {
+  dispatch_dtype(self.dtype(), [&]<class T>() {
+    const T v = value.to<T>();
+    detail::run_loop<T>(self, {}, [v]() { return v; });
+  });
+}
+} // namespace
+
+Tensor &fill_(Tensor &self, const Scalar &value) {
+  detail::check_defined(self, "fill_", "self");
+  detail::check_no_internal_overlap(self, "fill_");
+  KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), value, self.dtype());
+  if (self.is_meta()) return self;
+  fill_kernel(self, value);
+  return self;
+}
+
+Tensor &zero_(Tensor &self) {
+  detail::check_defined(self, "zero_", "self");
+  detail::check_no_internal_overlap(self, "zero_");
+  KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), Scalar(0), self.dtype());
+  if (self.is_meta()) return self;
+  fill_kernel(self, Scalar(0));
+  return self;
+}
+
+// ---------------------------------------------------------------- adapters
+
+namespace adapters {
+std::vector<Tensor> Cast(const std::vector<Tensor> &in, const Attrs &a) {
+  detail::check_num_inputs(in, 1, "to");
+  return {to(in[0], a[0].as_dtype())};
+}
+std::vector<Tensor> Copy(const std::vector<Tensor> &in, const Attrs &) {
+  detail::check_num_inputs(in, 2, "copy");
+  return {copy(in[0], in[1])};
+}
+std::vector<Tensor> Contiguous(const std::vector<Tensor> &in, const Attrs &) {
+  detail::check_num_inputs(in, 1, "contiguous");
+  return {contiguous(in[0])};
+}
+std::vector<Tensor> Clone(const std::vector<Tensor> &in, const Attrs &) {
+  detail::check_num_inputs(in, 1, "clone");
+  return {clone(in[0])};
+}
+} // namespace adapters
+
+} // namespace kiln

@@ -1,0 +1,46 @@
+// Internal to the nn / linear-algebra kernels (linalg.cpp, nn.cpp): a strided
+// GEMM that hands BLAS-compatible operands (including transposed views) to
+// OpenBLAS without copying, OpenBLAS thread control, and small packing helpers.
+// Not part of the public API.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+// KILN_TRACE's INPUTS is one macro argument, so a braced list with a comma
+// ({a, b}) would be split by the preprocessor: pass KILN_NN_INPUTS(a, b) instead.
+#define KILN_NN_INPUTS(...) (std::vector<::kiln::Tensor>{__VA_ARGS__})
+
+namespace kiln::detail::nn {
+
+// OpenBLAS runs its own threads. Before a BLAS call made on the calling thread,
+// sync them with kiln's thread count (1 inside a kiln parallel region); before a
+// parallel_for whose chunks call BLAS, set them to 1 so the two pools never
+// oversubscribe the cores. openblas_set_num_threads is only called on a change.
+void set_blas_threads(int n);
+void blas_threads_for_caller();
+
+// C[i, j] = alpha * sum_p A[i, p] * B[p, j] + beta * C[i, j] for i < m, j < n,
+// with A[i, p] at A[i * ars + p * acs], B[p, j] at B[p * brs + j * bcs] and C
+// row-major with leading dimension ldc. beta == 0 ignores C's contents (NaN too).
+// float/double go to OpenBLAS: a row-major or transposed operand is passed as is
+// (a transpose flag, no copy); any other layout is packed first. Integer types
+// use plain loops with wrap-around arithmetic, as torch's CPU integer matmul.
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+          int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc);
+
+// A contiguous tensor with x's values converted to `dtype` (x itself when it is
+// already contiguous and of that dtype). Meta in, meta out.
+Tensor packed(const Tensor &x, DType dtype);
+inline Tensor packed(const Tensor &x) { return packed(x, x.dtype()); }
+
+// Throws "<op>: expected <arg> to be a floating-point tensor, got int64".
+void check_floating(const Tensor &t, const char *op, const char *arg);
+// Throws "<op>: expected <arg> to have dtype float32 (as <ref_arg>), got float64".
+void check_same_dtype(const Tensor &t, DType want, const char *op, const char *arg, const char *ref_arg);
+// Throws when an adapter receives a number of inputs other than KILN_TRACE recorded.
+void check_num_inputs(const std::vector<Tensor> &in, size_t n, const char *op);
+
+} // namespace kiln::detail::nn

@@ -1,0 +1,116 @@
+// Internal helpers of the shape/indexing/pooling kernels: an N-operand strided
+// row loop (dims coalesced, rows split over the thread pool) and a converting
+// strided copy built on it. Not user API.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "runtime/parallel.h"
+#include "runtime/tensor.h"
+
+namespace kiln::kernels {
+
+// Roughly the number of elements one parallel_for chunk should touch.
+inline constexpr int64_t kGrainElems = 32768;
+
+// Sizes and per-operand strides with size-1 dims dropped and mergeable
+// neighbours merged, so the innermost row is as long as possible.
+template <size_t N> struct Loop {
+  Dims sizes;
+  std::array<Dims, N> strides;
+};
+
+template <size_t N> Loop<N> coalesce(IntArrayRef sizes, const std::array<IntArrayRef, N> &strides) {
+  Loop<N> l;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = !l.sizes.empty();
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = l.strides[k][l.sizes.size() - 1] == strides[k][d] * sizes[d];
+    if (merge) {
+      l.sizes[l.sizes.size() - 1] *= sizes[d];
+      for (size_t k = 0; k < N; ++k) l.strides[k][l.sizes.size() - 1] = strides[k][d];
+      continue;
+    }
+    l.sizes.push_back(sizes[d]);
+    for (size_t k = 0; k < N; ++k) l.strides[k].push_back(strides[k][d]);
+  }
+  if (l.sizes.empty()) { // a single element: one row of length 1
+    l.sizes.push_back(1);
+    for (size_t k = 0; k < N; ++k) l.strides[k].push_back(0);
+  }
+  return l;
+}
+
+// Calls row(offsets, len, inner_strides) for every innermost row of the
+// iteration space `sizes`, where offsets[k] is the element offset of the row's
+// first element in operand k. Rows are split over the thread pool.
+template <size_t N, class RowFn>
+void for_each_row(IntArrayRef sizes, const std::array<IntArrayRef, N> &strides, RowFn &&row) {
+  for (int64_t s : sizes)
+    if (s == 0) return;
+  const Loop<N> l = coalesce<N>(sizes, strides);
+  const int64_t outer = int64_t(l.sizes.size()) - 1; // dims before the innermost one (coalesce keeps >= 1)
+  const int64_t len = l.sizes[size_t(outer)];
+  std::array<int64_t, N> inner;
+  for (size_t k = 0; k < N; ++k) inner[k] = l.strides[k][size_t(outer)];
+  int64_t rows = 1;
+  for (int64_t d = 0; d < outer; ++d) rows *= l.sizes[size_t(d)];
+  int64_t grain = std::max<int64_t>(1, kGrainElems / len);
+  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+    // Multi-index of row b over the outer dims, then an odometer.
+    std::array<int64_t, kMaxDims> idx{};
+    std::array<int64_t, N> off{};
+    int64_t r = b;
+    for (int64_t d = outer - 1; d >= 0; --d) {
+      idx[size_t(d)] = r % l.sizes[size_t(d)];
+      r /= l.sizes[size_t(d)];
+      for (size_t k = 0; k < N; ++k) off[k] += idx[size_t(d)] * l.strides[k][size_t(d)];
+    }
+    for (int64_t i = b; i < e; ++i) {
+      row(off, len, inner);
+      for (int64_t d = outer - 1; d >= 0; --d) {
+        const size_t u = size_t(d);
+        for (size_t k = 0; k < N; ++k) off[k] += l.strides[k][u];
+        if (++idx[u] < l.sizes[u]) break;
+        for (size_t k = 0; k < N; ++k) off[k] -= idx[u] * l.strides[k][u];
+        idx[u] = 0;
+      }
+    }
+  });
+}
+
+// dst[i] = D(src[i]) over the common shape of two strided views (same sizes).
+template <class S, class D> void copy_rows(const S *src, IntArrayRef ss, D *dst, IntArrayRef ds, IntArrayRef sizes) {
+  for_each_row<2>(sizes, {ds, ss}, [&](const std::array<int64_t, 2> &off, int64_t n, const std::array<int64_t, 2> &st) {
+    D *o = dst + off[0];
+    const S *in = src + off[1];
+    if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(in[i]);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<D>(in[i * st[1]]);
+  });
+}
+
+// Copies `src` into `dst` (a view of equal sizes, any strides), converting the
+// element type. Neither may be meta.
+inline void copy_into(const Tensor &dst, const Tensor &src) {
+  dispatch_dtype(dst.dtype(), [&]<class D>() {
+    dispatch_dtype(src.dtype(), [&]<class S>() {
+      copy_rows(static_cast<const S *>(src.raw_data()), src.strides(), static_cast<D *>(dst.raw_data()),
+                dst.strides(), dst.sizes());
+    });
+  });
+}
+
+// A view of `t` with dim `d` narrowed to [start, start + len) (no checks, no trace).
+inline Tensor narrow_view(const Tensor &t, int64_t d, int64_t start, int64_t len) {
+  Dims sz(t.sizes());
+  sz[d] = len;
+  return detail::make_view(t, sz, t.strides(), t.storage_offset() + start * t.strides()[d]);
+}
+
+} // namespace kiln::kernels
