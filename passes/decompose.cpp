@@ -68,6 +68,7 @@ Values log_softmax(Emit e, const Node &n) {
 Values layer_norm(Emit e, const Node &n) {
   Value *x = n.operand(0);
   size_t k = n.attrs().at(0).as_ints().size();
+  if (int64_t(k) > rank(x)) return {}; // malformed: the verifier reports it
   std::vector<int64_t> dims;
   for (int64_t d = rank(x) - int64_t(k); d < rank(x); ++d) dims.push_back(d);
   Value *centered = e.sub(x, e.mean(x, dims));
@@ -82,6 +83,7 @@ Values layer_norm(Emit e, const Node &n) {
 // broadcast along dim 1. Training mode normalizes with the batch statistics.
 Values batch_norm(Emit e, const Node &n) {
   Value *x = n.operand(0);
+  if (rank(x) < 2) return {};
   auto opnd = [&](size_t i) { return i < n.operands().size() ? n.operand(i) : nullptr; };
   bool training = n.attrs().at(0).as_bool();
   double eps = n.attrs().at(2).as_float();
@@ -153,6 +155,7 @@ Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n))
 Values sdpa(Emit e, const Node &n) {
   if (n.attrs().at(0).as_float() != 0.0) return {}; // dropout stays in the composite
   Value *q = n.operand(0), *k = n.operand(1), *v = n.operand(2);
+  if (rank(q) < 2 || rank(k) < 2) return {};
   Value *mask = n.operands().size() > 3 ? n.operand(3) : nullptr;
   const Dims &qs = q->type().shape, &ks = k->type().shape;
   int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2], E = qs[qs.size() - 1];

@@ -75,7 +75,7 @@ public:
   bool enabled() const { return !disabled_ && (!opts_.dump_after.empty() || !opts_.dump_before.empty()); }
 
   // `index` numbers the file: 0 for the initial graph, i for the i-th pass.
-  void dump(const ir::Graph &g, size_t index, const std::string &stage, const std::string &text) {
+  void dump(size_t index, const std::string &stage, const std::string &text) {
     if (disabled_) return;
     if (opts_.dump_dir.empty()) {
       std::ostream &os = opts_.dump_stream ? *opts_.dump_stream : std::cerr;
@@ -94,7 +94,6 @@ public:
     out << text;
     out.flush();
     if (!out) disable("cannot write " + path.string());
-    (void)g;
   }
 
 private:
@@ -179,7 +178,7 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     passes.push_back(std::move(pass));
   }
   Dumper dumper(opts);
-  if (dumper.enabled()) dumper.dump(g, 0, "after trace", ir::print(g));
+  if (dumper.enabled()) dumper.dump(0, "after trace", ir::print(g));
   std::vector<PassTiming> timings;
   for (size_t i = 0; i < passes.size(); ++i) {
     Pass &pass = *passes[i];
@@ -193,8 +192,8 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     log()->debug("pass {}: {:.3f} ms{}", name, ms, changed ? "" : " (unchanged)");
     if (opts.verify_each) verify_after(g, name);
     if (!changed) continue;
-    if (want_before) dumper.dump(g, i + 1, "before " + name, before);
-    if (dumper.enabled() && selected(opts.dump_after, name)) dumper.dump(g, i + 1, "after " + name, ir::print(g));
+    if (want_before) dumper.dump(i + 1, "before " + name, before);
+    if (dumper.enabled() && selected(opts.dump_after, name)) dumper.dump(i + 1, "after " + name, ir::print(g));
   }
   return timings;
 }
