@@ -114,6 +114,18 @@ void verify_after(const ir::Graph &g, std::string_view pass) {
   }
 }
 
+// A pass meeting a malformed graph may throw a standard exception (an
+// attribute index out of range, ...): report it as a kiln::Error naming the pass.
+bool run_pass(Pass &pass, ir::Graph &g) {
+  try {
+    return pass.run(g);
+  } catch (const Error &) {
+    throw;
+  } catch (const std::exception &e) {
+    throw Error(detail::concat("pass '", pass.name(), "' failed on @", g.name(), ": ", e.what()));
+  }
+}
+
 } // namespace
 
 void register_pass(std::string name, PassFactory factory) {
@@ -186,7 +198,7 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     bool want_before = dumper.enabled() && selected(opts.dump_before, name);
     std::string before = want_before ? ir::print(g) : std::string();
     auto t0 = std::chrono::steady_clock::now();
-    bool changed = pass.run(g);
+    bool changed = run_pass(pass, g);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     timings.push_back({name, ms, changed});
     log()->debug("pass {}: {:.3f} ms{}", name, ms, changed ? "" : " (unchanged)");

@@ -2,6 +2,7 @@
 #include "graph_test_util.h"
 
 #include <sstream>
+#include <thread>
 
 #include "runtime/trace_hook.h"
 
@@ -441,4 +442,92 @@ TEST(Interpreter, RunsFusionGroupBodies) {
   Tensor xi = rnd({2, 3}, 3);
   std::vector<double> xv = vals(xi), wv = vals(w), got = vals(ir::interpret(g, {xi})[0]);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], std::exp(xv[i] * wv[i % 3]) + xv[i], 1e-5 * (1 + std::abs(got[i])));
+}
+
+// ---- random programs: seeded chains of broadcasting elementwise ops, keepdim
+// reductions, softmax, views and in-place updates; interpreter == eager, before
+// and after the default pipeline.
+
+namespace {
+
+struct Live {
+  Tensor t;
+  bool in_place_ok; // not a view: an in-place op on it is well defined in eager
+};
+
+TracedFunction random_program(uint64_t seed, std::vector<int64_t> base) {
+  return [seed, base](const std::vector<Tensor> &in) {
+    std::mt19937_64 gen(seed);
+    auto pick = [&](size_t n) { return size_t(gen() % n); };
+    std::vector<Live> live;
+    for (const Tensor &t : in) live.push_back({t, true});
+    for (int step = 0; step < 12; ++step) {
+      const Tensor &a = live[pick(live.size())].t;
+      const Tensor &b = live[pick(live.size())].t;
+      int64_t dim = int64_t(pick(base.size()));
+      Tensor r;
+      bool view = false;
+      switch (pick(10)) {
+      case 0: r = a.tanh() + b.sigmoid(); break;
+      case 1: r = a * b - a.abs(); break;
+      case 2: r = maximum(a, b).relu() * 0.5 + 1; break;
+      case 3: r = a.sum({dim}, true) / 3.0; break;
+      case 4: r = a.amax({dim}, true) - a.mean({dim}, true); break;
+      case 5: r = (a - b).softmax(dim); break;
+      case 6: r = a.expand(base); view = true; break;
+      case 7: r = a.transpose(0, int64_t(base.size()) - 1).transpose(0, int64_t(base.size()) - 1); view = true; break;
+      case 8: {
+        Live &target = live[pick(live.size())];
+        if (!target.in_place_ok) continue;
+        target.t.mul_(0.75).add_(0.25);
+        continue;
+      }
+      default: r = a.sin() * b.cos() + a.square(); break;
+      }
+      live.push_back({r, !view});
+    }
+    return std::vector<Tensor>{live.back().t, live[live.size() - 2].t};
+  };
+}
+
+} // namespace
+
+TEST(RandomPrograms, InterpreterAndPipelineMatchEager) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 gen(seed * 7919);
+    std::vector<int64_t> base;
+    for (size_t d = 0, n = 1 + gen() % 3; d < n; ++d) base.push_back(int64_t(1 + gen() % 5));
+    std::vector<Tensor> in;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int64_t> s = base;
+      for (int64_t &x : s)
+        if (gen() % 3 == 0) x = 1; // broadcast along this dim
+      in.push_back(rnd(s, seed * 10 + i));
+    }
+    TracedFunction fn = random_program(seed, base);
+    auto g = trace(fn, in);
+    std::vector<Tensor> eager_in = copies(in), graph_in = copies(in), opt_in = copies(in);
+    std::vector<Tensor> want = fn(eager_in);
+    EXPECT_TRUE(all_close(ir::interpret(*g, graph_in), want, 1e-5));
+    EXPECT_TRUE(all_close(graph_in, eager_in, 1e-5));
+    passes::run_pipeline(*g, passes::default_pipeline());
+    EXPECT_TRUE(all_close(ir::interpret(*g, opt_in), want, 1e-4));
+    EXPECT_TRUE(all_close(opt_in, eager_in, 1e-5));
+  }
+}
+
+TEST(Trace, ThreadsTraceIndependently) {
+  std::vector<std::unique_ptr<ir::Graph>> graphs(4);
+  std::vector<std::thread> threads;
+  TracedFunction fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{(in[0] * 2).softmax(0)}; };
+  for (size_t i = 0; i < graphs.size(); ++i)
+    threads.emplace_back([&, i] { graphs[i] = trace(fn, {rnd({int64_t(i) + 2}, i)}); });
+  for (std::thread &t : threads) t.join();
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    ASSERT_TRUE(graphs[i]);
+    EXPECT_EQ(graphs[i]->num_nodes(), 2u);
+    Tensor x = rnd({int64_t(i) + 2}, 99);
+    EXPECT_TRUE(all_close(ir::interpret(*graphs[i], {x}), fn({x})));
+  }
 }
