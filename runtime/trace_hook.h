@@ -50,14 +50,18 @@ private:
 
 } // namespace kiln::detail
 
+// The tensor inputs of KILN_TRACE as one macro argument (a braced list would be
+// split at its commas): KILN_TRACE(Add, KILN_INPUTS(a, b), alpha).
+#define KILN_INPUTS(...) (std::vector<::kiln::Tensor>{__VA_ARGS__})
+
 // First statement of an out-of-place op: while tracing, record and return.
-//   KILN_TRACE(Add, {a, b}, alpha);
+//   KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);   KILN_TRACE(Relu, {x});
 #define KILN_TRACE(OPID, INPUTS, ...)                                          \
   if (::kiln::detail::tracing()) [[unlikely]]                                  \
   return ::kiln::detail::trace_op(::kiln::OpId::OPID, INPUTS, ::kiln::Attrs{__VA_ARGS__})
 
 // First statement of an in-place op: while tracing, functionalize and return self.
-//   KILN_TRACE_INPLACE(self, Add, {self, other}, alpha);
+//   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
 #define KILN_TRACE_INPLACE(SELF, OPID, INPUTS, ...)                            \
   if (::kiln::detail::tracing()) [[unlikely]]                                  \
   return ::kiln::detail::trace_inplace(SELF, ::kiln::OpId::OPID, INPUTS, ::kiln::Attrs{__VA_ARGS__})

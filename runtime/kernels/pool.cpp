@@ -3,7 +3,6 @@
 // Results are contiguous; planes (n, c) are split over the thread pool.
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -114,10 +113,18 @@ template <class F> void for_planes(int64_t planes, int64_t work, F &&plane) {
   });
 }
 
-template <class T> bool beats(T v, T best) {
-  if constexpr (std::is_floating_point_v<T>) return v > best || std::isnan(v); // NaN propagates, as torch
-  else return v > best;
-}
+// Max over one window, branch-free (random data would mispredict a branch per
+// element). A NaN anywhere in the window makes the result NaN, as torch.
+template <class T> struct MaxAcc {
+  T best = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                 : std::numeric_limits<T>::lowest();
+  bool nan = false;
+  void add(T v) {
+    best = v > best ? v : best;
+    if constexpr (std::is_floating_point_v<T>) nan |= v != v;
+  }
+  T result() const { return nan ? std::numeric_limits<T>::quiet_NaN() : best; }
+};
 
 template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const Tensor &out) {
   const Planes p = planes_of(x);
@@ -135,14 +142,10 @@ template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const 
         int64_t w0 = j * w.s[1] - w.p[1];
         const int64_t w1 = std::min(w0 + (w.k[1] - 1) * w.d[1] + 1, p.w);
         while (w0 < 0) w0 += w.d[1];
-        T best = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                      : std::numeric_limits<T>::lowest();
+        MaxAcc<T> acc;
         for (int64_t y = h0; y < h1; y += w.d[0])
-          for (int64_t z = w0; z < w1; z += w.d[1]) {
-            const T v = in[y * p.sh + z * p.sw];
-            if (beats(v, best)) best = v;
-          }
-        o[i * ow + j] = best;
+          for (int64_t z = w0; z < w1; z += w.d[1]) acc.add(in[y * p.sh + z * p.sw]);
+        o[i * ow + j] = acc.result();
       }
     }
   });

@@ -236,24 +236,54 @@ std::vector<int64_t> read_indices(const Tensor &index, int64_t limit, const char
   return out;
 }
 
-// out.select(d, k) = x.select(d, idx[k]) for every k; `out` is contiguous.
+// out.select(d, k) = x.select(d, idx[k]) for every k. x is split into the dims
+// before d (outer), d, and the dims after d (inner); work goes over outer x k so
+// that a dim-last select reads each source row once instead of walking columns.
 void select_along(const Tensor &x, int64_t d, const std::vector<int64_t> &idx, const Tensor &out) {
-  // One slab per k: x's and out's metadata with dim d removed.
-  Dims sz(x.sizes()), xst(x.strides()), ost(out.strides());
-  const int64_t xstep = xst[d], ostep = ost[d];
-  sz.erase(d);
-  xst.erase(d);
-  ost.erase(d);
-  int64_t slab = 1;
-  for (int64_t s : sz) slab *= s;
-  const int64_t grain = std::max<int64_t>(1, kernels::kGrainElems / std::max<int64_t>(slab, 1));
+  const int64_t K = int64_t(idx.size());
+  const int64_t xstep = x.strides()[d], ostep = out.strides()[d];
+  Dims osz, oxs, oos, isz, ixs, ios;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i == d) continue;
+    Dims &sz = i < d ? osz : isz, &xs = i < d ? oxs : ixs, &os = i < d ? oos : ios;
+    sz.push_back(x.sizes()[i]);
+    xs.push_back(x.strides()[i]);
+    os.push_back(out.strides()[i]);
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t s : osz) outer *= s;
+  for (int64_t s : isz) inner *= s;
+  // Source and result offsets of outer row o.
+  auto outer_offsets = [&](int64_t o, int64_t &xo, int64_t &oo) {
+    xo = oo = 0;
+    for (size_t j = osz.size(); j-- > 0;) {
+      const int64_t i = o % osz[j];
+      o /= osz[j];
+      xo += i * oxs[j];
+      oo += i * oos[j];
+    }
+  };
   dispatch_dtype(x.dtype(), [&]<class T>() {
     const T *src = static_cast<const T *>(x.raw_data());
     T *dst = static_cast<T *>(out.raw_data());
-    // Slabs run in parallel; the copy inside one slab then stays on its thread.
-    parallel_for(0, int64_t(idx.size()), grain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k)
-        kernels::copy_rows(src + idx[size_t(k)] * xstep, xst, dst + k * ostep, ost, sz);
+    if (inner == 1) { // one element per (o, k): a tight loop over k per outer row
+      parallel_for(0, outer, std::max<int64_t>(1, kernels::kGrainElems / K), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          int64_t xo, oo;
+          outer_offsets(o, xo, oo);
+          for (int64_t k = 0; k < K; ++k) dst[oo + k * ostep] = src[xo + idx[size_t(k)] * xstep];
+        }
+      });
+      return;
+    }
+    // One slab of `inner` elements per (o, k); inside a pool task the copy stays serial.
+    parallel_for(0, outer * K, std::max<int64_t>(1, kernels::kGrainElems / inner), [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) {
+        const int64_t o = u / K, k = u % K;
+        int64_t xo, oo;
+        outer_offsets(o, xo, oo);
+        kernels::copy_rows(src + xo + idx[size_t(k)] * xstep, ixs, dst + oo + k * ostep, ios, isz);
+      }
     });
   });
 }

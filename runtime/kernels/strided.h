@@ -82,8 +82,57 @@ void for_each_row(IntArrayRef sizes, const std::array<IntArrayRef, N> &strides, 
   });
 }
 
+// A copy whose source walks its innermost dim with a large stride while its
+// second-innermost dim is unit-stride (a transposed source): copied in square
+// tiles so that both sides stay in cache. Returns false when that is not the case.
+template <class S, class D>
+bool copy_transposed(const S *src, IntArrayRef ss, D *dst, IntArrayRef ds, IntArrayRef sizes) {
+  constexpr int64_t kTile = 32;
+  const Loop<2> l = coalesce<2>(sizes, {ds, ss});
+  const size_t nd = l.sizes.size();
+  if (nd < 2) return false;
+  const int64_t rows = l.sizes[nd - 2], cols = l.sizes[nd - 1];
+  const int64_t drs = l.strides[0][nd - 2], dcs = l.strides[0][nd - 1];
+  const int64_t srs = l.strides[1][nd - 2], scs = l.strides[1][nd - 1];
+  if (srs != 1 || scs == 1 || rows < kTile || cols < kTile) return false;
+  // One task per (outer plane, tile row); the plane's offsets come from its index.
+  int64_t planes = 1;
+  for (size_t d = 0; d + 2 < nd; ++d) planes *= l.sizes[d];
+  const int64_t tile_rows = (rows + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / (kTile * cols));
+  parallel_for(0, planes * tile_rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      int64_t plane = task / tile_rows, r0 = (task % tile_rows) * kTile;
+      int64_t doff = 0, soff = 0;
+      for (size_t d = nd - 2; d-- > 0;) {
+        const int64_t i = plane % l.sizes[d];
+        plane /= l.sizes[d];
+        doff += i * l.strides[0][d];
+        soff += i * l.strides[1][d];
+      }
+      const int64_t nr = std::min(rows - r0, kTile);
+      // Through a small buffer: each source and destination line is then touched in
+      // one burst, so power-of-two strides cannot make the lines evict each other.
+      D buf[kTile][kTile];
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t nc = std::min(cols - c0, kTile);
+        for (int64_t c = 0; c < nc; ++c) {
+          const S *in = src + soff + r0 + (c0 + c) * scs;
+          for (int64_t r = 0; r < nr; ++r) buf[c][r] = static_cast<D>(in[r]);
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          D *o = dst + doff + (r0 + r) * drs + c0 * dcs;
+          for (int64_t c = 0; c < nc; ++c) o[c * dcs] = buf[c][r];
+        }
+      }
+    }
+  });
+  return true;
+}
+
 // dst[i] = D(src[i]) over the common shape of two strided views (same sizes).
 template <class S, class D> void copy_rows(const S *src, IntArrayRef ss, D *dst, IntArrayRef ds, IntArrayRef sizes) {
+  if (copy_transposed(src, ss, dst, ds, sizes)) return;
   for_each_row<2>(sizes, {ds, ss}, [&](const std::array<int64_t, 2> &off, int64_t n, const std::array<int64_t, 2> &st) {
     D *o = dst + off[0];
     const S *in = src + off[1];

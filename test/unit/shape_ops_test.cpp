@@ -485,6 +485,13 @@ TEST(ShapeOps, LargeInputsParallel) {
   Tensor c = cat({a, b}, 1);
   TensorList ts{a, b};
   expect_values(c, {300, 357}, [&](const Idx &i) { return cat_ref(ts, 1, i); });
+  // Batched transposed sources with a dtype conversion (the tiled copy path, partial tiles).
+  TensorList mixed{transposed({3, 70, 45}, kInt32, 4), transposed({3, 70, 33}, kFloat64, 5)};
+  Tensor m = cat(mixed, -1);
+  EXPECT_EQ(m.dtype(), kFloat64);
+  expect_values(m, {3, 70, 78}, [&](const Idx &i) { return cat_ref(mixed, 2, i); });
+  Tensor st = stack({mixed[0], mixed[0]}, 1);
+  expect_values(st, {3, 2, 70, 45}, [&](const Idx &i) { return get(mixed[0], {i[0], i[2], i[3]}); });
   Tensor lo = tril(a, 3);
   expect_values(lo, {300, 257}, [&](const Idx &i) { return i[1] - i[0] <= 3 ? get(a, i) : 0.0; });
   std::vector<int64_t> vals;

@@ -55,6 +55,11 @@ TEST(ViewAdapters, Reshape) {
   check_view_op(OpId::Reshape, x, {Idx{24}}, [&] { return x.flatten(); }); // flatten records reshape
   Tensor one = filled({1}, kFloat64);
   check_view_op(OpId::Reshape, one, {Idx{}}, [&] { return one.reshape({}); });
+  // Not viewable: reshape copies; the adapter gives the same values.
+  Tensor t = transposed({3, 4}, kInt64);
+  Tensor r = run_op(OpId::Reshape, {t}, {Idx{12}}).at(0);
+  expect_values(r, {12}, [&](const Idx &i) { return get(t, {i[0] / 4, i[0] % 4}); });
+  expect_same(r, t.reshape({-1}));
 }
 
 TEST(ViewAdapters, TransposePermute) {
