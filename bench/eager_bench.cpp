@@ -28,6 +28,15 @@ void W8_add_1elem(benchmark::State &state) {
 }
 BENCHMARK(W8_add_1elem);
 
+// The floor under W8: allocating (and freeing) a 1-element result, no op.
+void W8_alloc_only(benchmark::State &state) {
+  for (auto _ : state) {
+    Tensor z = kiln::detail::make_tensor({1}, kiln::kFloat32);
+    benchmark::DoNotOptimize(z.unsafeGetTensorImpl());
+  }
+}
+BENCHMARK(W8_alloc_only);
+
 constexpr int64_t kW9 = 4194304;
 
 void W9_add_4M(benchmark::State &state) {

@@ -19,6 +19,8 @@ spdlog::level::level_enum level_from_env() {
 }
 
 std::shared_ptr<spdlog::logger> make_logger() {
+  // Another part of the process may have registered "kiln" already: share it.
+  if (auto existing = spdlog::get("kiln")) return existing;
   auto logger = spdlog::stderr_color_mt("kiln");
   logger->set_pattern("[kiln] [%l] %v");
   logger->set_level(level_from_env());

@@ -39,6 +39,13 @@ template <class T> inline T w_neg(T x) { return w_sub(T(0), x); }
 
 // ---------------------------------------------------------------- kernel drivers
 
+bool same_sizes(const Dims &x, const Dims &y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] != y[i]) return false;
+  return true;
+}
+
 struct Shape2 {
   Dims shape;
   DType dtype;
@@ -48,6 +55,11 @@ struct Shape2 {
 Shape2 binary_meta(const Tensor &a, const Tensor &b, const char *op) {
   detail::check_defined(a, op, "self");
   detail::check_defined(b, op, "other");
+  // The common case (x + y, same shape and dtype, no Python-style scalar) skips the
+  // general broadcasting and promotion code: it costs a noticeable part of a small op.
+  const TensorImpl &ia = *a.unsafeGetTensorImpl(), &ib = *b.unsafeGetTensorImpl();
+  if (ia.dtype == ib.dtype && !ia.wrapped_number && !ib.wrapped_number && same_sizes(ia.sizes, ib.sizes))
+    return {ia.sizes, ia.dtype};
   return {detail::broadcast_shapes(a.sizes(), b.sizes(), op), detail::result_type({&a, &b})};
 }
 
@@ -111,7 +123,8 @@ struct Alpha {
   double d;
   int64_t i;
   bool b;
-  explicit Alpha(const Scalar &s) : d(s.toDouble()), i(s.toLong()), b(s.to<bool>()) {}
+  // i stays 0 for a float alpha (only float results use it; casting NaN to int is UB).
+  explicit Alpha(const Scalar &s) : d(s.toDouble()), i(s.is_floating_point() ? 0 : s.toLong()), b(s.to<bool>()) {}
   template <class T> T as() const {
     if constexpr (std::is_same_v<T, bool>) return b;
     else if constexpr (std::is_floating_point_v<T>) return T(d);
@@ -206,8 +219,6 @@ std::optional<double> scalar_value(const Tensor &t) {
 }
 
 void pow_kernel(const Tensor &out, const Tensor &a, const Tensor &b) {
-  if (out.dtype() == kBool) // x ** 0 is 1, x ** 1 is x
-    return binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return !y || x; });
   if (!out.is_floating_point())
     return binary_kernel<IntTypes>(out, a, b, [](auto x, auto y) { return int_pow(x, y); });
   std::optional<double> e = scalar_value(b);
@@ -238,7 +249,7 @@ template <class T> T py_mod(T a, T b, const char *op) {
 Tensor add(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "add");
   check_alpha(m.dtype, alpha, "add");
-  KILN_TRACE(Add, TensorList({a, b}), alpha);
+  KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   add_kernel(out, a, b, alpha);
@@ -250,7 +261,7 @@ Tensor sub(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "sub");
   check_sub(a, b, "sub");
   check_alpha(m.dtype, alpha, "sub");
-  KILN_TRACE(Sub, TensorList({a, b}), alpha);
+  KILN_TRACE(Sub, KILN_INPUTS(a, b), alpha);
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   sub_kernel(out, a, b, alpha);
@@ -260,7 +271,7 @@ Tensor sub(const Tensor &a, const Scalar &b, const Scalar &alpha) { return sub(a
 
 Tensor mul(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "mul");
-  KILN_TRACE(Mul, TensorList({a, b}));
+  KILN_TRACE(Mul, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   mul_kernel(out, a, b);
@@ -273,7 +284,7 @@ Tensor div(const Tensor &a, const Tensor &b, std::optional<std::string> rounding
   Rounding r = parse_rounding(rounding_mode, "div");
   KILN_CHECK(r == Rounding::None || m.dtype != kBool, "div: rounding_mode '", *rounding_mode,
              "' is not supported for bool tensors");
-  KILN_TRACE(Div, TensorList({a, b}), rounding_mode);
+  KILN_TRACE(Div, KILN_INPUTS(a, b), rounding_mode);
   Tensor out = detail::make_result(m.shape, div_result(m.dtype, r), {&a, &b});
   if (out.is_meta()) return out;
   div_kernel(out, a, b, r, "div");
@@ -285,13 +296,16 @@ Tensor div(const Tensor &a, const Scalar &b, std::optional<std::string> rounding
 
 Tensor pow(const Tensor &a, const Tensor &exponent) {
   Shape2 m = binary_meta(a, exponent, "pow");
+  // As torch: pow has no bool kernel (square(bool) promotes through an int64 exponent).
+  KILN_CHECK(m.dtype != kBool, "pow: not supported on bool tensors (shapes ", shape_str(a.sizes()), " and ",
+             shape_str(exponent.sizes()), ")");
   // torch refuses a negative integer *scalar* exponent on integers (a tensor exponent gives 0s).
   if (is_integral(m.dtype) && exponent.impl().wrapped_number && !exponent.is_floating_point()) {
     std::optional<double> e = scalar_value(exponent);
     KILN_CHECK(!e || *e >= 0, "pow: integers to negative integer powers are not allowed (base ", a.dtype(),
                " of shape ", shape_str(a.sizes()), ", exponent ", *e, ")");
   }
-  KILN_TRACE(Pow, TensorList({a, exponent}));
+  KILN_TRACE(Pow, KILN_INPUTS(a, exponent));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &exponent});
   if (out.is_meta()) return out;
   pow_kernel(out, a, exponent);
@@ -302,7 +316,7 @@ Tensor pow(const Scalar &a, const Tensor &exponent) { return pow(detail::wrap_sc
 
 Tensor maximum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "maximum");
-  KILN_TRACE(Maximum, TensorList({a, b}));
+  KILN_TRACE(Maximum, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x > y || x != x) ? x : y; }); // NaN wins
@@ -311,7 +325,7 @@ Tensor maximum(const Tensor &a, const Tensor &b) {
 
 Tensor minimum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "minimum");
-  KILN_TRACE(Minimum, TensorList({a, b}));
+  KILN_TRACE(Minimum, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x < y || x != x) ? x : y; });
@@ -322,7 +336,7 @@ Tensor remainder(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "remainder");
   KILN_CHECK(m.dtype != kBool, "remainder: not supported on bool tensors (shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()), ")");
-  KILN_TRACE(Remainder, TensorList({a, b}));
+  KILN_TRACE(Remainder, KILN_INPUTS(a, b));
   Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<NumericTypes>(out, a, b, [](auto x, auto y) { return py_mod(x, y, "remainder"); });
@@ -334,7 +348,7 @@ Tensor remainder(const Tensor &a, const Scalar &b) { return remainder(a, detail:
 #define KILN_PREDICATE(fn, Id, ...)                                                                            \
   Tensor fn(const Tensor &a, const Tensor &b) {                                                                \
     Shape2 m = binary_meta(a, b, #fn);                                                                         \
-    KILN_TRACE(Id, TensorList({a, b}));                                                                        \
+    KILN_TRACE(Id, KILN_INPUTS(a, b));                                                                         \
     Tensor out = detail::make_result(m.shape, kBool, {&a, &b});                                                \
     if (out.is_meta()) return out;                                                                             \
     predicate_kernel(out, a, b, m.dtype, [](auto x, auto y) { return __VA_ARGS__; });                          \
@@ -366,7 +380,7 @@ Tensor &add_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   Shape2 m = binary_meta(self, other, "add_");
   check_alpha(m.dtype, alpha, "add_");
   detail::check_inplace(self, other.sizes(), m.dtype, "add_");
-  KILN_TRACE_INPLACE(self, Add, TensorList({self, other}), alpha);
+  KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) add_kernel(self, self, o, alpha);
@@ -382,7 +396,7 @@ Tensor &sub_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   check_sub(self, other, "sub_");
   check_alpha(m.dtype, alpha, "sub_");
   detail::check_inplace(self, other.sizes(), m.dtype, "sub_");
-  KILN_TRACE_INPLACE(self, Sub, TensorList({self, other}), alpha);
+  KILN_TRACE_INPLACE(self, Sub, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) sub_kernel(self, self, o, alpha);
@@ -396,7 +410,7 @@ Tensor &sub_(Tensor &self, const Scalar &other, const Scalar &alpha) {
 Tensor &mul_(Tensor &self, const Tensor &other) {
   Shape2 m = binary_meta(self, other, "mul_");
   detail::check_inplace(self, other.sizes(), m.dtype, "mul_");
-  KILN_TRACE_INPLACE(self, Mul, TensorList({self, other}));
+  KILN_TRACE_INPLACE(self, Mul, KILN_INPUTS(self, other));
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) mul_kernel(self, self, o);
@@ -409,7 +423,7 @@ Tensor &div_(Tensor &self, const Tensor &other) {
   Shape2 m = binary_meta(self, other, "div_");
   DType dt = div_result(m.dtype, Rounding::None);
   detail::check_inplace(self, other.sizes(), dt, "div_");
-  KILN_TRACE_INPLACE(self, Div, TensorList({self, other}), std::optional<std::string>());
+  KILN_TRACE_INPLACE(self, Div, KILN_INPUTS(self, other), std::optional<std::string>());
   if (detail::any_meta({&self, &other})) return self;
   Tensor o = detail::unalias(self, other);
   if (dt == self.dtype()) div_kernel(self, self, o, Rounding::None, "div_");

@@ -21,16 +21,8 @@ void convert_one(const void *src, DType from, void *dst, DType to) {
 }
 } // namespace
 
-Arg::Arg(const Tensor &t, DType want) {
+void Arg::convert(const Tensor &t, DType want) {
   itemsize = int64_t(kiln::itemsize(want));
-  if (t.dtype() == want) {
-    data = static_cast<char *>(t.raw_data());
-    sizes = t.sizes();
-    strides = t.strides();
-    numel = t.numel();
-    contiguous = t.is_contiguous();
-    return;
-  }
   if (t.numel() == 1) { // scalars: convert the one value, no temporary tensor
     convert_one(t.raw_data(), t.dtype(), buf, want);
     data = buf;
@@ -101,7 +93,7 @@ Tensor copy(const Tensor &self, const Tensor &src) {
   Dims shape = detail::broadcast_shapes(self.sizes(), src.sizes(), "copy");
   KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy: src of shape ", shape_str(src.sizes()),
              " cannot be broadcast to self's shape ", shape_str(self.sizes()));
-  KILN_TRACE(Copy, TensorList({self, src}));
+  KILN_TRACE(Copy, KILN_INPUTS(self, src));
   Tensor out = detail::make_result(self.sizes(), self.dtype(), {&self, &src});
   if (out.is_meta()) return out;
   detail::cast_into(out, src);
@@ -115,7 +107,7 @@ Tensor &copy_(Tensor &self, const Tensor &src) {
   KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy_: src of shape ", shape_str(src.sizes()),
              " cannot be broadcast to self's shape ", shape_str(self.sizes()));
   detail::check_no_internal_overlap(self, "copy_");
-  KILN_TRACE_INPLACE(self, Copy, TensorList({self, src}));
+  KILN_TRACE_INPLACE(self, Copy, KILN_INPUTS(self, src));
   if (detail::any_meta({&self, &src}) || src.is_same(self)) return self;
   detail::cast_into(self, detail::unalias(self, src));
   return self;

@@ -64,7 +64,7 @@ Tensor where(const Tensor &condition, const Tensor &a, const Tensor &b) {
   Dims shape = detail::broadcast_shapes(detail::broadcast_shapes(condition.sizes(), a.sizes(), "where"), b.sizes(),
                                         "where");
   DType dt = detail::result_type({&a, &b});
-  KILN_TRACE(Where, TensorList({condition, a, b}));
+  KILN_TRACE(Where, KILN_INPUTS(condition, a, b));
   Tensor out = detail::make_result(shape, dt, {&condition, &a, &b});
   if (out.is_meta()) return out;
   dispatch_dtype(dt, [&]<class T>() {
@@ -105,7 +105,7 @@ Tensor masked_fill(const Tensor &x, const Tensor &mask, const Scalar &value) {
              mask.dtype(), " (shape ", shape_str(mask.sizes()), ")");
   // As torch's out-of-place masked_fill: self and mask broadcast together.
   Dims shape = detail::broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
-  KILN_TRACE(MaskedFill, TensorList({x, mask}), value);
+  KILN_TRACE(MaskedFill, KILN_INPUTS(x, mask), value);
   Tensor out = detail::make_result(shape, x.dtype(), {&x, &mask});
   if (out.is_meta()) return out;
   dispatch_dtype(x.dtype(), [&]<class T>() {
@@ -128,7 +128,7 @@ Tensor lerp(const Tensor &start, const Tensor &end, const Tensor &weight) {
              start.dtype(), " for `weight` but got dtype ", weight.dtype());
   Dims shape = detail::broadcast_shapes(detail::broadcast_shapes(start.sizes(), end.sizes(), "lerp"),
                                         weight.sizes(), "lerp");
-  KILN_TRACE(Lerp, TensorList({start, end, weight}));
+  KILN_TRACE(Lerp, KILN_INPUTS(start, end, weight));
   Tensor out = detail::make_result(shape, start.dtype(), {&start, &end, &weight});
   if (out.is_meta()) return out;
   dispatch_dtype(start.dtype(), [&]<class T>() {

@@ -31,6 +31,22 @@ namespace kiln::detail {
 // Elements per parallel chunk: small ops stay on the calling thread.
 inline constexpr int64_t kGrain = 32768;
 
+// Contiguity and the first element's address straight from the impl: the op has
+// already checked that nothing is meta, and these run several times per call.
+inline bool impl_contiguous(const TensorImpl &t) {
+  if (t.numel <= 1) return true;
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
+}
+inline char *impl_data(const TensorImpl &t) {
+  return static_cast<char *>(t.storage->data()) + t.storage_offset * int64_t(itemsize(t.dtype));
+}
+
 // One input of an elementwise loop, already in the compute dtype `want`:
 // the tensor itself when its dtype matches; a single value converted into `buf`
 // when it has one element (scalars, wrapped numbers); otherwise a converted copy.
@@ -43,9 +59,24 @@ struct Arg {
   Tensor keep; // the converted copy, when one was made
   alignas(8) char buf[8];
 
-  Arg(const Tensor &t, DType want);
+  Arg(const Tensor &t, DType want) {
+    const TensorImpl &ti = *t.unsafeGetTensorImpl();
+    if (ti.dtype != want) {
+      convert(t, want);
+      return;
+    }
+    itemsize = int64_t(kiln::itemsize(want));
+    data = impl_data(ti);
+    sizes = ti.sizes;
+    strides = ti.strides;
+    numel = ti.numel;
+    contiguous = impl_contiguous(ti);
+  }
   Arg(const Arg &) = delete;
   Arg &operator=(const Arg &) = delete;
+
+private:
+  void convert(const Tensor &t, DType want); // elementwise_copy.cpp
 };
 
 // ---------------------------------------------------------------- innermost runs
@@ -195,12 +226,13 @@ template <class Out, class... In, class F>
 void run_loop(const Tensor &out, const std::array<const Arg *, sizeof...(In)> &args, F f) {
   constexpr int K = int(sizeof...(In));
   constexpr int N = K + 1;
-  const int64_t numel = out.numel();
+  const TensorImpl &oi = *out.unsafeGetTensorImpl();
+  const int64_t numel = oi.numel;
   if (numel == 0) return;
-  char *odata = static_cast<char *>(out.raw_data());
+  char *odata = impl_data(oi);
   auto inner = [&f](char *const *ptrs, const int64_t *st, int64_t n) { inner_run<Out, In...>(ptrs, st, n, f); };
 
-  bool flat = out.is_contiguous();
+  bool flat = impl_contiguous(oi);
   for (int i = 0; flat && i < K; ++i) flat = flat_arg(*args[i], numel);
   if (flat) {
     int64_t st[N];

@@ -447,6 +447,9 @@ TEST(ElementwiseBinary, PowThreeOverloads) {
   EXPECT_EQ(pow(i, 2.0).dtype(), kFloat32);
   EXPECT_EQ(pow(2, make({2}, kInt32, small_int)).dtype(), kInt32);
   expect_error([&] { pow(i, -1); }, "pow: integers to negative integer powers are not allowed");
+  Tensor bb = make({2}, kBool, bool_gen);
+  expect_error([&] { pow(bb, bb); }, "pow: not supported on bool tensors");
+  EXPECT_EQ(pow(bb, 2).dtype(), kInt64);
 }
 
 TEST(ElementwiseBinary, ComparisonsAndLogical) {
@@ -574,6 +577,21 @@ TEST(ElementwiseParallel, LargeStridedAndFlatMatchReferenceAtTwoThreads) {
     expect_values(exp(a), ref_unary(a, [](double v) { return std::exp(v); }), 2e-6);
     Tensor i = make({70000}, kInt32, small_int);
     expect_values(where(gt(i, 0), i, 0), ref_unary(i, [](double v) { return v > 0 ? v : 0.0; }));
+  }
+}
+
+TEST(ElementwiseParallel, FourDimPermutedBroadcastAcrossChunks) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    // [3, 65, 7, 33] permuted to [7, 33, 65, 3]: 45045 elements, no dim coalesces,
+    // so chunk boundaries fall inside runs and carries cross several dims.
+    Tensor a = make({3, 65, 7, 33}, kFloat64, signed_frac).permute({2, 3, 1, 0});
+    Tensor b = make({33, 1, 3}, kFloat64, positive);
+    expect_values(sub(a, b, 0.5), ref_binary(a, b, [](double x, double z) { return x - 0.5 * z; }), 1e-15, 1e-15);
+    std::vector<double> av = values(a);
+    Tensor a_copy = make({7, 33, 65, 3}, kFloat64, [&](int64_t k) { return av[size_t(k)]; });
+    a.mul_(b); // in place through the permuted view
+    expect_values(a, ref_binary(a_copy, b, [](double x, double z) { return x * z; }), 1e-15);
   }
 }
 

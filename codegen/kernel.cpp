@@ -1,0 +1,381 @@
+#include "codegen/kernel.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace kiln::codegen {
+
+const char *op_name(KOp op) {
+  switch (op) {
+#define X(name, arity)                                                                           \
+  case KOp::name: return #name;
+    KILN_KERNEL_OPS(X)
+#undef X
+  }
+  return "?";
+}
+
+int op_arity(KOp op) {
+  switch (op) {
+#define X(name, arity)                                                                           \
+  case KOp::name: return arity;
+    KILN_KERNEL_OPS(X)
+#undef X
+  }
+  return 0;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
+int64_t KernelDesc::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+namespace {
+
+// Appends raw bytes of trivially copyable values: the key is compared byte-wise.
+class KeyWriter {
+public:
+  template <class T> void put(const T &v) {
+    char bytes[sizeof(T)];
+    std::memcpy(bytes, &v, sizeof(T));
+    out_.append(bytes, sizeof(T));
+  }
+  void put_vec(const std::vector<int64_t> &v) {
+    put<uint64_t>(v.size());
+    for (int64_t x : v) put(x);
+  }
+  std::string take() { return std::move(out_); }
+
+private:
+  std::string out_;
+};
+
+bool is_compare(KOp op) { return op >= KOp::Eq && op <= KOp::Ge; }
+bool is_float_only(KOp op) { return op >= KOp::Sqrt && op <= KOp::Round; }
+
+void check_buffer(const BufferSpec &b, size_t rank, const char *what, size_t i) {
+  KILN_CHECK(b.strides.size() == rank, "kernel: ", what, " ", i, " has ", b.strides.size(),
+             " strides for an iteration space of rank ", rank);
+}
+
+void check_node(const KernelDesc &k, size_t i) {
+  const Node &n = k.nodes[i];
+  int arity = op_arity(n.op);
+  for (int a = 0; a < 3; ++a) {
+    bool used = a < arity;
+    int32_t arg = n.args[a];
+    KILN_CHECK(!used || (arg >= 0 && size_t(arg) < i), "kernel: node ", i, " (", op_name(n.op),
+               ") operand ", a, " = ", arg, " does not refer to an earlier node");
+    KILN_CHECK(used || arg == -1, "kernel: node ", i, " (", op_name(n.op), ") has extra operand ", a);
+  }
+  if (n.op == KOp::Load) {
+    KILN_CHECK(n.input >= 0 && size_t(n.input) < k.inputs.size(), "kernel: node ", i,
+               " loads missing input ", n.input);
+    KILN_CHECK(k.inputs[n.input].dtype == n.dtype, "kernel: node ", i, " loads ", n.dtype,
+               " from input ", n.input, " of dtype ", k.inputs[n.input].dtype);
+  }
+  auto arg_type = [&](int a) { return k.nodes[n.args[a]].dtype; };
+  if (arity == 2) {
+    KILN_CHECK(arg_type(0) == arg_type(1), "kernel: node ", i, " (", op_name(n.op), ") mixes ",
+               arg_type(0), " and ", arg_type(1), "; insert a cast");
+    KILN_CHECK(n.dtype == (is_compare(n.op) ? DType::Bool : arg_type(0)), "kernel: node ", i, " (",
+               op_name(n.op), ") has result type ", n.dtype);
+  }
+  if (n.op == KOp::Select) {
+    KILN_CHECK(arg_type(0) == DType::Bool, "kernel: node ", i, " select condition must be bool");
+    KILN_CHECK(arg_type(1) == arg_type(2) && n.dtype == arg_type(1), "kernel: node ", i,
+               " select branches must share the result type");
+  }
+  if (n.op == KOp::Fma)
+    KILN_CHECK(arg_type(0) == n.dtype && arg_type(1) == n.dtype && arg_type(2) == n.dtype,
+               "kernel: node ", i, " fma operands must share the result type");
+  if (arity == 1 && n.op != KOp::Cast)
+    KILN_CHECK(arg_type(0) == n.dtype, "kernel: node ", i, " (", op_name(n.op),
+               ") must keep its operand type");
+  if (is_float_only(n.op))
+    KILN_CHECK(is_floating(n.dtype), "kernel: node ", i, " (", op_name(n.op),
+               ") needs a floating operand, got ", n.dtype);
+  bool arith = (n.op >= KOp::Add && n.op <= KOp::Max) || n.op == KOp::Neg || n.op == KOp::Abs ||
+               n.op == KOp::Fma;
+  KILN_CHECK(!arith || n.dtype != DType::Bool, "kernel: node ", i, " (", op_name(n.op),
+             ") is not defined on bool; cast first");
+  bool bitwise = n.op == KOp::And || n.op == KOp::Or || n.op == KOp::Xor || n.op == KOp::Not;
+  KILN_CHECK(!bitwise || !is_floating(n.dtype), "kernel: node ", i, " (", op_name(n.op),
+             ") needs bool or integer operands");
+}
+
+} // namespace
+
+void KernelDesc::validate() const {
+  KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
+             kMaxKernelRank);
+  for (int64_t s : shape) KILN_CHECK(s >= 0, "kernel: negative size ", s);
+  KILN_CHECK(!outputs.empty(), "kernel: no outputs");
+  for (size_t i = 0; i < inputs.size(); ++i) check_buffer(inputs[i], shape.size(), "input", i);
+  for (size_t i = 0; i < nodes.size(); ++i) check_node(*this, i);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_buffer(outputs[i].buffer, shape.size(), "output", i);
+    int32_t v = outputs[i].value;
+    KILN_CHECK(v >= 0 && size_t(v) < nodes.size(), "kernel: output ", i, " stores missing node ", v);
+    KILN_CHECK(nodes[v].dtype == outputs[i].buffer.dtype, "kernel: output ", i, " stores ",
+               nodes[v].dtype, " into a ", outputs[i].buffer.dtype, " buffer");
+  }
+}
+
+std::string KernelDesc::key() const {
+  KeyWriter w;
+  w.put<uint32_t>(1); // key format version
+  w.put_vec(shape);
+  w.put(grain);
+  w.put<uint64_t>(inputs.size());
+  for (const auto &b : inputs) {
+    w.put(b.dtype);
+    w.put_vec(b.strides);
+  }
+  w.put<uint64_t>(nodes.size());
+  for (const auto &n : nodes) {
+    w.put(n.op);
+    w.put(n.dtype);
+    w.put(n.args);
+    w.put(n.input);
+    w.put(n.fvalue);
+    w.put(n.ivalue);
+  }
+  w.put<uint64_t>(outputs.size());
+  for (const auto &o : outputs) {
+    w.put(o.value);
+    w.put(o.buffer.dtype);
+    w.put_vec(o.buffer.strides);
+  }
+  return w.take();
+}
+
+uint64_t KernelDesc::hash() const {
+  // FNV-1a, then a murmur-style finaliser so that nearby keys spread over all bits.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key()) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+std::string KernelDesc::to_string() const {
+  std::ostringstream os;
+  auto vec = [&](const std::vector<int64_t> &v) {
+    os << '[';
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    os << ']';
+  };
+  os << "kernel shape=";
+  vec(shape);
+  os << " grain=" << grain << '\n';
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";
+    vec(inputs[i].strides);
+    os << '\n';
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node &n = nodes[i];
+    os << "  %" << i << " = " << op_name(n.op) << '.' << short_name(n.dtype);
+    if (n.op == KOp::Load) os << " in" << n.input;
+    if (n.op == KOp::Const) {
+      if (is_floating(n.dtype)) os << ' ' << n.fvalue;
+      else os << ' ' << n.ivalue;
+    }
+    for (int a = 0; a < op_arity(n.op); ++a) os << (a ? ", %" : " %") << n.args[a];
+    os << '\n';
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    os << "  out" << i << " <- %" << outputs[i].value << " strides=";
+    vec(outputs[i].buffer.strides);
+    os << '\n';
+  }
+  return os.str();
+}
+
+// ---- builder
+
+DType Expr::dtype() const {
+  KILN_CHECK(builder, "kernel: use of an empty Expr");
+  return builder->node(id).dtype;
+}
+
+KernelBuilder::KernelBuilder(std::vector<int64_t> shape) {
+  KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
+             kMaxKernelRank);
+  desc_.shape = std::move(shape);
+}
+
+const Node &KernelBuilder::node(int32_t id) const {
+  KILN_CHECK(id >= 0 && size_t(id) < desc_.nodes.size(), "kernel: no node ", id);
+  return desc_.nodes[id];
+}
+
+Expr KernelBuilder::add_node(Node n) {
+  desc_.nodes.push_back(n);
+  size_t i = desc_.nodes.size() - 1;
+  try {
+    check_node(desc_, i); // report a bad expression where it is written
+  } catch (...) {
+    desc_.nodes.pop_back();
+    throw;
+  }
+  return Expr{this, int32_t(i)};
+}
+
+namespace {
+int32_t own(const KernelBuilder *b, Expr e) {
+  KILN_CHECK(e.builder == b, "kernel: expression from another builder");
+  return e.id;
+}
+} // namespace
+
+Expr KernelBuilder::input(DType dtype, std::vector<int64_t> strides) {
+  if (strides.empty() && !desc_.shape.empty()) strides = contiguous_strides(desc_.shape);
+  check_buffer(BufferSpec{dtype, strides}, desc_.shape.size(), "input", desc_.inputs.size());
+  desc_.inputs.push_back(BufferSpec{dtype, std::move(strides)});
+  Node n;
+  n.op = KOp::Load;
+  n.dtype = dtype;
+  n.input = int32_t(desc_.inputs.size() - 1);
+  return add_node(n);
+}
+
+Expr KernelBuilder::constant(double value, DType dtype) {
+  Node n;
+  n.op = KOp::Const;
+  n.dtype = dtype;
+  if (is_floating(dtype)) {
+    n.fvalue = dtype == DType::Float32 ? double(float(value)) : value;
+    return add_node(n);
+  }
+  if (dtype == DType::Bool) {
+    n.ivalue = value != 0;
+    return add_node(n);
+  }
+  // Integers: truncate toward zero, saturating at the type's limits (an
+  // out-of-range double -> int conversion would be undefined behaviour).
+  double lo = dtype == DType::Int32 ? -2147483648.0 : -9223372036854775808.0;
+  double hi = dtype == DType::Int32 ? 2147483647.0 : 9223372036854775807.0;
+  KILN_CHECK(!std::isnan(value), "kernel: NaN constant for an integer dtype");
+  if (value <= lo) n.ivalue = dtype == DType::Int32 ? INT32_MIN : INT64_MIN;
+  else if (value >= hi) n.ivalue = dtype == DType::Int32 ? INT32_MAX : INT64_MAX;
+  else n.ivalue = int64_t(value);
+  return add_node(n);
+}
+
+Expr KernelBuilder::constant_int(int64_t value, DType dtype) {
+  if (is_floating(dtype)) return constant(double(value), dtype);
+  Node n;
+  n.op = KOp::Const;
+  n.dtype = dtype;
+  if (dtype == DType::Bool) n.ivalue = value != 0;
+  else n.ivalue = dtype == DType::Int32 ? int64_t(int32_t(uint32_t(uint64_t(value)))) : value;
+  return add_node(n);
+}
+
+Expr KernelBuilder::unary(KOp op, Expr a) {
+  KILN_CHECK(op_arity(op) == 1 && op != KOp::Cast, "kernel: ", op_name(op), " is not a unary op");
+  Node n;
+  n.op = op;
+  n.dtype = node(own(this, a)).dtype;
+  n.args[0] = a.id;
+  return add_node(n);
+}
+
+Expr KernelBuilder::binary(KOp op, Expr a, Expr b) {
+  KILN_CHECK(op_arity(op) == 2, "kernel: ", op_name(op), " is not a binary op");
+  Node n;
+  n.op = op;
+  n.dtype = is_compare(op) ? DType::Bool : node(own(this, a)).dtype;
+  n.args = {own(this, a), own(this, b), -1};
+  return add_node(n);
+}
+
+Expr KernelBuilder::fma(Expr a, Expr b, Expr c) {
+  Node n;
+  n.op = KOp::Fma;
+  n.dtype = node(own(this, a)).dtype;
+  n.args = {a.id, own(this, b), own(this, c)};
+  return add_node(n);
+}
+
+Expr KernelBuilder::select(Expr cond, Expr a, Expr b) {
+  Node n;
+  n.op = KOp::Select;
+  n.dtype = node(own(this, a)).dtype;
+  n.args = {own(this, cond), a.id, own(this, b)};
+  return add_node(n);
+}
+
+Expr KernelBuilder::cast(Expr a, DType to) {
+  Node n;
+  n.op = KOp::Cast;
+  n.dtype = to;
+  n.args[0] = own(this, a);
+  return add_node(n);
+}
+
+void KernelBuilder::output(Expr value, std::vector<int64_t> strides) {
+  if (strides.empty() && !desc_.shape.empty()) strides = contiguous_strides(desc_.shape);
+  DType t = node(own(this, value)).dtype;
+  check_buffer(BufferSpec{t, strides}, desc_.shape.size(), "output", desc_.outputs.size());
+  desc_.outputs.push_back(OutputSpec{value.id, BufferSpec{t, std::move(strides)}});
+}
+
+KernelDesc KernelBuilder::build() const {
+  desc_.validate();
+  return desc_;
+}
+
+// ---- sugar
+
+namespace {
+KernelBuilder &builder_of(Expr a) {
+  KILN_CHECK(a.builder, "kernel: use of an empty Expr");
+  return *a.builder;
+}
+Expr like(Expr a, double v) { return builder_of(a).constant(v, a.dtype()); }
+} // namespace
+
+Expr operator+(Expr a, Expr b) { return builder_of(a).binary(KOp::Add, a, b); }
+Expr operator-(Expr a, Expr b) { return builder_of(a).binary(KOp::Sub, a, b); }
+Expr operator*(Expr a, Expr b) { return builder_of(a).binary(KOp::Mul, a, b); }
+Expr operator/(Expr a, Expr b) { return builder_of(a).binary(KOp::Div, a, b); }
+Expr operator-(Expr a) { return builder_of(a).unary(KOp::Neg, a); }
+Expr operator+(Expr a, double b) { return a + like(a, b); }
+Expr operator*(Expr a, double b) { return a * like(a, b); }
+Expr operator+(double a, Expr b) { return like(b, a) + b; }
+Expr operator*(double a, Expr b) { return like(b, a) * b; }
+Expr operator-(double a, Expr b) { return like(b, a) - b; }
+Expr min(Expr a, Expr b) { return builder_of(a).binary(KOp::Min, a, b); }
+Expr max(Expr a, Expr b) { return builder_of(a).binary(KOp::Max, a, b); }
+Expr abs(Expr a) { return builder_of(a).unary(KOp::Abs, a); }
+Expr sqrt(Expr a) { return builder_of(a).unary(KOp::Sqrt, a); }
+Expr rsqrt(Expr a) { return builder_of(a).unary(KOp::Rsqrt, a); }
+Expr exp(Expr a) { return builder_of(a).unary(KOp::Exp, a); }
+Expr expm1(Expr a) { return builder_of(a).unary(KOp::Expm1, a); }
+Expr log(Expr a) { return builder_of(a).unary(KOp::Log, a); }
+Expr log1p(Expr a) { return builder_of(a).unary(KOp::Log1p, a); }
+Expr tanh(Expr a) { return builder_of(a).unary(KOp::Tanh, a); }
+Expr erf(Expr a) { return builder_of(a).unary(KOp::Erf, a); }
+Expr sigmoid(Expr a) { return builder_of(a).unary(KOp::Sigmoid, a); }
+
+Expr gelu_tanh(Expr x) {
+  constexpr double kSqrt2OverPi = 0.7978845608028654;
+  Expr inner = (x + (x * x * x) * 0.044715) * kSqrt2OverPi;
+  return (x * 0.5) * (1.0 + tanh(inner));
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,200 @@
+// The kernel description codegen compiles: an elementwise expression DAG over
+// an iteration space of rank 0..4. No LLVM here; codegen/jit.h compiles it.
+//
+//   KernelBuilder k({4096, 1024});                  // iteration space [rows, cols]
+//   Expr x = k.input(kFloat32);                     // contiguous [4096, 1024]
+//   Expr a = k.input(kFloat32, {0, 1});             // a row vector broadcast over rows
+//   Expr b = k.input(kFloat32, {0, 1});
+//   k.output(gelu_tanh(x * a + b));                 // stored contiguous, float32
+//   KernelDesc desc = k.build();
+//
+// Semantics the layers above can rely on:
+// - Buffers: inputs first, then outputs, in declaration order; the compiled
+//   kernel takes `void* const* buffers` in that order. A buffer's strides are in
+//   ELEMENTS, one per iteration dimension (0 = broadcast along that dim, any
+//   sign); element (i0..ik) lives at buffer[sum i_d * stride_d]. bool is 1 byte.
+// - Shape and strides are compile-time constants of the kernel (kiln's plans are
+//   specialised per shape; constant trip counts and strides give the best code).
+// - Types are explicit: binary ops need equal dtypes; promotion is the caller's
+//   job (insert cast()). Comparisons give bool. Integer Div truncates toward zero
+//   and a zero divisor gives 0 (never traps). Float Min/Max propagate NaN (torch).
+//   Round is half-to-even (torch.round). Float->int casts of out-of-range values
+//   are unspecified (as in C++).
+// - Transcendentals are float-only. float32 ones are inline polynomials that
+//   vectorize (see codegen/vecmath.h for their measured error); float64 ones call
+//   libm per element.
+// - The outermost dims are split across kiln's thread pool; the innermost dim is
+//   the vectorized loop. Put the contiguous dim last.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace kiln::codegen {
+
+inline constexpr int kMaxKernelRank = 4;
+
+// X(name, arity). The order is part of the structural hash: append only.
+#define KILN_KERNEL_OPS(X)                                                                       \
+  X(Const, 0)                                                                                    \
+  X(Load, 0)                                                                                     \
+  X(Add, 2)                                                                                      \
+  X(Sub, 2)                                                                                      \
+  X(Mul, 2)                                                                                      \
+  X(Div, 2)                                                                                      \
+  X(Min, 2)                                                                                      \
+  X(Max, 2)                                                                                      \
+  X(Eq, 2)                                                                                       \
+  X(Ne, 2)                                                                                       \
+  X(Lt, 2)                                                                                       \
+  X(Le, 2)                                                                                       \
+  X(Gt, 2)                                                                                       \
+  X(Ge, 2)                                                                                       \
+  X(And, 2)                                                                                      \
+  X(Or, 2)                                                                                       \
+  X(Xor, 2)                                                                                      \
+  X(Neg, 1)                                                                                      \
+  X(Abs, 1)                                                                                      \
+  X(Not, 1)                                                                                      \
+  X(Cast, 1)                                                                                     \
+  X(Sqrt, 1)                                                                                     \
+  X(Rsqrt, 1)                                                                                    \
+  X(Exp, 1)                                                                                      \
+  X(Expm1, 1)                                                                                    \
+  X(Log, 1)                                                                                      \
+  X(Log1p, 1)                                                                                    \
+  X(Tanh, 1)                                                                                     \
+  X(Erf, 1)                                                                                      \
+  X(Sigmoid, 1)                                                                                  \
+  X(Floor, 1)                                                                                    \
+  X(Ceil, 1)                                                                                     \
+  X(Round, 1)                                                                                    \
+  X(Fma, 3)                                                                                      \
+  X(Select, 3)
+
+enum class KOp : uint8_t {
+#define X(name, arity) name,
+  KILN_KERNEL_OPS(X)
+#undef X
+};
+
+const char *op_name(KOp op);
+int op_arity(KOp op);
+
+// One SSA value of the expression. Operands always precede their users.
+struct Node {
+  KOp op = KOp::Const;
+  DType dtype = DType::Float32;  // result type
+  std::array<int32_t, 3> args{-1, -1, -1};
+  int32_t input = -1;           // Load: index into KernelDesc::inputs
+  double fvalue = 0;            // Const of a floating type
+  int64_t ivalue = 0;           // Const of an integer or bool type
+};
+
+struct BufferSpec {
+  DType dtype = DType::Float32;
+  std::vector<int64_t> strides; // elements, one per iteration dim
+};
+
+struct OutputSpec {
+  int32_t value = -1; // node stored (its dtype is the buffer's dtype)
+  BufferSpec buffer;
+};
+
+struct KernelDesc {
+  std::vector<int64_t> shape; // iteration space, rank 0..kMaxKernelRank
+  std::vector<BufferSpec> inputs;
+  std::vector<Node> nodes;
+  std::vector<OutputSpec> outputs;
+  int64_t grain = 0; // elements per parallel chunk, at least; 0 = codegen's default
+
+  int64_t numel() const;
+  size_t num_buffers() const { return inputs.size() + outputs.size(); }
+
+  // Canonical bytes of everything that affects the generated code; equal keys
+  // <=> identical kernels. hash() is a 64-bit hash of key().
+  std::string key() const;
+  uint64_t hash() const;
+
+  // Throws kiln::Error naming the first problem (bad operand, type mismatch...).
+  void validate() const;
+
+  // Human-readable listing for logs and KILN_DUMP=kernels.
+  std::string to_string() const;
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape);
+
+class KernelBuilder;
+
+// A handle on a node being built. Cheap to copy; valid while its builder lives.
+struct Expr {
+  KernelBuilder *builder = nullptr;
+  int32_t id = -1;
+  DType dtype() const;
+};
+
+class KernelBuilder {
+public:
+  explicit KernelBuilder(std::vector<int64_t> shape);
+
+  // Declares the next input buffer and returns its element at the current
+  // iteration point. Empty strides = contiguous over the iteration space.
+  Expr input(DType dtype, std::vector<int64_t> strides = {});
+  // A constant of `dtype`; integer dtypes truncate toward zero and saturate.
+  Expr constant(double value, DType dtype);
+  // An exact integer constant (int64 values beyond 2^53 need this), wrapped to dtype.
+  Expr constant_int(int64_t value, DType dtype);
+
+  Expr unary(KOp op, Expr a);
+  Expr binary(KOp op, Expr a, Expr b);
+  Expr fma(Expr a, Expr b, Expr c); // a*b+c, one rounding for floats
+  Expr select(Expr cond, Expr a, Expr b);
+  Expr cast(Expr a, DType to);
+
+  // Declares the next output buffer: stores `value` there (in its dtype).
+  void output(Expr value, std::vector<int64_t> strides = {});
+  void set_grain(int64_t elements) { desc_.grain = elements; }
+
+  // Validates and returns the description. The builder stays usable.
+  KernelDesc build() const;
+
+  const Node &node(int32_t id) const;
+
+private:
+  Expr add_node(Node n);
+  KernelDesc desc_;
+};
+
+// Sugar for writing expressions (tests, lowering rules). Constants take the
+// dtype of the other operand (x * 0.5 on an int32 x multiplies by 0).
+Expr operator+(Expr a, Expr b);
+Expr operator-(Expr a, Expr b);
+Expr operator*(Expr a, Expr b);
+Expr operator/(Expr a, Expr b);
+Expr operator-(Expr a);
+Expr operator+(Expr a, double b);
+Expr operator*(Expr a, double b);
+Expr operator+(double a, Expr b);
+Expr operator*(double a, Expr b);
+Expr operator-(double a, Expr b);
+Expr min(Expr a, Expr b);
+Expr max(Expr a, Expr b);
+Expr abs(Expr a);
+Expr sqrt(Expr a);
+Expr rsqrt(Expr a);
+Expr exp(Expr a);
+Expr expm1(Expr a);
+Expr log(Expr a);
+Expr log1p(Expr a);
+Expr tanh(Expr a);
+Expr erf(Expr a);
+Expr sigmoid(Expr a);
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
+Expr gelu_tanh(Expr x);
+
+} // namespace kiln::codegen

@@ -1,0 +1,33 @@
+// INTERNAL to codegen/*.cpp: lowers a KernelDesc to an LLVM module.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+namespace kiln::codegen {
+
+struct KernelDesc;
+
+// Where the module will run; stamped on the module and its functions so that the
+// optimizer's cost model sees the real CPU (vector width, FMA...).
+struct LowerTarget {
+  std::string triple, data_layout, cpu, features;
+};
+
+// Host functions the generated code calls; jit.cpp defines them as absolute symbols.
+// float64 transcendentals go through these (scalar libm); float32 ones are inline.
+inline constexpr const char *kParallelForSymbol = "kiln_parallel_for";
+inline constexpr const char *kLibmSymbolPrefix = "kiln_libm_"; // + exp, expm1, log, ...
+
+// Builds `void <symbol>(void* const* buffers)`, which splits the outer loop with
+// kiln_parallel_for over the internal `<symbol>.body(ctx, begin, end)`.
+// Throws kiln::Error if the description is invalid or the IR does not verify.
+std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::string &symbol,
+                                           const LowerTarget &target, llvm::LLVMContext &ctx);
+
+} // namespace kiln::codegen
