@@ -85,7 +85,7 @@ private:
   ir::Value *value_of(const Tensor &t, const char *op);
   std::shared_ptr<Traced> info_of(const Tensor &t, const char *op);
   std::shared_ptr<Traced> capture(const Tensor &real);
-  ir::Value *current(Traced &t, const char *op);
+  ir::Value *current(Traced &t);
   std::vector<ir::Value *> replay(const Traced &t, size_t n);
   ir::Value *scatter_back(const Traced &self, ir::Value *updated, const char *op);
   ir::Value *invert_step(const ViewStep &step, ir::Value *base, ir::Value *updated, const char *op);
@@ -169,11 +169,11 @@ std::shared_ptr<Traced> Tracer::info_of(const Tensor &t, const char *op) {
   return info;
 }
 
-ir::Value *Tracer::value_of(const Tensor &t, const char *op) { return current(*info_of(t, op), op); }
+ir::Value *Tracer::value_of(const Tensor &t, const char *op) { return current(*info_of(t, op)); }
 
 // The value a traced tensor holds now: its base's value, or its view chain
 // replayed on the base when the base was mutated since the view was taken.
-ir::Value *Tracer::current(Traced &t, const char *) {
+ir::Value *Tracer::current(Traced &t) {
   if (t.chain.empty()) return t.root->value;
   if (t.version == t.root->version) return t.value;
   t.value = replay(t, t.chain.size()).back();
@@ -231,7 +231,7 @@ std::vector<Tensor> Tracer::record(OpId id, const std::vector<Tensor> &inputs, c
   std::vector<std::shared_ptr<Traced>> infos;
   for (const Tensor &t : inputs) {
     infos.push_back(t.defined() ? info_of(t, op) : nullptr);
-    operands.push_back(t.defined() ? current(*infos.back(), op) : nullptr);
+    operands.push_back(t.defined() ? current(*infos.back()) : nullptr);
   }
   Emitted e = emit(id, operands, attrs);
   std::vector<Tensor> out;
