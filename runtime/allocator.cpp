@@ -34,7 +34,7 @@ void *system_alloc(size_t bytes) {
   return p;
 }
 
-std::atomic<uint64_t> g_allocs{0}, g_system_allocs{0};
+std::atomic<uint64_t> g_system_allocs{0};
 
 struct SharedPool {
   std::mutex mu;
@@ -98,7 +98,6 @@ thread_local ThreadCacheReaper t_reaper;
 } // namespace
 
 void *cached_alloc(size_t nbytes) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
   size_t cls = size_class(nbytes ? nbytes : 1);
   if (cls <= kSmallMax) {
     if (!t_cache_dead) {
@@ -131,7 +130,6 @@ void cached_free(void *p, size_t nbytes) {
 
 AllocatorStats allocator_stats() {
   AllocatorStats s;
-  s.allocs = g_allocs.load();
   s.system_allocs = g_system_allocs.load();
   std::lock_guard<std::mutex> lock(pool().mu);
   s.cached_bytes = pool().bytes;

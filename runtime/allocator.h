@@ -16,8 +16,7 @@ void *cached_alloc(size_t nbytes);
 void cached_free(void *p, size_t nbytes);
 
 struct AllocatorStats {
-  uint64_t allocs = 0;        // calls to cached_alloc
-  uint64_t system_allocs = 0; // of which went to the system allocator
+  uint64_t system_allocs = 0; // blocks the cache had to get from the system allocator
   size_t cached_bytes = 0;    // bytes held in the shared pool now
 };
 AllocatorStats allocator_stats();

@@ -60,13 +60,22 @@ void Dims::erase(size_t pos) {
 
 // ---------------------------------------------------------------- Storage
 
+void *Storage::operator new(size_t n) { return cached_alloc(n); }
+void Storage::operator delete(void *p, size_t n) { cached_free(p, n); }
+void *TensorImpl::operator new(size_t n) { return cached_alloc(n); }
+void TensorImpl::operator delete(void *p, size_t n) { cached_free(p, n); }
+
 Ref<Storage> Storage::allocate(size_t nbytes) {
-  void *data = cached_alloc(nbytes);
   auto *s = new Storage;
-  s->data_ = data;
+  Ref<Storage> ref(s);
   s->nbytes_ = nbytes;
+  if (nbytes <= kInlineBytes) {
+    s->data_ = s->inline_;
+    return ref;
+  }
+  s->data_ = cached_alloc(nbytes);
   s->owned_ = true;
-  return Ref<Storage>(s);
+  return ref;
 }
 
 Ref<Storage> Storage::borrow(void *data, size_t nbytes, Deleter deleter, void *ctx) {

@@ -126,15 +126,23 @@ public:
   size_t nbytes() const { return nbytes_; }
   int use_count() const { return refcount_.load(std::memory_order_relaxed); }
 
+  // Tensor metadata objects come from the allocator's per-thread cache: a small
+  // op's fixed cost is dominated by creating its result.
+  static void *operator new(size_t n);
+  static void operator delete(void *p, size_t n);
+
 private:
   template <class T> friend class Ref;
   Storage() = default;
+  static constexpr size_t kInlineBytes = 64;
   std::atomic<int> refcount_{1};
   void *data_ = nullptr;
   size_t nbytes_ = 0;
   bool owned_ = false;
   Deleter deleter_ = nullptr;
   void *ctx_ = nullptr;
+  // Data of at most kInlineBytes lives here: no separate allocation for scalars.
+  alignas(64) unsigned char inline_[kInlineBytes];
 };
 
 // Reserved for autograd (a later issue); always null today.
@@ -167,6 +175,9 @@ public:
   std::shared_ptr<AutogradMeta> autograd_meta; // reserved
 
   void refresh_numel();
+
+  static void *operator new(size_t n);
+  static void operator delete(void *p, size_t n);
 
 private:
   template <class T> friend class Ref;

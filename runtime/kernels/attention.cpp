@@ -100,9 +100,9 @@ template <class T> void sdpa_run(const SdpaPlan &pl, const Tensor &q, const Tens
     std::vector<T> scores(size_t(pl.L * pl.S)); // one buffer per chunk
     for (int64_t b = lo; b < hi; ++b) sdpa_batch(pl, b, qp, kp, vp, mask, op, scores.data());
   };
-  if (nbatch > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+  const int64_t work = std::max<int64_t>(1, pl.L * pl.S * (pl.E + pl.Ev));
+  if (batch_parallel(nbatch, work)) {
     set_blas_threads(1);
-    const int64_t work = std::max<int64_t>(1, pl.L * pl.S * (pl.E + pl.Ev));
     parallel_for(0, nbatch, std::max<int64_t>(1, (int64_t(1) << 18) / work), run);
     return;
   }
@@ -153,12 +153,15 @@ Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, cons
   }
   if (scale) KILN_CHECK(std::isfinite(*scale), op, ": scale must be finite, got ", *scale);
   if (detail::tracing()) [[unlikely]] {
-    // KILN_TRACE spelled out: its braced Attrs list with an optional attribute
-    // trips a GCC 12 -Wmaybe-uninitialized false positive; emplace_back does not.
+    // KILN_TRACE spelled out: AttrValue's optional<T> constructor (and a braced
+    // Attrs list holding one) trips GCC 12 -Wmaybe-uninitialized false positives.
     Attrs attrs;
     attrs.emplace_back(dropout_p);
     attrs.emplace_back(is_causal);
-    attrs.emplace_back(scale);
+    if (scale)
+      attrs.emplace_back(*scale);
+    else
+      attrs.emplace_back(); // none
     return detail::trace_op(OpId::Sdpa, KILN_NN_INPUTS(query, key, value, attn_mask), attrs);
   }
 

@@ -88,7 +88,8 @@ template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tenso
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
   T *yp = static_cast<T *>(out.raw_data());
   const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * g.Ho * g.Wo);
-  if (g.N > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+  const int64_t flops_per_image = g.O * g.Ho * g.Wo * (g.C / g.groups) * g.kH * g.kW;
+  if (batch_parallel(g.N, flops_per_image)) {
     set_blas_threads(1);
     parallel_for(0, g.N, 1, [&](int64_t lo, int64_t hi) {
       std::vector<T> col(col_elems); // one scratch per chunk of images

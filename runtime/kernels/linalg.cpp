@@ -38,6 +38,12 @@ void set_blas_threads(int n) {
 
 void blas_threads_for_caller() { set_blas_threads(in_parallel_region() ? 1 : get_num_threads()); }
 
+bool batch_parallel(int64_t nbatch, int64_t flops_each) {
+  const int threads = get_num_threads();
+  if (nbatch < 2 || threads < 2 || in_parallel_region()) return false;
+  return nbatch >= threads || flops_each < (int64_t(1) << 21);
+}
+
 // ------------------------------------------------------------------ checks
 
 void check_floating(const Tensor &t, const char *op, const char *arg) {
@@ -266,10 +272,19 @@ constexpr int64_t kGemmGrainFlops = int64_t(1) << 18;
 // out (contiguous [batch..., m, n]) = alpha * A @ B + beta * out.
 void batched_gemm(IntArrayRef batch, int64_t m, int64_t n, int64_t k, const Operand &A, const Operand &B,
                   const Tensor &out, const Scalar &alpha, const Scalar &beta) {
-  std::vector<int64_t> aoff = batch_offsets(batch, A.batch_strides);
-  std::vector<int64_t> boff = batch_offsets(batch, B.batch_strides);
-  const int64_t nb = int64_t(aoff.size());
-  if (nb == 0 || m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return;
+  // A single matrix (mm, addmm, linear) needs no offset tables: small products
+  // (W6-like 1x64x64) are dominated by per-call overhead.
+  static const int64_t kZero = 0;
+  std::vector<int64_t> av, bv;
+  const int64_t *aoff = &kZero, *boff = &kZero;
+  int64_t nb = 1;
+  if (!batch.empty()) {
+    av = batch_offsets(batch, A.batch_strides);
+    bv = batch_offsets(batch, B.batch_strides);
+    aoff = av.data(), boff = bv.data(), nb = int64_t(av.size());
+  }
+  if (nb == 0) return;
   dispatch_dtype(out.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
       KILN_FAIL("matmul: bool tensors are not supported");
@@ -280,12 +295,12 @@ void batched_gemm(IntArrayRef batch, int64_t m, int64_t n, int64_t k, const Oper
       const T al = alpha.to<T>(), be = beta.to<T>();
       auto run = [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i)
-          gemm<T>(m, n, k, al, a + aoff[size_t(i)], A.rs, A.cs, b + boff[size_t(i)], B.rs, B.cs, be,
+          gemm<T>(m, n, k, al, a + aoff[i], A.rs, A.cs, b + boff[i], B.rs, B.cs, be,
                   c + i * m * n, n);
       };
       // Several batches: one single-threaded BLAS call per batch, batches spread
       // over kiln's pool. One batch: the call itself uses OpenBLAS's threads.
-      if (nb > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+      if (batch_parallel(nb, m * n * k)) {
         set_blas_threads(1);
         const int64_t grain = std::max<int64_t>(1, kGemmGrainFlops / std::max<int64_t>(m * n * k, 1));
         parallel_for(0, nb, grain, run);

@@ -27,14 +27,19 @@ int64_t rows_grain(int64_t row_len) { return std::max<int64_t>(1, kGrainElems / 
 // ------------------------------------------------------------------ softmax
 
 // Softmax along a dim that is not the innermost: x is [outer, D, inner] and the
-// vector lanes run along `inner` (contiguous), kBlock columns at a time.
+// vector lanes run along `inner` (contiguous), `block` columns at a time. The
+// block narrows as D grows so that its D x block tile, read three times, stays
+// in L2 (1 MiB on these Zen 5 cores) instead of streaming from memory on every
+// pass ([4096, 1024] along dim 0: 9 ms with 64 columns, 11-14 ms with 256).
 template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t D, int64_t inner, bool log) {
-  constexpr int64_t kBlock = 256;
-  const int64_t nblk = (inner + kBlock - 1) / kBlock;
-  parallel_for(0, outer * nblk, rows_grain(D * kBlock), [&](int64_t lo, int64_t hi) {
-    T mx[kBlock], acc[kBlock];
+  constexpr int64_t kMaxBlock = 256;
+  const int64_t fit = (int64_t(1024 * 1024) / (D * int64_t(sizeof(T)))) / 16 * 16;
+  const int64_t block = std::clamp<int64_t>(fit, 16, kMaxBlock);
+  const int64_t nblk = (inner + block - 1) / block;
+  parallel_for(0, outer * nblk, rows_grain(D * block), [&](int64_t lo, int64_t hi) {
+    T mx[kMaxBlock], acc[kMaxBlock];
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t o = t / nblk, i0 = (t % nblk) * kBlock, w = std::min(kBlock, inner - i0);
+      const int64_t o = t / nblk, i0 = (t % nblk) * block, w = std::min(block, inner - i0);
       const T *xb = x + o * D * inner + i0;
       T *yb = y + o * D * inner + i0;
       for (int64_t i = 0; i < w; ++i) mx[i] = -std::numeric_limits<T>::infinity(), acc[i] = T(0);

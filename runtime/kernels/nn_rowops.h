@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace kiln::detail::nn {
@@ -37,15 +38,23 @@ inline float exp_vec(float x) {
 }
 inline double exp_vec(double x) { return std::exp(x); }
 
+// The max reduction uses GCC vector extensions: written over a lane array like
+// the sums below, g++ 12 keeps the lanes in scalar registers (vmaxss).
 template <class T> T row_max(const T *x, int64_t n) {
   constexpr int L = kLanes<T>;
-  T acc[L];
-  for (int j = 0; j < L; ++j) acc[j] = -std::numeric_limits<T>::infinity();
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) acc[j] = acc[j] > x[i + j] ? acc[j] : x[i + j];
+  typedef T V __attribute__((vector_size(64)));
   T m = -std::numeric_limits<T>::infinity();
-  for (int j = 0; j < L; ++j) m = m > acc[j] ? m : acc[j];
+  int64_t i = 0;
+  if (n >= L) {
+    V acc;
+    std::memcpy(&acc, x, sizeof(V));
+    for (i = L; i + L <= n; i += L) {
+      V v;
+      std::memcpy(&v, x + i, sizeof(V));
+      acc = acc > v ? acc : v;
+    }
+    for (int j = 0; j < L; ++j) m = m > acc[j] ? m : acc[j];
+  }
   for (; i < n; ++i) m = m > x[i] ? m : x[i];
   return m;
 }

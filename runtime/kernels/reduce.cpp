@@ -21,6 +21,7 @@
 // products in wrapping 64-bit integers (as torch's int64 arithmetic).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@
 
 #include "runtime/op_adapters.h"
 #include "runtime/ops.h"
+#include "runtime/kernels/reduce_rows.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
 
@@ -36,10 +38,14 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kGrain = 32768;   // input elements per parallel task (docs/ops.md)
-constexpr int64_t kColBlock = 256;  // accumulator row width of the columns loop
+// Accumulator row width of the columns loop: each reduced step reads this many
+// contiguous elements (whole 4 KiB pages, so the prefetcher keeps streaming; 256
+// columns of a [4096, 1024] float tensor ran 10x slower), and a row of double
+// accumulators (8 KiB) stays in L1.
+constexpr int64_t kColBlock = 1024;
 constexpr int64_t kMinColWidth = 4; // narrower outputs reduce as strided rows instead
 
-template <class T> constexpr bool kIsFloat = std::is_floating_point_v<T>;
+using namespace reduce_rows;
 
 // ---------------------------------------------------------------- argument checks
 
@@ -219,6 +225,10 @@ void fold_rows(const Geom &g, const typename Op::In *base, int64_t r0, int64_t r
   if (r1 <= r0) return;
   size_t m = g.rsz.size();
   int64_t inner = g.rsz[m - 1], istride = g.rst[m - 1];
+  if (m == 1) { // the common case: one row, no counter (it costs more than a short row)
+    op.row(acc, base + r0 * istride, r1 - r0, istride, r0, o);
+    return;
+  }
   Counter c(g.rsz, g.rst, m - 1);
   c.seek(r0 / inner);
   int64_t j = r0 % inner;
@@ -230,10 +240,12 @@ void fold_rows(const Geom &g, const typename Op::In *base, int64_t r0, int64_t r
   }
 }
 
-// A few outputs over long reductions: split the reduction as well (fixed chunks).
+// A few outputs over long reductions: split the reduction as well, into chunks of
+// about kGrain elements (at most 64 chunks: enough to keep many threads busy, few
+// enough that the partial results stay small).
 int64_t reduction_chunks(int64_t groups, int64_t n_red, int64_t width) {
   if (groups >= 64 || n_red * width < 2 * kGrain) return 1;
-  return std::min(n_red, (n_red * width + kGrain - 1) / kGrain);
+  return std::min({n_red, (n_red * width + kGrain - 1) / kGrain, int64_t(64)});
 }
 
 template <class Op> void run_rows(const Geom &g, const typename Op::In *in, const Op &op) {
@@ -310,13 +322,15 @@ template <class Op> void run_cols(const Geom &g, const typename Op::In *in, cons
       fold(grp, c * len, std::min(g.n_red, (c + 1) * len), &part[size_t(t * cb)], w);
     }
   });
+  // Chunk by chunk, in order, into chunk 0's row: contiguous rows, not strided columns.
   for (int64_t grp = 0; grp < groups; ++grp) {
     int64_t j0 = (grp % nb) * cb, o0 = (grp / nb) * width + j0, w = std::min(cb, width - j0);
-    for (int64_t j = 0; j < w; ++j) {
-      Acc acc = part[size_t(grp * chunks * cb + j)];
-      for (int64_t c = 1; c < chunks; ++c) op.combine(acc, part[size_t((grp * chunks + c) * cb + j)]);
-      op.store(o0 + j, acc);
+    Acc *acc = &part[size_t(grp * chunks * cb)];
+    for (int64_t c = 1; c < chunks; ++c) {
+      const Acc *later = &part[size_t((grp * chunks + c) * cb)];
+      for (int64_t j = 0; j < w; ++j) op.combine(acc[j], later[j]);
     }
+    for (int64_t j = 0; j < w; ++j) op.store(o0 + j, acc[j]);
   }
 }
 
@@ -328,56 +342,7 @@ template <class Op> void reduce_run(const Geom &g, const typename Op::In *in, co
   else run_rows(g, in, op);
 }
 
-// ---------------------------------------------------------------- vector building blocks
-
-struct Plus {
-  template <class A> A operator()(A a, A b) const { return a + b; }
-};
-struct Times {
-  template <class A> A operator()(A a, A b) const { return a * b; }
-};
-
-// v replaces a as the running max (IsMax) or min. NaN wins and stays; among
-// equals the earlier one stays (indices report the first occurrence).
-template <bool IsMax, class T> inline bool better(T v, T a) {
-  if constexpr (kIsFloat<T>) {
-    if (v != v) return a == a;
-  }
-  return IsMax ? v > a : v < a;
-}
-template <bool IsMax> struct Pick {
-  template <class T> T operator()(T a, T v) const { return better<IsMax>(v, a) ? v : a; }
-};
-
-// Folds load(i), i < n, into L independent lanes: the fixed-width inner loop is
-// what GCC vectorizes without reassociating floating-point math. The lanes are
-// folded in a fixed order, so the result depends on n only.
-template <class Acc, int L = 16, class Load, class Comb>
-inline Acc lane_reduce(int64_t n, Acc init, Load load, Comb comb) {
-  Acc lanes[L];
-  for (int l = 0; l < L; ++l) lanes[l] = init;
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int l = 0; l < L; ++l) lanes[l] = comb(lanes[l], load(i + l));
-  for (int w = L / 2; w > 0; w /= 2) // pairwise fold
-    for (int l = 0; l < w; ++l) lanes[l] = comb(lanes[l], lanes[l + w]);
-  Acc acc = lanes[0];
-  for (; i < n; ++i) acc = comb(acc, load(i));
-  return acc;
-}
-
-// A float32 sum: float lanes (full vector speed) over 1024-element blocks, each
-// block's total added to a double. Each lane adds 32 values in float, so the
-// rounding error stays ~1e-7 relative however long the row is.
-inline double sum_f32(const float *p, int64_t n) {
-  constexpr int64_t kBlock = 1024;
-  double total = 0;
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const float *q = p + i;
-    total += lane_reduce<float, 32>(std::min(kBlock, n - i), 0.f, [q](int64_t j) { return q[j]; }, Plus{});
-  }
-  return total;
-}
+// ---------------------------------------------------------------- element conversion
 
 // T -> Out as torch's static_cast, but defined for NaN and out-of-range floats
 // converted to integers (x86's "integer indefinite" value, what torch gets).
@@ -440,7 +405,7 @@ template <class T, bool IsMax> struct ExtremeOp {
     else return IsMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
   }
   void row(T &acc, const T *p, int64_t n, int64_t s, int64_t, int64_t) const {
-    T part = s == 1 ? lane_reduce<T>(n, init(), [p](int64_t i) { return p[i]; }, Pick<IsMax>{})
+    T part = s == 1 ? extreme_contig<IsMax>(p, n, init())
                     : lane_reduce<T>(n, init(), [p, s](int64_t i) { return p[i * s]; }, Pick<IsMax>{});
     acc = Pick<IsMax>{}(acc, part);
   }
@@ -472,20 +437,15 @@ template <class T, bool IsMax> struct ArgOp {
       return;
     }
     // Contiguous: the extreme value with vector lanes, then its first position.
-    T m = lane_reduce<T>(n, p[0], [p](int64_t i) { return p[i]; }, Pick<IsMax>{});
-    int64_t k = 0;
-    if constexpr (kIsFloat<T>) {
-      if (m != m)
-        while (p[k] == p[k]) ++k;
-      else
-        while (p[k] != m) ++k;
-    } else {
-      while (p[k] != m) ++k;
-    }
-    take(acc, m, r + k);
+    T m = extreme_contig<IsMax>(p, n, p[0]);
+    take(acc, m, r + find_first(p, n, m));
   }
   void cols(Acc *acc, const T *p, int64_t w, int64_t r, int64_t) const {
-    for (int64_t j = 0; j < w; ++j) take(acc[j], p[j], r);
+    for (int64_t j = 0; j < w; ++j) {
+      bool t = (acc[j].i < 0) | better<IsMax>(p[j], acc[j].v);
+      acc[j].v = t ? p[j] : acc[j].v;
+      acc[j].i = t ? r : acc[j].i;
+    }
   }
   void combine(Acc &a, const Acc &b) const { // b comes later: ties keep a
     if (b.i >= 0) take(a, b.v, b.i);

@@ -126,6 +126,13 @@ TEST_P(LinalgF, Bmm) {
   expect_close(bmm(rnd({0, 4, 5}, dt), rnd({0, 5, 2}, dt)), Want{{0, 4, 2}, {}}, 0);
 }
 
+TEST(Linalg, BmmIntegers) {
+  Tensor a = rnd({3, 2, 4}, kInt32, 1), b = rnd({3, 4, 5}, kInt32, 2).transpose(1, 2).transpose(1, 2);
+  expect_close(bmm(a, b), ref_matmul(a, b), 0);
+  Tensor at_ = rnd({3, 4, 2}, kInt64, 3).transpose(1, 2), b64 = rnd({3, 4, 5}, kInt64, 4);
+  expect_close(bmm(at_, b64), ref_matmul(at_, b64), 0);
+}
+
 TEST(Linalg, BmmErrors) {
   EXPECT_KILN_ERROR(bmm(rnd({2, 3, 4}), rnd({3, 4, 5})), "bmm: batch1 and batch2 must have the same batch size");
   EXPECT_KILN_ERROR(bmm(rnd({2, 3, 4}), rnd({2, 5, 5})), "bmm: batch1 and batch2 shapes cannot be multiplied ([2, 3, 4] and [2, 5, 5])");

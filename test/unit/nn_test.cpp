@@ -197,6 +197,10 @@ TEST_P(NnF, SoftmaxLongRowsAndTails) {
   Tensor y = rnd({3, 7, 600}, dt, 3);
   expect_close(softmax(y, 1), ref_softmax(y, 1, false), tol(dt));
   expect_close(log_softmax(y, 1), ref_softmax(y, 1, true), tol(dt) * 8);
+  // A long reduced dim: narrower column blocks.
+  Tensor z = rnd({2, 3000, 40}, dt, 4);
+  expect_close(softmax(z, 1), ref_softmax(z, 1, false), tol(dt));
+  expect_close(log_softmax(z, -2), ref_softmax(z, -2, true), tol(dt) * 8);
 }
 
 TEST_P(NnF, SoftmaxNonContiguous) {
@@ -337,6 +341,11 @@ TEST_P(NnF, SdpaPlainAndCausal) {
   expect_close(scaled_dot_product_attention(q2, k2, v2, {}, 0.0, true), ref_sdpa(q2, k2, v2, {}, true, {}, {1}), t);
   Tensor q3 = rnd({4, 3}, dt, 7), k3 = rnd({5, 3}, dt, 8), v3 = rnd({5, 2}, dt, 9);
   expect_close(scaled_dot_product_attention(q3, k3, v3), ref_sdpa(q3, k3, v3, {}, false, {}, {}), t);
+  // Empty query rows; empty keys (every row sums nothing: zeros, as softmax over nothing times v).
+  expect_close(scaled_dot_product_attention(rnd({2, 0, 3}, dt), rnd({2, 5, 3}, dt), rnd({2, 5, 2}, dt)),
+               Want{{2, 0, 2}, {}}, 0);
+  Tensor k0 = rnd({2, 0, 3}, dt), v0 = rnd({2, 0, 2}, dt), q0 = rnd({2, 4, 3}, dt);
+  expect_close(scaled_dot_product_attention(q0, k0, v0), Want{{2, 4, 2}, std::vector<double>(16, 0.0)}, 0);
 }
 
 TEST_P(NnF, SdpaMasksAndLayouts) {

@@ -100,3 +100,20 @@ TEST(NnTrace, ErrorsBeforeRecording) {
   EXPECT_KILN_ERROR(dropout(rnd({2}), 0.5, true), "dropout: training mode is not supported");
   EXPECT_TRUE(g_rec.empty());
 }
+
+// softmax(x, dim, dtype) records the conversion as its own Cast node, then Softmax on it.
+TEST(NnTrace, SoftmaxWithDtypeRecordsCastFirst) {
+  Tensor x = rnd({2, 3}, kFloat32, 1);
+  {
+    Tracing on;
+    Tensor y = softmax(x, -1, kFloat64);
+    EXPECT_TRUE(y.is_meta());
+    EXPECT_EQ(y.dtype(), kFloat64);
+  }
+  ASSERT_EQ(g_rec.size(), 2u);
+  EXPECT_EQ(g_rec[0].id, OpId::Cast);
+  EXPECT_EQ(g_rec[0].attrs, (Attrs{kFloat64}));
+  EXPECT_EQ(g_rec[1].id, OpId::Softmax);
+  EXPECT_EQ(g_rec[1].attrs, (Attrs{1}));
+  EXPECT_EQ(g_rec[1].inputs.at(0).dtype(), kFloat64);
+}

@@ -12,6 +12,7 @@
 
 #include <kiln/kiln.h>
 
+#include "runtime/kernels/reduce_rows.h"
 #include "runtime/op_registry.h"
 #include "runtime/trace_hook.h"
 
@@ -583,6 +584,20 @@ TEST(Reduce, LargePathsMatchReference) {
   expect_reduces(kiln::std(big_t, {0}), big_t, {0}, false, ref_var(1, true), 1e-5, "split columns std");
 }
 
+TEST(Reduce, LargeIntegerAndBoolPaths) {
+  Tensor i = data({20000, 40}, kInt32), b = data({300, 2000}, kBool);
+  expect_reduces(sum(i, {0}), i, {0}, false, ref_sum, 0, "int32 columns");
+  expect_reduces(sum(i), i, {}, false, ref_sum, 0, "int32 split full");
+  expect_reduces(amax(i, {0}), i, {0}, false, ref_max, 0, "int32 amax columns");
+  expect_reduces(amin(i.t(), {1}), i.t(), {1}, false, ref_min, 0, "int32 amin transposed");
+  expect_arg(argmax(i, 0), Tensor(), i, {0}, false, true, "int32 argmax columns");
+  expect_reduces(sum(b, {1}), b, {1}, false, ref_sum, 0, "bool rows");
+  expect_reduces(amax(b, {0}), b, {0}, false, ref_max, 0, "bool amax columns");
+  expect_reduces(amin(b), b, {}, false, ref_min, 0, "bool amin full");
+  auto [v, k] = max(b, 1);
+  expect_arg(k, v, b, {1}, false, true, "bool max rows");
+}
+
 TEST(Reduce, ThreadCountDoesNotChangeResults) {
   Tensor x = data({1 << 20});
   Tensor m = data({4096, 1024}, kFloat32, 7);
@@ -781,4 +796,38 @@ TEST(Reduce, TracingRecordsOpsDefAttributes) {
   detail::t_tracing = false;
   detail::set_trace_hooks(detail::TraceHooks{});
   EXPECT_TRUE(g_recorded.empty());
+}
+
+// ---------------------------------------------------------------- the shared row helpers
+
+TEST(ReduceRows, HelpersMatchNaiveLoops) {
+  using namespace kiln::reduce_rows;
+  for (int64_t n : {0, 1, 5, 31, 32, 33, 64, 1000, 1025, 5000}) {
+    Tensor t = data({n}, kFloat32, uint64_t(n) + 11);
+    const float *p = t.data_ptr<float>();
+    std::vector<double> v = vals(t);
+    std::string ctx = "n " + std::to_string(n);
+    EXPECT_NEAR(sum_f32(p, n), ref_sum(v), 1e-6 * std::max(1.0, std::abs(ref_sum(v)))) << ctx;
+    if (n == 0) {
+      EXPECT_EQ(extreme_contig<true>(p, n, -1.f), -1.f);
+      EXPECT_EQ(find_first(p, n, 0.f), 0);
+      continue;
+    }
+    float hi = extreme_contig<true>(p, n, -INFINITY), lo = extreme_contig<false>(p, n, INFINITY);
+    EXPECT_EQ(hi, ref_max(v)) << ctx;
+    EXPECT_EQ(lo, ref_min(v)) << ctx;
+    EXPECT_EQ(find_first(p, n, hi), ref_argext(v, true)) << ctx;
+    EXPECT_EQ(find_first(p, n, 12345.f), n) << ctx;
+    std::vector<float> w(p, p + n);
+    w[size_t(n / 2)] = NAN;
+    if (n > 3) w[size_t(n - 1)] = NAN;
+    EXPECT_TRUE(std::isnan(extreme_contig<true>(w.data(), n, -INFINITY))) << ctx;
+    EXPECT_TRUE(std::isnan(extreme_contig<false>(w.data(), n, INFINITY))) << ctx;
+    EXPECT_EQ(find_first(w.data(), n, NAN), n / 2) << ctx;
+    Tensor i = data({n}, kInt32, uint64_t(n));
+    std::vector<double> iv = vals(i);
+    int32_t imax = extreme_contig<true>(i.data_ptr<int32_t>(), n, std::numeric_limits<int32_t>::lowest());
+    EXPECT_EQ(imax, ref_max(iv)) << ctx;
+    EXPECT_EQ(find_first(i.data_ptr<int32_t>(), n, imax), ref_argext(iv, true)) << ctx;
+  }
 }
