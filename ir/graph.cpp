@@ -43,17 +43,21 @@ const AttrValue *Node::attr(std::string_view name) const {
   return nullptr;
 }
 
+void Value::set_name(std::string n) {
+  name_ = std::move(n);
+  if (graph_) graph_->used_names_.insert(name_);
+}
+
 std::string Graph::unique_name(const std::string &hint) {
   std::string base = hint;
   if (base.empty()) {
     for (;;) {
       std::string cand = std::to_string(next_id_++);
-      if (std::find(used_names_.begin(), used_names_.end(), cand) == used_names_.end()) return cand;
+      if (!used_names_.count(cand)) return cand;
     }
   }
   std::string cand = base;
-  for (int i = 1; std::find(used_names_.begin(), used_names_.end(), cand) != used_names_.end(); ++i)
-    cand = base + "_" + std::to_string(i);
+  for (int i = 1; used_names_.count(cand); ++i) cand = base + "_" + std::to_string(i);
   return cand;
 }
 
@@ -63,7 +67,7 @@ Value *Graph::new_value(Value::Kind kind, TensorType type, std::string name) {
   v->type_ = std::move(type);
   v->name_ = unique_name(name);
   v->graph_ = this;
-  used_names_.push_back(v->name_);
+  used_names_.insert(v->name_);
   values_.push_back(std::move(v));
   return values_.back().get();
 }
@@ -86,6 +90,22 @@ Value *Graph::add_const(const Tensor &value, std::string name) {
   v->tensor_ = value;
   consts_.push_back(v);
   return v;
+}
+
+void Graph::bind_param(Value *param, const Tensor &live) {
+  KILN_CHECK(param && param->kind_ == Value::Kind::Param && param->graph_ == this,
+             "bind_param: not a parameter of graph @", name_);
+  KILN_CHECK(live.defined(), "bind_param: %", param->name_, " bound to an undefined tensor");
+  KILN_CHECK(live.dtype() == param->type_.dtype && live.sizes() == IntArrayRef(param->type_.shape),
+             "bind_param: %", param->name_, " has type ", param->type_.str(), " but the tensor is ",
+             TensorType::of(live).str());
+  param->tensor_ = live;
+}
+
+Value *Graph::find_param(std::string_view name) const {
+  for (Value *p : params_)
+    if (p->name_ == name) return p;
+  return nullptr;
 }
 
 std::vector<std::unique_ptr<Node>>::iterator Graph::find(const Node *n) {

@@ -16,6 +16,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/op_registry.h"
@@ -47,7 +49,8 @@ public:
   void set_type(TensorType t) { type_ = std::move(t); }
   // Printed as %name. Unique within its graph.
   const std::string &name() const { return name_; }
-  void set_name(std::string n) { name_ = std::move(n); }
+  // Also reserves the name in its graph, so that unique_name never hands it out again.
+  void set_name(std::string n);
   // The producing node for Result values; nullptr otherwise.
   Node *producer() const { return producer_; }
   unsigned result_index() const { return result_index_; }
@@ -57,6 +60,7 @@ public:
 
 private:
   friend class Graph;
+  friend class Node;
   Kind kind_ = Kind::Input;
   TensorType type_;
   std::string name_;
@@ -129,6 +133,11 @@ public:
   const std::vector<Value *> &inputs() const { return inputs_; }
   const std::vector<Value *> &params() const { return params_; }
   const std::vector<Value *> &consts() const { return consts_; }
+  // Binds a parameter to live storage (a parsed graph's params hold META tensors
+  // of their printed type). `live` must have the parameter's dtype and shape.
+  void bind_param(Value *param, const Tensor &live);
+  // The parameter named `name`, or nullptr.
+  Value *find_param(std::string_view name) const;
 
   // ---- nodes, in execution order
   // Appends (or inserts before `before`) an op node with results of `result_types`.
@@ -162,6 +171,7 @@ public:
   std::string unique_name(const std::string &hint);
 
 private:
+  friend class Value;
   Value *new_value(Value::Kind kind, TensorType type, std::string name);
   std::vector<std::unique_ptr<Node>>::iterator find(const Node *n);
 
@@ -171,7 +181,7 @@ private:
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value *> outputs_;
   std::vector<WriteBack> write_backs_;
-  std::vector<std::string> used_names_;
+  std::unordered_set<std::string> used_names_;
   int64_t next_id_ = 0;
 };
 

@@ -7,6 +7,17 @@
 
 namespace kiln::ir {
 
+// What verify throws: the message, and the node at fault (nullptr for a
+// graph-level problem; a fusion group for a problem at its body's level).
+class VerifyError : public Error {
+public:
+  VerifyError(const std::string &msg, const Node *node) : Error(msg), node_(node) {}
+  const Node *node() const { return node_; }
+
+private:
+  const Node *node_;
+};
+
 void verify(const Graph &g);
 
 } // namespace kiln::ir

@@ -6,6 +6,8 @@
 // have to stay scalar under strict IEEE ordering).
 #pragma once
 
+#include "runtime/kernels/reduce_rows.h"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -40,23 +42,10 @@ inline double exp_vec(double x) { return std::exp(x); }
 
 // The max reduction uses GCC vector extensions: written over a lane array like
 // the sums below, g++ 12 keeps the lanes in scalar registers (vmaxss).
+// NaN-propagating row max (reduce_rows.h): a NaN anywhere in the row must make
+// softmax of that row NaN, as torch, even when the other values are -inf.
 template <class T> T row_max(const T *x, int64_t n) {
-  constexpr int L = kLanes<T>;
-  typedef T V __attribute__((vector_size(64)));
-  T m = -std::numeric_limits<T>::infinity();
-  int64_t i = 0;
-  if (n >= L) {
-    V acc;
-    std::memcpy(&acc, x, sizeof(V));
-    for (i = L; i + L <= n; i += L) {
-      V v;
-      std::memcpy(&v, x + i, sizeof(V));
-      acc = acc > v ? acc : v;
-    }
-    for (int j = 0; j < L; ++j) m = m > acc[j] ? m : acc[j];
-  }
-  for (; i < n; ++i) m = m > x[i] ? m : x[i];
-  return m;
+  return reduce_rows::extreme_contig<true, T>(x, n, -std::numeric_limits<T>::infinity());
 }
 
 template <class T> T row_sum(const T *x, int64_t n) {

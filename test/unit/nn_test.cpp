@@ -491,3 +491,14 @@ TEST(Nn, Adapters) {
               conv2d(cx, cw, cb, {2, 1}, {1, 0}, {1, 2}, 2));
   EXPECT_KILN_ERROR(run_op(OpId::Sdpa, {q, k, v}, {0.0, false, AttrValue()}), "scaled_dot_product_attention: expected 4 inputs, got 3");
 }
+
+// A NaN in a row whose other values are -inf must still give NaN (the row max
+// must not drop the NaN and take the "all -inf" path).
+TEST(NnNaN, SoftmaxRowWithNaNAndMinusInf) {
+  std::vector<float> v(40, -INFINITY);
+  v[3] = NAN;
+  kiln::Tensor x = kiln::tensor(v).view({1, 40});
+  kiln::Tensor y = kiln::softmax(x, -1);
+  const float *p = y.data_ptr<float>();
+  for (int i = 0; i < 40; ++i) EXPECT_TRUE(std::isnan(p[i])) << i;
+}
