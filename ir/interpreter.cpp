@@ -1,0 +1,81 @@
+#include "ir/interpreter.h"
+
+#include <unordered_map>
+
+#include "runtime/ops.h"
+
+namespace kiln::ir {
+
+namespace {
+
+void check_inputs(const Graph &g, const std::vector<Tensor> &inputs) {
+  const auto &decl = g.inputs();
+  KILN_CHECK(inputs.size() == decl.size(), "interpret: graph @", g.name(), " takes ", decl.size(),
+             " inputs, got ", inputs.size());
+  for (size_t i = 0; i < decl.size(); ++i) {
+    const Tensor &t = inputs[i];
+    const TensorType &want = decl[i]->type();
+    KILN_CHECK(t.defined(), "interpret: input ", i, " (%", decl[i]->name(), ") of @", g.name(),
+               " is an undefined tensor");
+    KILN_CHECK(t.dtype() == want.dtype && t.sizes() == IntArrayRef(want.shape), "interpret: input ", i, " (%",
+               decl[i]->name(), ") of @", g.name(), " must be ", want.str(), ", got ",
+               TensorType::of(t).str());
+  }
+}
+
+class Interpreter {
+public:
+  explicit Interpreter(const Graph &g) : g_(g) {}
+
+  std::vector<Tensor> run(const std::vector<Tensor> &inputs) {
+    check_inputs(g_, inputs);
+    for (size_t i = 0; i < inputs.size(); ++i) env_[g_.inputs()[i]] = inputs[i];
+    for (const Value *p : g_.params()) env_[p] = p->tensor();
+    for (const Value *c : g_.consts()) env_[c] = c->tensor();
+    for (const Node *n : g_.nodes()) run_node(*n);
+    std::vector<Tensor> outs;
+    for (const Value *v : g_.outputs()) outs.push_back(get(v));
+    write_back();
+    return outs;
+  }
+
+private:
+  const Tensor &get(const Value *v) const {
+    auto it = env_.find(v);
+    KILN_CHECK(it != env_.end(), "interpret: @", g_.name(), ": %", v->name(), " is used before it is defined");
+    return it->second;
+  }
+
+  void run_node(const Node &n) {
+    std::vector<Tensor> args;
+    for (const Value *v : n.operands()) args.push_back(v ? get(v) : Tensor());
+    std::vector<Tensor> results =
+        n.kind() == Node::Kind::FusionGroup ? interpret(*n.body(), args) : run_op(n.op(), args, n.attrs());
+    KILN_CHECK(results.size() == n.results().size(), "interpret: @", g_.name(), ": ", n.mnemonic(), " returned ",
+               results.size(), " results, the graph expects ", n.results().size());
+    for (size_t i = 0; i < results.size(); ++i) env_[n.result(i)] = results[i];
+  }
+
+  // All values are read before any target is written: a write-back value may
+  // be a view of another target.
+  void write_back() {
+    std::vector<std::pair<Tensor, Tensor>> todo;
+    for (const WriteBack &w : g_.write_backs()) {
+      Tensor value = get(w.value);
+      if (value.is_same(get(w.target))) continue;
+      todo.emplace_back(get(w.target), value.is_alias_of(get(w.target)) ? value.clone() : value);
+    }
+    for (auto &[target, value] : todo) target.copy_(value);
+  }
+
+  const Graph &g_;
+  std::unordered_map<const Value *, Tensor> env_;
+};
+
+} // namespace
+
+std::vector<Tensor> interpret(const Graph &g, const std::vector<Tensor> &inputs) {
+  return Interpreter(g).run(inputs);
+}
+
+} // namespace kiln::ir

@@ -1,0 +1,245 @@
+// decompose: rewrites composite ops (softmax, layer_norm, gelu, linear, ...)
+// into primitives of the op table (reductions, elementwise ops, contractions),
+// one rule per composite. Rules may emit other composites (sdpa emits
+// softmax); the pass repeats until none it knows is left. A composite whose
+// rule does not apply (dropout in training, sdpa with dropout) stays.
+#include <cmath>
+#include <limits>
+
+#include "passes/rewrite.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using ir::Node;
+using ir::Value;
+using Values = std::vector<Value *>;
+
+const AttrValue kNone;
+const AttrValue kAlphaOne = int64_t(1);
+
+int64_t rank(const Value *v) { return int64_t(v->type().shape.size()); }
+int64_t wrap(int64_t d, int64_t r) { return d < 0 ? d + r : d; }
+
+// ---- the primitives the rules are written in (attributes as the adapters read them)
+struct Emit {
+  Builder &b;
+  Value *add(Value *x, Value *y) { return b.op(OpId::Add, {x, y}, {kAlphaOne}); }
+  Value *sub(Value *x, Value *y) { return b.op(OpId::Sub, {x, y}, {kAlphaOne}); }
+  Value *mul(Value *x, Value *y) { return b.op(OpId::Mul, {x, y}, {}); }
+  Value *div(Value *x, Value *y) { return b.op(OpId::Div, {x, y}, {kNone}); }
+  Value *mul(Value *x, double c) { return mul(x, b.scalar(c)); }
+  Value *add(Value *x, double c) { return add(x, b.scalar(c)); }
+  Value *unary(OpId id, Value *x) { return b.op(id, {x}, {}); }
+  Value *sum(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Sum, {x}, {dims, true, kNone}); }
+  Value *mean(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Mean, {x}, {dims, true, kNone}); }
+  Value *amax(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Amax, {x}, {dims, true}); }
+  Value *reshape(Value *x, std::vector<int64_t> shape) { return b.op(OpId::Reshape, {x}, {shape}); }
+  Value *transpose(Value *x, int64_t d0, int64_t d1) { return b.op(OpId::Transpose, {x}, {d0, d1}); }
+  Value *matmul(Value *x, Value *y) { return b.op(OpId::Matmul, {x, y}, {}); }
+};
+
+std::vector<int64_t> all_dims(const Value *v) {
+  std::vector<int64_t> d(size_t(rank(v)));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = int64_t(i);
+  return d;
+}
+
+// ---- rules: each returns the values replacing the node's results (empty: not applicable)
+
+Values softmax(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  Value *shifted = e.sub(x, e.amax(x, {d}));
+  Value *ex = e.unary(OpId::Exp, shifted);
+  return {e.div(ex, e.sum(ex, {d}))};
+}
+
+Values log_softmax(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  Value *shifted = e.sub(x, e.amax(x, {d}));
+  Value *lse = e.unary(OpId::Log, e.sum(e.unary(OpId::Exp, shifted), {d}));
+  return {e.sub(shifted, lse)};
+}
+
+// (x - mean) * rsqrt(var + eps) over the trailing normalized_shape dims, then weight and bias.
+Values layer_norm(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  size_t k = n.attrs().at(0).as_ints().size();
+  if (int64_t(k) > rank(x)) return {}; // malformed: the verifier reports it
+  std::vector<int64_t> dims;
+  for (int64_t d = rank(x) - int64_t(k); d < rank(x); ++d) dims.push_back(d);
+  Value *centered = e.sub(x, e.mean(x, dims));
+  Value *var = e.mean(e.mul(centered, centered), dims);
+  Value *y = e.mul(centered, e.unary(OpId::Rsqrt, e.add(var, n.attrs().at(1).as_float())));
+  if (n.operands().size() > 1 && n.operand(1)) y = e.mul(y, n.operand(1));
+  if (n.operands().size() > 2 && n.operand(2)) y = e.add(y, n.operand(2));
+  return {y};
+}
+
+// Inputs (x, weight, bias, running_mean, running_var); per-channel tensors
+// broadcast along dim 1. Training mode normalizes with the batch statistics.
+Values batch_norm(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  if (rank(x) < 2) return {};
+  auto opnd = [&](size_t i) { return i < n.operands().size() ? n.operand(i) : nullptr; };
+  bool training = n.attrs().at(0).as_bool();
+  double eps = n.attrs().at(2).as_float();
+  std::vector<int64_t> chan(size_t(rank(x)), 1);
+  chan.at(1) = x->type().shape[1];
+  auto per_channel = [&](Value *v) { return e.reshape(v, chan); };
+  Value *mean = nullptr, *var = nullptr;
+  if (training || !opnd(3) || !opnd(4)) {
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d < rank(x); ++d)
+      if (d != 1) dims.push_back(d);
+    mean = e.mean(x, dims);
+    Value *c = e.sub(x, mean);
+    var = e.mean(e.mul(c, c), dims);
+  } else {
+    mean = per_channel(opnd(3));
+    var = per_channel(opnd(4));
+  }
+  Value *y = e.mul(e.sub(x, mean), e.unary(OpId::Rsqrt, e.add(var, eps)));
+  if (opnd(1)) y = e.mul(y, per_channel(opnd(1)));
+  if (opnd(2)) y = e.add(y, per_channel(opnd(2)));
+  return {y};
+}
+
+// "none": x/2 * (1 + erf(x/sqrt(2))); "tanh": x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+Values gelu(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  Value *inner = nullptr;
+  if (n.attrs().at(0).as_string() == "tanh") {
+    Value *cube = e.mul(e.mul(x, x), x);
+    Value *arg = e.mul(e.add(x, e.mul(cube, 0.044715)), std::sqrt(2.0 / M_PI));
+    inner = e.unary(OpId::Tanh, arg);
+  } else {
+    inner = e.unary(OpId::Erf, e.mul(x, M_SQRT1_2));
+  }
+  return {e.mul(e.mul(x, 0.5), e.add(inner, 1.0))};
+}
+
+Values silu(Emit e, const Node &n) { return {e.mul(n.operand(0), e.unary(OpId::Sigmoid, n.operand(0)))}; }
+
+// x @ w^T (+ b)
+Values linear(Emit e, const Node &n) {
+  Value *x = n.operand(0), *w = n.operand(1);
+  Value *wt = rank(w) == 2 ? e.transpose(w, 0, 1) : w;
+  Value *y = e.matmul(x, wt);
+  if (n.operands().size() > 2 && n.operand(2)) y = e.add(y, n.operand(2));
+  return {y};
+}
+
+// sum((x - mean)^2) / (N - correction) over dims (all when empty).
+Value *variance(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  std::vector<int64_t> dims = n.attrs().at(0).as_ints();
+  if (dims.empty()) dims = all_dims(x);
+  for (int64_t &d : dims) d = wrap(d, rank(x));
+  bool keepdim = n.attrs().at(2).as_bool();
+  double correction = n.attrs().at(1).is_none() ? 1.0 : n.attrs().at(1).as_float();
+  double count = 1;
+  for (int64_t d : dims) count *= double(x->type().shape[size_t(d)]);
+  Value *c = e.sub(x, e.mean(x, dims));
+  Value *ss = e.b.op(OpId::Sum, {e.mul(c, c)}, {dims, keepdim, kNone});
+  return e.mul(ss, 1.0 / std::max(0.0, count - correction));
+}
+
+Values var(Emit e, const Node &n) { return {variance(e, n)}; }
+Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n))}; }
+
+// softmax(q k^T * scale + mask) v; inputs (q, k, v, attn_mask).
+Values sdpa(Emit e, const Node &n) {
+  if (n.attrs().at(0).as_float() != 0.0) return {}; // dropout stays in the composite
+  Value *q = n.operand(0), *k = n.operand(1), *v = n.operand(2);
+  if (rank(q) < 2 || rank(k) < 2) return {};
+  Value *mask = n.operands().size() > 3 ? n.operand(3) : nullptr;
+  const Dims &qs = q->type().shape, &ks = k->type().shape;
+  int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2], E = qs[qs.size() - 1];
+  double scale = n.attrs().at(2).is_none() ? 1.0 / std::sqrt(double(E)) : n.attrs().at(2).as_float();
+  Value *scores = e.mul(e.matmul(q, e.transpose(k, rank(k) - 2, rank(k) - 1)), scale);
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  auto mask_out = [&](Value *keep) {
+    return e.b.op(OpId::MaskedFill, {scores, e.unary(OpId::LogicalNot, keep)}, {neg_inf});
+  };
+  if (n.attrs().at(1).as_bool()) {
+    Value *ones = e.b.op(OpId::Full, {}, {std::vector<int64_t>{L, S}, true, kBool});
+    scores = mask_out(e.b.op(OpId::Tril, {ones}, {int64_t(0)}));
+  }
+  if (mask) scores = mask->type().dtype == kBool ? mask_out(mask) : e.add(scores, mask);
+  Value *probs = e.b.op(OpId::Softmax, {scores}, {rank(scores) - 1});
+  return {e.matmul(probs, v)};
+}
+
+// Inference dropout is the identity.
+Values dropout(Emit, const Node &n) {
+  if (n.attrs().at(1).as_bool()) return {};
+  return {n.operand(0)};
+}
+
+struct Decomposition {
+  OpId op;
+  Values (*rewrite)(Emit, const Node &);
+};
+
+const Decomposition kRules[] = {
+    {OpId::Softmax, softmax}, {OpId::LogSoftmax, log_softmax}, {OpId::LayerNorm, layer_norm},
+    {OpId::BatchNorm, batch_norm}, {OpId::Gelu, gelu}, {OpId::Silu, silu}, {OpId::Linear, linear},
+    {OpId::Var, var}, {OpId::Std, std_}, {OpId::Sdpa, sdpa}, {OpId::Dropout, dropout},
+};
+
+const Decomposition *rule_for(const Node &n) {
+  if (n.kind() != Node::Kind::Op) return nullptr;
+  for (const Decomposition &d : kRules)
+    if (d.op == n.op()) return &d;
+  return nullptr;
+}
+
+// Makes `v` carry `want`'s dtype (a composite may compute in a wider type).
+Value *match_dtype(Builder &b, Value *v, const ir::TensorType &want) {
+  if (v->type().dtype == want.dtype) return v;
+  return b.op(OpId::Cast, {v}, {want.dtype});
+}
+
+bool decompose_node(ir::Graph &g, Node &n) {
+  const Decomposition *rule = rule_for(n);
+  if (!rule) return false;
+  Builder b(g, &n);
+  Values rep = rule->rewrite(Emit{b}, n);
+  if (rep.empty()) return false;
+  KILN_CHECK(rep.size() == n.results().size(), "decompose: ", n.mnemonic(), ": rule made ", rep.size(),
+             " results for ", n.results().size());
+  for (size_t i = 0; i < rep.size(); ++i) {
+    Value *v = match_dtype(b, rep[i], n.result(i)->type());
+    KILN_CHECK(IntArrayRef(v->type().shape) == IntArrayRef(n.result(i)->type().shape), "decompose: ",
+               n.mnemonic(), ": decomposition has type ", v->type().str(), ", the op has ",
+               n.result(i)->type().str());
+    g.replace_all_uses(n.result(i), v);
+  }
+  g.erase(&n);
+  return true;
+}
+
+class Decompose : public Pass {
+public:
+  std::string_view name() const override { return "decompose"; }
+
+  bool run(ir::Graph &g) override {
+    bool changed = false;
+    for (bool again = true; again;) {
+      again = false;
+      for (Node *n : g.nodes())
+        if (decompose_node(g, *n)) again = changed = true;
+    }
+    return changed;
+  }
+};
+
+} // namespace
+
+KILN_REGISTER_PASS(Decompose, "decompose");
+
+} // namespace kiln::passes

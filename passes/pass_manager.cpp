@@ -1,0 +1,213 @@
+// The pass manager: a registry of named passes and the pipeline driver
+// (timing, verification and "IR after X" dumps, in the manner of Halide's
+// lowering log and MLIR's --print-ir-after-all).
+#include "passes/pass_manager.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <spdlog/spdlog.h>
+
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "runtime/log.h"
+
+namespace kiln::passes {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, PassFactory, std::less<>> factories;
+};
+
+Registry &registry() {
+  static Registry r;
+  return r;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    size_t c = s.find(',');
+    std::string_view item = trim(s.substr(0, c));
+    if (!item.empty()) out.emplace_back(item);
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string> &names) {
+  std::string s;
+  for (const std::string &n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+bool selected(const std::vector<std::string> &which, std::string_view pass) {
+  for (const std::string &w : which)
+    if (w == "*" || w == pass) return true;
+  return false;
+}
+
+// Writes dumps to a stream or to numbered files; a dump directory that cannot
+// be written is reported once and the pipeline goes on without dumps.
+class Dumper {
+public:
+  explicit Dumper(const PipelineOptions &o) : opts_(o) {
+    if (opts_.dump_dir.empty() || !enabled()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.dump_dir, ec);
+    if (ec) disable("cannot create " + opts_.dump_dir + ": " + ec.message());
+  }
+
+  bool enabled() const { return !disabled_ && (!opts_.dump_after.empty() || !opts_.dump_before.empty()); }
+
+  // `index` numbers the file: 0 for the initial graph, i for the i-th pass.
+  void dump(size_t index, const std::string &stage, const std::string &text) {
+    if (disabled_) return;
+    if (opts_.dump_dir.empty()) {
+      std::ostream &os = opts_.dump_stream ? *opts_.dump_stream : std::cerr;
+      os << "// ----- IR " << stage << " -----\n" << text << std::flush;
+      return;
+    }
+    char num[16];
+    std::snprintf(num, sizeof num, "%02zu-", index);
+    std::string file = stage;
+    for (char &c : file)
+      if (c == ' ') c = '-';
+    // "after decompose" -> "01-decompose.kir", "before decompose" -> "01-before-decompose.kir".
+    if (file.rfind("after-", 0) == 0) file = file.substr(6);
+    std::filesystem::path path = std::filesystem::path(opts_.dump_dir) / (num + file + ".kir");
+    std::ofstream out(path);
+    out << text;
+    out.flush();
+    if (!out) disable("cannot write " + path.string());
+  }
+
+private:
+  void disable(const std::string &why) {
+    log()->warn("IR dumps disabled: {}", why);
+    disabled_ = true;
+  }
+
+  const PipelineOptions &opts_;
+  bool disabled_ = false;
+};
+
+void verify_after(const ir::Graph &g, std::string_view pass) {
+  try {
+    ir::verify(g);
+  } catch (const Error &e) {
+    throw Error(detail::concat("verifier failed after pass '", pass, "': ", e.what()));
+  }
+}
+
+// A pass meeting a malformed graph may throw a standard exception (an
+// attribute index out of range, ...): report it as a kiln::Error naming the pass.
+bool run_pass(Pass &pass, ir::Graph &g) {
+  try {
+    return pass.run(g);
+  } catch (const Error &) {
+    throw;
+  } catch (const std::exception &e) {
+    throw Error(detail::concat("pass '", pass.name(), "' failed on @", g.name(), ": ", e.what()));
+  }
+}
+
+} // namespace
+
+void register_pass(std::string name, PassFactory factory) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.factories[std::move(name)] = std::move(factory);
+}
+
+std::unique_ptr<Pass> create_pass(std::string_view name) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.factories.find(name);
+  return it == r.factories.end() ? nullptr : it->second();
+}
+
+std::vector<std::string> pass_names() {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto &[name, factory] : r.factories) names.push_back(name);
+  return names;
+}
+
+std::string default_pipeline() { return "decompose,canonicalize,cse,dce"; }
+
+PipelineOptions PipelineOptions::from_env() {
+  PipelineOptions o;
+  if (const char *dir = std::getenv("KILN_DUMP_DIR")) o.dump_dir = dir;
+  const char *dump = std::getenv("KILN_DUMP");
+  // KILN_DUMP=after:a,b continues its list over commas; other KILN_DUMP words
+  // (kernels, llvm, asm) belong to codegen and are skipped here.
+  std::vector<std::string> *list = nullptr;
+  for (const std::string &tok : split_list(dump ? dump : "")) {
+    if (tok == "after-all") {
+      o.dump_after.push_back("*");
+      list = nullptr;
+    } else if (tok == "before-all") {
+      o.dump_before.push_back("*");
+      list = nullptr;
+    } else if (tok.rfind("after:", 0) == 0) {
+      list = &o.dump_after;
+      list->push_back(tok.substr(6));
+    } else if (tok.rfind("before:", 0) == 0) {
+      list = &o.dump_before;
+      list->push_back(tok.substr(7));
+    } else if (list && tok.find(':') == std::string::npos && create_pass(tok)) {
+      list->push_back(tok);
+    } else {
+      list = nullptr;
+    }
+  }
+  // A dump directory alone asks for every stage.
+  if (!o.dump_dir.empty() && !dump) o.dump_after.push_back("*");
+  return o;
+}
+
+std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, const PipelineOptions &opts) {
+  std::vector<std::unique_ptr<Pass>> passes;
+  for (const std::string &name : split_list(pipeline)) {
+    auto pass = create_pass(name);
+    KILN_CHECK(pass, "unknown pass '", name, "' in pipeline \"", pipeline, "\"; known passes: ", join(pass_names()));
+    passes.push_back(std::move(pass));
+  }
+  Dumper dumper(opts);
+  if (dumper.enabled()) dumper.dump(0, "after trace", ir::print(g));
+  std::vector<PassTiming> timings;
+  for (size_t i = 0; i < passes.size(); ++i) {
+    Pass &pass = *passes[i];
+    std::string name(pass.name());
+    bool want_before = dumper.enabled() && selected(opts.dump_before, name);
+    std::string before = want_before ? ir::print(g) : std::string();
+    auto t0 = std::chrono::steady_clock::now();
+    bool changed = run_pass(pass, g);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    timings.push_back({name, ms, changed});
+    log()->debug("pass {}: {:.3f} ms{}", name, ms, changed ? "" : " (unchanged)");
+    if (opts.verify_each) verify_after(g, name);
+    if (!changed) continue;
+    if (want_before) dumper.dump(i + 1, "before " + name, before);
+    if (dumper.enabled() && selected(opts.dump_after, name)) dumper.dump(i + 1, "after " + name, ir::print(g));
+  }
+  return timings;
+}
+
+} // namespace kiln::passes

@@ -1,0 +1,44 @@
+// Helpers shared by the rewriting passes: a node builder that infers result
+// types by running the op's shape rule (its eager kernel on meta tensors),
+// scalar constants, and reading small constants.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+
+// A meta tensor standing for v (wrapped-number constants stay wrapped so that
+// type promotion matches the traced program).
+Tensor meta_of(const ir::Value *v);
+// Result types of `op` applied to `operands` (null = absent) with `attrs`.
+std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs);
+// A contiguous deep copy of a real tensor (constants own their data).
+Tensor contiguous_copy(const Tensor &t);
+// The value of a one-element constant, or nullopt.
+std::optional<double> const_scalar(const ir::Value *v);
+
+// Creates nodes just before `anchor` (or at the end when null).
+class Builder {
+public:
+  Builder(ir::Graph &g, ir::Node *anchor) : g_(g), anchor_(anchor) {}
+  ir::Value *op(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
+  std::vector<ir::Value *> op_n(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
+  // A 0-dim wrapped-number constant (promotes like a C++ scalar passed to an op).
+  ir::Value *scalar(double v);
+  ir::Graph &graph() { return g_; }
+
+private:
+  ir::Graph &g_;
+  ir::Node *anchor_;
+};
+
+} // namespace kiln::passes
+
+// Registers pass class `Class` under `name` when the library loads.
+#define KILN_REGISTER_PASS(Class, name)                                                                     \
+  [[maybe_unused]] static const bool kiln_registered_##Class =                                             \
+      (::kiln::passes::register_pass(name, [] { return std::make_unique<Class>(); }), true)
