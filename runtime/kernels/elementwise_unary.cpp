@@ -56,7 +56,7 @@ void check_floating(const Tensor &x, const char *op) {
 // turns into AVX-512 code); float64 keeps libm, which is correctly rounded to
 // ~1 ulp and for which no cheap vectorizable version of that accuracy exists here.
 #define KILN_VECMATH_OR_STD(name, std_expr)                                                                    \
-  template <class T> inline T k_##name(T v) {                                                                  \
+  template <class T> KILN_VECMATH_INLINE T k_##name(T v) {                                                     \
     if constexpr (std::is_same_v<T, float>) return vecmath::name(v);                                           \
     else return std_expr;                                                                                      \
   }

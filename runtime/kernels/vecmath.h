@@ -46,15 +46,20 @@
 #include <bit>
 #include <cstdint>
 
+// Forced inlining: a call in the loop body stops vectorization, and GCC's
+// heuristics otherwise keep exp out of line once it has several callers
+// (exp, sigmoid, silu, gelu in one translation unit call it through the PLT).
+#define KILN_VECMATH_INLINE inline __attribute__((always_inline))
+
 namespace kiln::vecmath {
 
 namespace detail {
 
-inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+KILN_VECMATH_INLINE float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
 // Round-to-nearest-even for |t| < 2^22 (the default rounding mode does the
 // work); returns the rounded float, and its integer value through `n`.
-inline float round_i(float t, int32_t &n) {
+KILN_VECMATH_INLINE float round_i(float t, int32_t &n) {
   constexpr float kMagic = 12582912.0f; // 1.5 * 2^23: the sum's ulp is 1
   float s = t + kMagic;
   // The mantissa of s holds 2^22 + n in its low 23 bits: n sign-extended from 22 bits.
@@ -63,9 +68,9 @@ inline float round_i(float t, int32_t &n) {
 }
 
 // 2^n for an integer -126 <= n <= 127, built in the exponent bits.
-inline float pow2i(int32_t n) { return std::bit_cast<float>((n + 127) << 23); }
+KILN_VECMATH_INLINE float pow2i(int32_t n) { return std::bit_cast<float>((n + 127) << 23); }
 
-inline bool is_nan(float x) { return x != x; }
+KILN_VECMATH_INLINE bool is_nan(float x) { return x != x; }
 
 constexpr float kLog2e = 1.44269504088896341f;
 // ln 2 split so that n * kLn2Hi is exact for |n| < 2^9 (Cephes' C1, C2).
@@ -74,7 +79,7 @@ constexpr float kLn2Lo = -2.12194440e-4f;
 
 // e^r - 1 for |r| <= ln2/2: r + r^2 (1/2 + r/6 + ... + r^6/8!). Truncation error
 // r^9/9! / r < 1e-9, far below float resolution.
-inline float expm1_reduced(float r) {
+KILN_VECMATH_INLINE float expm1_reduced(float r) {
   float p = float(1.0 / 40320);
   p = fma(p, r, float(1.0 / 5040));
   p = fma(p, r, float(1.0 / 720));
@@ -87,7 +92,7 @@ inline float expm1_reduced(float r) {
 
 } // namespace detail
 
-inline float exp(float x) {
+KILN_VECMATH_INLINE float exp(float x) {
   using namespace detail;
   // Clamp so that n stays in [-150, 128]; exp overflows above 88.72 and
   // underflows to 0 below -103.97, both of which the clamped path reproduces.
@@ -111,7 +116,7 @@ inline float exp(float x) {
   return is_nan(x) ? x : y;
 }
 
-inline float expm1(float x) {
+KILN_VECMATH_INLINE float expm1(float x) {
   using namespace detail;
   // Below -30, expm1 is -1 in float; above 88.8 it is inf. Keeps n in [-44, 128].
   float xc = x < 88.8f ? x : 88.8f;
@@ -129,7 +134,7 @@ inline float expm1(float x) {
   return is_nan(x) | (x == 0.0f) ? x : y;
 }
 
-inline float log(float x) {
+KILN_VECMATH_INLINE float log(float x) {
   using namespace detail;
   // GCC treats float arithmetic and compares as possibly trapping (-ftrapping-math)
   // and will not if-convert them when they sit in only one arm of a select (it
@@ -178,7 +183,7 @@ inline float log(float x) {
   return std::bit_cast<float>((std::bit_cast<int32_t>(r) & ok) | (special & ~ok));
 }
 
-inline float log1p(float x) {
+KILN_VECMATH_INLINE float log1p(float x) {
   // log1p(x) = log(u) + (x - (u - 1)) / u with u = fl(1 + x): the second term
   // corrects, to first order, for the rounding of 1 + x.
   float u = x + 1.0f;
@@ -193,7 +198,7 @@ inline float log1p(float x) {
   return std::bit_cast<float>(rb);
 }
 
-inline float tanh(float x) {
+KILN_VECMATH_INLINE float tanh(float x) {
   using namespace detail;
   // A 13/6-degree odd/even rational interpolant (Eigen's float tanh; one
   // division, no exp). Clamped at the smallest |x| where it evaluates to
@@ -219,7 +224,7 @@ inline float tanh(float x) {
   return is_nan(x) ? x : y;
 }
 
-inline float erf(float x) {
+KILN_VECMATH_INLINE float erf(float x) {
   using namespace detail;
   // A 9/12-degree odd/even rational interpolant (the one Eigen uses for float),
   // clamped to +-1 where erf rounds to 1 in float (|x| >= erfinv(1 - 2^-23)).
@@ -243,24 +248,23 @@ inline float erf(float x) {
 }
 
 // 1 / (1 + e^-x): for x -> -inf, e^-x -> inf and the quotient -> 0 exactly.
-inline float sigmoid(float x) { return 1.0f / (1.0f + vecmath::exp(-x)); }
+KILN_VECMATH_INLINE float sigmoid(float x) { return 1.0f / (1.0f + vecmath::exp(-x)); }
 
 // x sigmoid(x), written as torch does: x / (1 + e^-x).
-inline float silu(float x) { return x / (1.0f + vecmath::exp(-x)); }
+KILN_VECMATH_INLINE float silu(float x) { return x / (1.0f + vecmath::exp(-x)); }
 
 // gelu(x, "tanh") = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's formula.
-inline float gelu_tanh(float x) {
+KILN_VECMATH_INLINE float gelu_tanh(float x) {
   const float k = 0.7978845608028654f; // sqrt(2 / pi)
   float inner = k * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + vecmath::tanh(inner));
 }
 
 // erfc(a) for a >= 1 (Cephes erfcf): exp(-a^2) / a P(1/a^2), with one
-// polynomial below 2 and another above. Relative error <= 4e-6 (from the
-// rounding of a^2 inside the exp at large a), where 1 - erf(a) loses everything.
-inline float erfc_ge1(float a) {
+// polynomial below 2 and another above; the caller passes z = exp(-a^2), whose
+// accuracy dominates at large a.
+KILN_VECMATH_INLINE float erfc_ge1(float a, float z) {
   using detail::fma;
-  float z = vecmath::exp(-a * a);
   float q = 1.0f / a, y = q * q;
   float p = 2.326819970068386E-2f; // 1 <= a < 2
   p = fma(p, y, -1.387039388740657E-1f);
@@ -285,10 +289,16 @@ inline float erfc_ge1(float a) {
 // gelu(x, "none") = x/2 (1 + erf(x / sqrt(2))). Below x = -sqrt(2), 1 + erf(..)
 // cancels (to 2e-3 at x = -3.1, where erf's 1-ulp error would be 5e-5 of the
 // result): there it is x/2 erfc(-x / sqrt(2)) instead.
-inline float gelu_erf(float x) {
+KILN_VECMATH_INLINE float gelu_erf(float x) {
+  using detail::fma;
   float a = x * 0.7071067811865476f;
   float head = 1.0f + vecmath::erf(a);
-  float tail = erfc_ge1(-a);
+  // exp(-x^2/2) with x^2 split exactly (hi + lo, fma): rounding a or a^2 first
+  // would cost a relative error of x^2 eps (1e-5 at x = -12).
+  float hi = x * x, lo = fma(x, x, -hi);
+  float z = vecmath::exp(-0.5f * hi);
+  z = fma(z, -0.5f * lo, z); // exp(-lo/2) ~ 1 - lo/2, |lo| <= ulp(x^2)/2
+  float tail = erfc_ge1(-a, z);
   // Integer-mask blend (see log): both arms are always computed.
   int32_t use_tail = -int32_t(a < -1.0f);
   float w = std::bit_cast<float>((std::bit_cast<int32_t>(tail) & use_tail) |
