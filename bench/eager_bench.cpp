@@ -6,6 +6,10 @@
 //   Triad  a = b + s * c over 3 x 32M floats, a plain C++ loop split with
 //          parallel_for: the machine's memory bandwidth (STREAM's convention,
 //          3 arrays x n x 4 bytes, no write-allocate traffic counted).
+//   Exp, Tanh, GeluTanh, GeluErf, Sigmoid, Log
+//          y = f(x) on 4,194,304-element float tensors, at 1 and 2 threads: the
+//          transcendental unary kernels (runtime/kernels/vecmath.h); bytes
+//          processed = 2 arrays x 4M x 4 bytes. ns/element = Time / 4194304.
 // Run: build/bench/kiln_bench_eager
 #include <benchmark/benchmark.h>
 
@@ -51,6 +55,34 @@ void W9_add_4M(benchmark::State &state) {
   state.SetBytesProcessed(state.iterations() * 3 * kW9 * int64_t(sizeof(float)));
 }
 BENCHMARK(W9_add_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Unary transcendentals on 4M floats. Inputs in [-4, 4) (uniform), where every
+// function is in its interesting (non-saturated) range; log gets |x| + 1e-3.
+template <class F> void unary_4M(benchmark::State &state, F f, bool positive = false) {
+  kiln::set_num_threads(int(state.range(0)));
+  kiln::manual_seed(0);
+  Tensor x = kiln::rand({kW9}) * 8.0 - 4.0;
+  if (positive) x = kiln::abs(x) + 1e-3;
+  for (auto _ : state) {
+    Tensor y = f(x);
+    benchmark::DoNotOptimize(y.unsafeGetTensorImpl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kW9 * int64_t(sizeof(float)));
+  state.SetItemsProcessed(state.iterations() * kW9);
+}
+void Exp_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::exp(x); }); }
+void Tanh_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::tanh(x); }); }
+void GeluTanh_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::gelu(x, "tanh"); }); }
+void GeluErf_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::gelu(x, "none"); }); }
+void Sigmoid_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::sigmoid(x); }); }
+void Log_4M(benchmark::State &s) { unary_4M(s, [](const Tensor &x) { return kiln::log(x); }, true); }
+BENCHMARK(Exp_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Tanh_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(GeluTanh_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(GeluErf_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Sigmoid_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Log_4M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 constexpr int64_t kTriad = 32 * 1024 * 1024;
 

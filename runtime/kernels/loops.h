@@ -82,8 +82,11 @@ private:
 // ---------------------------------------------------------------- innermost runs
 
 // A contiguous run: inputs whose bit is set in M are broadcast scalars, read once.
+// flatten: everything f calls is inlined into the loop, however large (the
+// float32 transcendentals of vecmath.h are ~100 instructions behind two lambda
+// layers, past GCC's inlining limits); a call left in the body stops vectorization.
 template <unsigned M, class Out, class... In, class F, size_t... I>
-inline void contig_run(char *const *ptrs, int64_t n, F &f, std::index_sequence<I...>) {
+[[gnu::flatten]] inline void contig_run(char *const *ptrs, int64_t n, F &f, std::index_sequence<I...>) {
   Out *o = reinterpret_cast<Out *>(ptrs[0]);
   const std::tuple<const In *...> p{reinterpret_cast<const In *>(ptrs[I + 1])...};
   const std::tuple<In...> s{(((M >> I) & 1u) ? *std::get<I>(p) : In{})...};
