@@ -149,7 +149,7 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string default_pipeline() { return "decompose,canonicalize,cse,dce"; }
+std::string default_pipeline() { return "decompose,canonicalize,cse,dce,fuse"; }
 
 PipelineOptions PipelineOptions::from_env() {
   PipelineOptions o;

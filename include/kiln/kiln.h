@@ -7,6 +7,7 @@
 #include "runtime/parallel.h"
 #include "runtime/scalar.h"
 #include "runtime/tensor.h"
+#include "frontend/compile.h"
 #include "frontend/trace.h"
 #include "ir/interpreter.h"
 #include "passes/pass_manager.h"

@@ -1,0 +1,290 @@
+// Lowering rules: how each elementwise op of the op table becomes a kernel
+// expression. One table, indexed by OpId; an op without an entry has no
+// lowering and its fusion group runs eagerly.
+#include "codegen/lowering.h"
+
+#include <array>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/graph.h"
+
+namespace kiln::codegen {
+namespace {
+
+struct Ctx {
+  KernelBuilder &k;
+  const ir::Node &node;
+  std::vector<Expr> args;            // operand expressions
+  std::vector<bool> wrapped;         // operand is a wrapped-number constant
+  std::vector<std::optional<double>> const_value; // operand is a known scalar constant
+  DType out;                          // result dtype
+
+  Expr to(Expr e, DType t) const { return e.dtype() == t ? e : k.cast(e, t); }
+  Expr arg(size_t i) const { return to(args.at(i), out); }
+  Expr c(double v, DType t) const { return k.constant(v, t); }
+  Expr c(double v) const { return k.constant(v, out); }
+  const AttrValue &attr(size_t i) const { return node.attrs().at(i); }
+  // torch.result_type of two operands, honouring wrapped numbers.
+  DType compute_type(size_t a, size_t b) const {
+    Tensor ma = meta(a), mb = meta(b);
+    return kiln::detail::result_type({&ma, &mb});
+  }
+  Tensor meta(size_t i) const {
+    Tensor t = kiln::detail::make_tensor(wrapped[i] ? IntArrayRef() : IntArrayRef(node.operand(i)->type().shape),
+                                   args[i].dtype(), true);
+    t.impl().wrapped_number = wrapped[i];
+    return t;
+  }
+};
+
+using Rule = Expr (*)(const Ctx &);
+
+[[noreturn]] void no_lowering(const Ctx &x, const std::string &why) {
+  KILN_FAIL("codegen: no lowering for ", x.node.mnemonic(), ": ", why);
+}
+
+Expr float_unary(const Ctx &x, KOp op) { return x.k.unary(op, x.arg(0)); }
+
+Expr cmp(const Ctx &x, KOp op) {
+  DType t = x.compute_type(0, 1);
+  return x.k.binary(op, x.to(x.args[0], t), x.to(x.args[1], t));
+}
+
+Expr truthy(const Ctx &x, size_t i) {
+  Expr a = x.args[i];
+  if (a.dtype() == kBool) return a;
+  return x.k.binary(KOp::Ne, a, x.k.constant(0, a.dtype()));
+}
+
+Expr add_sub(const Ctx &x, KOp op) {
+  Expr b = x.arg(1);
+  Scalar alpha = x.attr(0).as_scalar();
+  if (alpha.toDouble() != 1.0) b = b * x.c(alpha.toDouble());
+  return x.k.binary(op, x.arg(0), b);
+}
+
+Expr pow_rule(const Ctx &x) {
+  if (!x.const_value[1]) no_lowering(x, "the exponent is not a constant");
+  double e = *x.const_value[1];
+  Expr a = x.arg(0);
+  if (e == 1) return a;
+  if (e == 2) return a * a;
+  if (e == 3) return a * a * a;
+  if (e == 0.5 && is_floating(x.out)) return x.k.unary(KOp::Sqrt, a);
+  if (e == -1 && is_floating(x.out)) return x.c(1.0) / a;
+  if (e == -0.5 && is_floating(x.out)) return x.k.unary(KOp::Rsqrt, a);
+  no_lowering(x, "exponent " + std::to_string(e));
+}
+
+Expr div_rule(const Ctx &x) {
+  std::optional<std::string> mode = x.attr(0).as_opt_string();
+  if (!mode) return x.arg(0) / x.arg(1);
+  if (!is_floating(x.out)) {
+    if (*mode == "trunc") return x.arg(0) / x.arg(1); // kernel integer division truncates
+    no_lowering(x, "integer floor division");
+  }
+  Expr q = x.arg(0) / x.arg(1);
+  if (*mode == "floor") return x.k.unary(KOp::Floor, q);
+  return x.k.select(x.k.binary(KOp::Lt, q, x.c(0.0)), x.k.unary(KOp::Ceil, q), x.k.unary(KOp::Floor, q));
+}
+
+Expr clamp_rule(const Ctx &x) {
+  Expr v = x.arg(0);
+  if (auto lo = x.attr(0).as_opt_scalar()) v = x.k.binary(KOp::Max, v, x.c(lo->toDouble()));
+  if (auto hi = x.attr(1).as_opt_scalar()) v = x.k.binary(KOp::Min, v, x.c(hi->toDouble()));
+  return v;
+}
+
+Expr lerp_rule(const Ctx &x) {
+  Expr s = x.arg(0), e = x.arg(1), w = x.arg(2);
+  Expr d = e - s;
+  // torch's two-sided form keeps lerp exact at both ends.
+  return x.k.select(x.k.binary(KOp::Lt, x.k.unary(KOp::Abs, w), x.c(0.5)), s + w * d, e - d * (x.c(1.0) - w));
+}
+
+Expr sign_rule(const Ctx &x) {
+  Expr a = x.arg(0);
+  Expr pos = x.k.binary(KOp::Gt, a, x.c(0.0)), neg = x.k.binary(KOp::Lt, a, x.c(0.0));
+  return x.k.select(pos, x.c(1.0), x.k.select(neg, x.c(-1.0), a * x.c(0.0)));
+}
+
+Expr remainder_rule(const Ctx &x) {
+  if (!is_floating(x.out)) no_lowering(x, "integer remainder");
+  Expr a = x.arg(0), b = x.arg(1);
+  return a - x.k.unary(KOp::Floor, a / b) * b;
+}
+
+Expr gelu_rule(const Ctx &x) {
+  Expr v = x.arg(0);
+  if (x.attr(0).as_string() == "tanh") return gelu_tanh(v);
+  return x.c(0.5) * v * (x.c(1.0) + erf(v * x.c(M_SQRT1_2)));
+}
+
+// Reductions over the last dim (the fuse pass only groups those): per-row values.
+Expr reduction(const Ctx &x, KOp combine) {
+  Expr v = x.to(x.args.at(0), x.out);
+  return x.k.reduce(combine, v);
+}
+Expr mean_rule(const Ctx &x) {
+  if (!is_floating(x.out)) no_lowering(x, "mean of an integer type");
+  return reduce_mean(x.to(x.args.at(0), x.out));
+}
+
+const std::array<Rule, kNumOps> &rules() {
+  static const std::array<Rule, kNumOps> table = [] {
+    std::array<Rule, kNumOps> t{};
+    auto set = [&](OpId id, Rule r) { t[size_t(id)] = r; };
+    set(OpId::Neg, [](const Ctx &x) { return -x.arg(0); });
+    set(OpId::Abs, [](const Ctx &x) { return x.k.unary(KOp::Abs, x.arg(0)); });
+    set(OpId::Exp, [](const Ctx &x) { return float_unary(x, KOp::Exp); });
+    set(OpId::Log, [](const Ctx &x) { return float_unary(x, KOp::Log); });
+    set(OpId::Log1p, [](const Ctx &x) { return float_unary(x, KOp::Log1p); });
+    set(OpId::Expm1, [](const Ctx &x) { return float_unary(x, KOp::Expm1); });
+    set(OpId::Sqrt, [](const Ctx &x) { return float_unary(x, KOp::Sqrt); });
+    set(OpId::Rsqrt, [](const Ctx &x) { return float_unary(x, KOp::Rsqrt); });
+    set(OpId::Tanh, [](const Ctx &x) { return float_unary(x, KOp::Tanh); });
+    set(OpId::Sigmoid, [](const Ctx &x) { return float_unary(x, KOp::Sigmoid); });
+    set(OpId::Erf, [](const Ctx &x) { return float_unary(x, KOp::Erf); });
+    set(OpId::Relu, [](const Ctx &x) { return x.k.binary(KOp::Max, x.arg(0), x.c(0.0)); });
+    set(OpId::Gelu, gelu_rule);
+    set(OpId::Silu, [](const Ctx &x) { return x.arg(0) * x.k.unary(KOp::Sigmoid, x.arg(0)); });
+    set(OpId::Reciprocal, [](const Ctx &x) { return x.c(1.0) / x.arg(0); });
+    set(OpId::Square, [](const Ctx &x) { return x.arg(0) * x.arg(0); });
+    set(OpId::Floor, [](const Ctx &x) { return is_floating(x.out) ? x.k.unary(KOp::Floor, x.arg(0)) : x.arg(0); });
+    set(OpId::Ceil, [](const Ctx &x) { return is_floating(x.out) ? x.k.unary(KOp::Ceil, x.arg(0)) : x.arg(0); });
+    set(OpId::Round, [](const Ctx &x) { return is_floating(x.out) ? x.k.unary(KOp::Round, x.arg(0)) : x.arg(0); });
+    set(OpId::Sign, sign_rule);
+    set(OpId::LogicalNot, [](const Ctx &x) { return x.k.unary(KOp::Not, truthy(x, 0)); });
+    set(OpId::Cast, [](const Ctx &x) { return x.arg(0); });
+    set(OpId::Copy, [](const Ctx &x) { return x.arg(1); });
+    set(OpId::Add, [](const Ctx &x) { return add_sub(x, KOp::Add); });
+    set(OpId::Sub, [](const Ctx &x) { return add_sub(x, KOp::Sub); });
+    set(OpId::Mul, [](const Ctx &x) { return x.arg(0) * x.arg(1); });
+    set(OpId::Div, div_rule);
+    set(OpId::Pow, pow_rule);
+    set(OpId::Maximum, [](const Ctx &x) { return x.k.binary(KOp::Max, x.arg(0), x.arg(1)); });
+    set(OpId::Minimum, [](const Ctx &x) { return x.k.binary(KOp::Min, x.arg(0), x.arg(1)); });
+    set(OpId::Remainder, remainder_rule);
+    set(OpId::Eq, [](const Ctx &x) { return cmp(x, KOp::Eq); });
+    set(OpId::Ne, [](const Ctx &x) { return cmp(x, KOp::Ne); });
+    set(OpId::Lt, [](const Ctx &x) { return cmp(x, KOp::Lt); });
+    set(OpId::Le, [](const Ctx &x) { return cmp(x, KOp::Le); });
+    set(OpId::Gt, [](const Ctx &x) { return cmp(x, KOp::Gt); });
+    set(OpId::Ge, [](const Ctx &x) { return cmp(x, KOp::Ge); });
+    set(OpId::LogicalAnd, [](const Ctx &x) { return x.k.binary(KOp::And, truthy(x, 0), truthy(x, 1)); });
+    set(OpId::LogicalOr, [](const Ctx &x) { return x.k.binary(KOp::Or, truthy(x, 0), truthy(x, 1)); });
+    set(OpId::Where, [](const Ctx &x) { return x.k.select(truthy(x, 0), x.arg(1), x.arg(2)); });
+    set(OpId::Clamp, clamp_rule);
+    set(OpId::MaskedFill, [](const Ctx &x) {
+      return x.k.select(truthy(x, 1), x.c(x.attr(0).as_scalar().toDouble()), x.arg(0));
+    });
+    set(OpId::Lerp, lerp_rule);
+    set(OpId::Sum, [](const Ctx &x) { return reduction(x, KOp::Add); });
+    set(OpId::Prod, [](const Ctx &x) { return reduction(x, KOp::Mul); });
+    set(OpId::Amax, [](const Ctx &x) { return reduction(x, KOp::Max); });
+    set(OpId::Amin, [](const Ctx &x) { return reduction(x, KOp::Min); });
+    set(OpId::Mean, mean_rule);
+    return t;
+  }();
+  return table;
+}
+
+// Iteration-space strides (elements) of an operand of shape/strides (s, st)
+// broadcast to `domain`: dims aligned right; broadcast dims read stride 0.
+std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std::vector<int64_t> &domain) {
+  std::vector<int64_t> out(domain.size(), 0);
+  size_t off = domain.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1) out[off + i] = st[i];
+  return out;
+}
+
+} // namespace
+
+bool has_lowering(OpId id) { return rules()[size_t(id)] != nullptr; }
+
+// The group's iteration space: its widest value (a row group's reductions read
+// full rows while some of its results are per-row).
+std::vector<int64_t> group_domain(const ir::Graph &body) {
+  const ir::TensorType *widest = nullptr;
+  auto consider = [&](const ir::TensorType &t) {
+    if (!widest || t.numel() > widest->numel() || (t.numel() == widest->numel() && t.shape.size() > widest->shape.size()))
+      widest = &t;
+  };
+  for (const ir::Value *v : body.inputs()) consider(v->type());
+  for (const ir::Node *n : body.nodes())
+    for (const ir::Value *r : n->results()) consider(r->type());
+  KILN_CHECK(widest, "codegen: empty fusion group");
+  return {widest->shape.begin(), widest->shape.end()};
+}
+
+// A per-row shape of `domain`: its last dim reduced to 1 or dropped.
+bool is_row_of(IntArrayRef s, const std::vector<int64_t> &domain) {
+  if (domain.empty()) return false;
+  IntArrayRef lead(domain.data(), domain.size() - 1);
+  if (s.size() == domain.size()) return IntArrayRef(s.data(), s.size() - 1) == lead && s.back() == 1;
+  return s == lead;
+}
+
+KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operands,
+                       std::vector<size_t> &buffer_operands) {
+  buffer_operands.clear();
+  const ir::Graph &body = *group.body();
+  KILN_CHECK(!group.results().empty(), "codegen: fusion group without results");
+  std::vector<int64_t> domain = group_domain(body);
+  KILN_CHECK(domain.size() <= size_t(kMaxKernelRank), "codegen: rank ", domain.size(), " is above ", kMaxKernelRank);
+  for (const ir::Value *r : group.results())
+    KILN_CHECK(IntArrayRef(r->type().shape) == IntArrayRef(domain) || is_row_of(r->type().shape, domain),
+               "codegen: group result ", shape_str(r->type().shape), " is neither the domain ", shape_str(domain),
+               " nor one of its rows");
+
+  KernelBuilder k(domain);
+  std::unordered_map<const ir::Value *, Expr> expr;
+  std::unordered_set<const ir::Value *> wrapped;
+  std::unordered_map<const ir::Value *, double> known;
+  for (size_t i = 0; i < body.inputs().size(); ++i) {
+    const ir::Value *outer = group.operand(i), *in = body.inputs()[i];
+    const Tensor &t = operands.at(i);
+    KILN_CHECK(t.dim() <= int64_t(domain.size()), "codegen: operand ", i, " has more dims than the group");
+    if (outer->kind() == ir::Value::Kind::Const && outer->tensor().numel() == 1) {
+      // Known scalars become constants of the kernel.
+      const Tensor &c = outer->tensor();
+      double v = c.item().toDouble();
+      expr.emplace(in, k.constant(v, c.dtype()));
+      known[in] = v;
+      if (c.impl().wrapped_number) wrapped.insert(in);
+      continue;
+    }
+    expr.emplace(in, k.input(t.dtype(), broadcast_strides(t.sizes(), t.strides(), domain)));
+    buffer_operands.push_back(i);
+  }
+  for (const ir::Node *n : body.nodes()) {
+    KILN_CHECK(n->kind() == ir::Node::Kind::Op && n->results().size() == 1, "codegen: unsupported node ",
+               n->mnemonic(), " in a fusion group");
+    Rule rule = rules()[size_t(n->op())];
+    Ctx x{k, *n, {}, {}, {}, n->result()->type().dtype};
+    for (const ir::Value *v : n->operands()) {
+      KILN_CHECK(v, "codegen: ", n->mnemonic(), " has an absent operand");
+      KILN_CHECK(IntArrayRef(v->type().shape).size() <= domain.size(), "codegen: operand rank above the group's");
+      x.args.push_back(expr.at(v));
+      x.wrapped.push_back(wrapped.count(v) > 0);
+      auto kv = known.find(v);
+      x.const_value.push_back(kv == known.end() ? std::nullopt : std::optional<double>(kv->second));
+    }
+    if (!rule) no_lowering(x, "not in the lowering table");
+    IntArrayRef rs = n->result()->type().shape;
+    KILN_CHECK(rs == IntArrayRef(domain) || is_row_of(rs, domain) || n->result()->type().numel() == 1, "codegen: ",
+               n->mnemonic(), " result shape ", shape_str(rs), " fits neither the domain ", shape_str(domain),
+               " nor its rows");
+    expr.emplace(n->result(), x.to(rule(x), x.out));
+  }
+  for (const ir::Value *o : body.outputs()) {
+    if (IntArrayRef(o->type().shape) == IntArrayRef(domain)) k.output(expr.at(o));
+    else k.output_per_row(expr.at(o));
+  }
+  return k.build();
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,73 @@
+// kiln::compile: a traced, optimized, cached callable with eager fallback.
+//
+//   auto f = kiln::compile(model_fn);
+//   std::vector<kiln::Tensor> out = f(inputs);
+//
+// The first call with an input signature (dtypes, shapes, strides, thread
+// count, captured tensors' shapes and dtypes) traces fn, runs the pass pipeline
+// and builds a plan; later calls with the same signature run the plan. A guard
+// miss recompiles and logs why. Past `cache_limit` specializations, when tracing
+// meets a data-dependent read, or when compilation fails, the call runs eagerly
+// and the reason is logged once. Safe to call from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+namespace ir {
+class Graph;
+}
+
+using ModelFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
+
+enum class Fallback {
+  Off,   // a failure to compile throws kiln::Error
+  Allow, // a failure to compile runs eagerly with a logged warning (default)
+  Force, // always run eagerly
+};
+
+struct CompileOptions {
+  std::string name = "main";
+  // Pass pipeline; empty = passes::default_pipeline().
+  std::string pipeline;
+  // Specializations kept per function before calls fall back to eager.
+  int cache_limit = 8;
+  // Defaults to KILN_FALLBACK=off|allow|force, else Allow.
+  std::optional<Fallback> fallback;
+};
+
+struct CompileStats {
+  int64_t calls = 0;
+  int64_t compiles = 0;       // specializations built
+  int64_t eager_calls = 0;    // calls that ran the model function eagerly
+  int64_t specializations = 0;
+  std::string last_fallback_reason;
+  std::string last_recompile_reason;
+};
+
+class CompiledFunction {
+public:
+  std::vector<Tensor> operator()(const std::vector<Tensor> &inputs) const;
+  CompileStats stats() const;
+  // The optimized graph of the specialization that `inputs` select (compiling
+  // it if needed); nullptr when those inputs run eagerly.
+  std::shared_ptr<const ir::Graph> graph_for(const std::vector<Tensor> &inputs) const;
+
+  struct Impl;
+
+private:
+  friend CompiledFunction compile(ModelFn fn, CompileOptions options);
+  std::shared_ptr<Impl> impl_;
+};
+
+CompiledFunction compile(ModelFn fn, CompileOptions options = {});
+
+} // namespace kiln

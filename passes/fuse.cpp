@@ -1,0 +1,315 @@
+// fuse: groups elementwise chains, and last-dim reductions with their
+// elementwise prologue and epilogue, into FusionGroup nodes.
+//
+// A group has a domain: the shape D of its widest value. A member's result has
+// shape D, or (row-wise groups) D with the last dim reduced (kept as 1 or
+// dropped). Groups never duplicate work: each node joins at most one group.
+// Every refusal has a reason that KILN_LOG=debug prints.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "ir/graph.h"
+#include "passes/fusion.h"
+#include "passes/pass_manager.h"
+#include "passes/rewrite.h"
+#include "runtime/log.h"
+
+namespace kiln::passes {
+namespace {
+
+using ir::Graph;
+using ir::Node;
+using ir::Value;
+
+constexpr size_t kMaxGroupNodes = 64;
+
+bool same_shape(IntArrayRef a, IntArrayRef b) { return a == b; }
+
+// D with its last dim reduced: kept as 1 or dropped.
+bool is_row_shape(IntArrayRef s, IntArrayRef d) {
+  if (d.empty()) return false;
+  IntArrayRef lead(d.data(), d.size() - 1);
+  if (s.size() == d.size()) return IntArrayRef(s.data(), s.size() - 1) == lead && s.back() == 1;
+  return s == lead;
+}
+
+// A reduction reduces only the last dim of its operand.
+bool reduces_last_dim(const Node &n) {
+  const Value *in = n.operand(0);
+  int64_t rank = int64_t(in->type().shape.size());
+  if (rank == 0) return false;
+  const AttrValue *dims = n.attr("dims");
+  if (!dims || !dims->is_ints()) return false;
+  const auto &d = dims->as_ints();
+  if (d.size() != 1) return d.empty() && rank == 1; // full reduction of a vector is one row
+  int64_t k = d[0] < 0 ? d[0] + rank : d[0];
+  return k == rank - 1;
+}
+
+struct Group {
+  int id;
+  std::vector<Node *> members; // in graph order
+  std::vector<size_t> members_index; // their original positions (filled when outlined)
+  Dims domain;
+  bool has_reduction = false;
+};
+
+class Fuser {
+public:
+  explicit Fuser(Graph &g) : g_(g), nodes_(g.nodes()) {
+    for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = i;
+    compute_reachability();
+  }
+
+  bool run() {
+    for (Node *n : nodes_) consider(n);
+    bool changed = false;
+    for (auto &[id, grp] : groups_)
+      if (grp.members.size() >= 1 && worth_a_group(grp)) changed |= outline(grp);
+    return changed;
+  }
+
+private:
+  // A single elementwise node is already one kernel; a group of one is still
+  // worth making so that codegen compiles it (the executor needs one path).
+  bool worth_a_group(const Group &grp) const { return !grp.members.empty(); }
+
+  static bool fusible_kind(const Node &n) {
+    if (n.kind() != Node::Kind::Op) return false;
+    OpKind k = n.info().kind;
+    if (k == OpKind::Elementwise) return n.op() != OpId::Copy;
+    if (k == OpKind::Reduction)
+      return n.op() == OpId::Sum || n.op() == OpId::Mean || n.op() == OpId::Amax || n.op() == OpId::Amin ||
+             n.op() == OpId::Prod;
+    return false;
+  }
+
+  void refuse(const Node &n, const std::string &why) {
+    log()->debug("fuse: not fusing %{} ({}) : {}", n.result()->name(), n.mnemonic(), why);
+  }
+
+  // Would `n`, with result shape `s`, fit a group of domain `d`?
+  std::string shape_misfit(const Node &n, const Group &grp) const {
+    IntArrayRef s = n.result()->type().shape;
+    bool red = n.info().kind == OpKind::Reduction;
+    if (red) {
+      IntArrayRef in = n.operand(0)->type().shape;
+      if (!reduces_last_dim(n)) return "reduces a dim other than the last";
+      if (!same_shape(in, grp.domain)) return "reduction input shape " + shape_str(in) + " differs from the group domain " + shape_str(grp.domain);
+      return "";
+    }
+    if (same_shape(s, grp.domain)) return "";
+    if (grp.has_reduction && is_row_shape(s, grp.domain)) return "";
+    return "shape " + shape_str(s) + " does not match the group domain " + shape_str(grp.domain);
+  }
+
+  // Joining `n` to `grp` creates a cycle when some operand of n outside the
+  // group depends on the group (a path group -> outside -> n).
+  bool creates_cycle(const Node &n, const Group &grp) const {
+    for (const Value *v : n.operands()) {
+      if (!v || !v->producer()) continue;
+      const Node *p = v->producer();
+      auto it = group_of_.find(p);
+      if (it != group_of_.end() && it->second == grp.id) continue;
+      for (const Node *m : grp.members)
+        if (reaches(m, p)) return true;
+    }
+    return false;
+  }
+
+  void consider(Node *n) {
+    if (!fusible_kind(*n)) return;
+    if (n->results().size() != 1) return refuse(*n, "has several results");
+    // Candidate groups: those of the producers of n's operands.
+    std::vector<int> candidates;
+    for (const Value *v : n->operands()) {
+      if (!v || !v->producer()) continue;
+      auto it = group_of_.find(v->producer());
+      if (it != group_of_.end() && std::find(candidates.begin(), candidates.end(), it->second) == candidates.end())
+        candidates.push_back(it->second);
+    }
+    int joined = -1;
+    for (int id : candidates) {
+      Group &grp = groups_.at(id);
+      std::string why = shape_misfit(*n, grp);
+      if (why.empty() && grp.members.size() >= kMaxGroupNodes) why = "group size limit reached";
+      if (why.empty() && creates_cycle(*n, grp)) why = "would create a cycle";
+      if (!why.empty()) {
+        refuse(*n, "into group " + std::to_string(id) + ": " + why);
+        continue;
+      }
+      if (joined < 0) {
+        add(*n, grp);
+        joined = id;
+        continue;
+      }
+      merge(joined, id); // n bridges two groups with one domain
+    }
+    if (joined >= 0) return;
+    // Start a new group. A reduction's domain is its input shape.
+    Group grp;
+    grp.id = next_id_++;
+    bool red = n->info().kind == OpKind::Reduction;
+    if (red && !reduces_last_dim(*n)) {
+      refuse(*n, "reduces a dim other than the last: left to the eager kernel");
+      return;
+    }
+    grp.domain = red ? Dims(n->operand(0)->type().shape) : Dims(n->result()->type().shape);
+    groups_.emplace(grp.id, grp);
+    add(*n, groups_.at(grp.id));
+  }
+
+  void add(Node &n, Group &grp) {
+    grp.members.push_back(&n);
+    grp.has_reduction |= n.info().kind == OpKind::Reduction;
+    group_of_[&n] = grp.id;
+  }
+
+  void merge(int into, int from) {
+    if (into == from) return;
+    Group &a = groups_.at(into), &b = groups_.at(from);
+    if (!same_shape(a.domain, b.domain) || creates_cycle_between(a, b)) return;
+    for (Node *m : b.members) group_of_[m] = into;
+    a.members.insert(a.members.end(), b.members.begin(), b.members.end());
+    std::sort(a.members.begin(), a.members.end(), [&](Node *x, Node *y) { return index_.at(x) < index_.at(y); });
+    a.has_reduction |= b.has_reduction;
+    groups_.erase(from);
+  }
+
+  bool creates_cycle_between(const Group &a, const Group &b) const {
+    // A path a -> outside -> b (or b -> outside -> a) forbids merging.
+    for (const Node *x : a.members)
+      for (const Node *y : b.members)
+        for (const Node *n : nodes_) {
+          auto it = group_of_.find(n);
+          bool inside = it != group_of_.end() && (it->second == a.id || it->second == b.id);
+          if (inside) continue;
+          if ((reaches(x, n) && reaches(n, y)) || (reaches(y, n) && reaches(n, x))) return true;
+        }
+    return false;
+  }
+
+  void compute_reachability() {
+    size_t n = nodes_.size();
+    reach_.assign(n, std::vector<bool>(n, false));
+    for (size_t i = n; i-- > 0;) {
+      for (const Value *r : nodes_[i]->results())
+        for (const ir::Use &u : g_.uses(r)) {
+          if (!u.user) continue;
+          size_t j = index_.at(u.user);
+          reach_[i][j] = true;
+          for (size_t k = 0; k < n; ++k)
+            if (reach_[j][k]) reach_[i][k] = true;
+        }
+    }
+  }
+  bool reaches(const Node *a, const Node *b) const { return reach_[index_.at(a)][index_.at(b)]; }
+
+  // Whether `n` (an original node, or a group formed earlier) reads, directly or
+  // not, a result of `grp`'s members.
+  bool depends_on(const Node *n, const Group &grp) const {
+    auto formed = formed_.find(n);
+    for (size_t m : grp.members_index) {
+      if (formed == formed_.end()) {
+        if (reach_[m][index_.at(n)]) return true;
+        continue;
+      }
+      for (size_t f : formed->second)
+        if (reach_[m][f]) return true;
+    }
+    return false;
+  }
+
+  // Moves the group's members into a FusionGroup body, in place of the last member.
+  bool outline(Group &grp) {
+    std::set<const Node *> inside(grp.members.begin(), grp.members.end());
+    grp.members_index.clear();
+    for (Node *m : grp.members) grp.members_index.push_back(index_.at(m));
+    // Operands from outside, in first-use order; results used outside (or graph outputs).
+    std::vector<Value *> ext_in, ext_out;
+    for (Node *m : grp.members)
+      for (Value *v : m->operands())
+        if (v && (!v->producer() || !inside.count(v->producer())) &&
+            std::find(ext_in.begin(), ext_in.end(), v) == ext_in.end())
+          ext_in.push_back(v);
+    for (Node *m : grp.members)
+      for (Value *r : m->results())
+        for (const ir::Use &u : g_.uses(r))
+          if ((!u.user || !inside.count(u.user)) && std::find(ext_out.begin(), ext_out.end(), r) == ext_out.end())
+            ext_out.push_back(r);
+    for (const ir::WriteBack &w : g_.write_backs())
+      for (Node *m : grp.members)
+        for (Value *r : m->results())
+          if (w.value == r && std::find(ext_out.begin(), ext_out.end(), r) == ext_out.end()) ext_out.push_back(r);
+    if (ext_out.empty()) return false; // dead group: dce's business
+
+    std::vector<ir::TensorType> out_types;
+    for (Value *r : ext_out) out_types.push_back(r->type());
+    // Insert after the last member so every external operand is defined before it.
+    Node *last = grp.members.back();
+    std::vector<Node *> order = g_.nodes();
+    auto pos = std::find(order.begin(), order.end(), last);
+    Node *before = (pos + 1 == order.end()) ? nullptr : *(pos + 1);
+    // Nodes between the members that read a member's result (and so must run after
+    // the group) move behind it, in order; they cannot feed the group (no cycles).
+    std::vector<Node *> movers;
+    bool after_first = false;
+    for (Node *n : order) {
+      if (n == last) break;
+      if (inside.count(n)) {
+        after_first = true;
+        continue;
+      }
+      if (after_first && depends_on(n, grp)) movers.push_back(n);
+    }
+    Node *group = g_.create_group(ext_in, out_types, before);
+    for (Node *m : movers) g_.move_before(m, before);
+    formed_[group] = grp.members_index;
+    Graph &body = *group->body();
+
+    std::unordered_map<const Value *, Value *> map;
+    for (size_t i = 0; i < ext_in.size(); ++i) map[ext_in[i]] = body.inputs()[i];
+    for (Node *m : grp.members) {
+      std::vector<Value *> ops;
+      for (Value *v : m->operands()) ops.push_back(v ? map.at(v) : nullptr);
+      std::vector<ir::TensorType> types;
+      for (Value *r : m->results()) types.push_back(r->type());
+      Node *copy = body.create(m->op(), ops, m->attrs(), types);
+      for (size_t i = 0; i < m->results().size(); ++i) map[m->results()[i]] = copy->results()[i];
+    }
+    std::vector<Value *> body_outs;
+    for (Value *r : ext_out) body_outs.push_back(map.at(r));
+    body.set_outputs(body_outs);
+    for (size_t i = 0; i < ext_out.size(); ++i) g_.replace_all_uses(ext_out[i], group->results()[i]);
+    for (auto it = grp.members.rbegin(); it != grp.members.rend(); ++it) g_.erase(*it);
+    return true;
+  }
+
+  Graph &g_;
+  std::vector<Node *> nodes_;
+  std::unordered_map<const Node *, size_t> index_;
+  std::vector<std::vector<bool>> reach_;
+  std::map<int, Group> groups_;
+  std::unordered_map<const Node *, int> group_of_;
+  // Group nodes made so far -> original indices of their members.
+  std::unordered_map<const Node *, std::vector<size_t>> formed_;
+  int next_id_ = 0;
+};
+
+class FusePass : public Pass {
+public:
+  std::string_view name() const override { return "fuse"; }
+  bool run(Graph &g) override { return Fuser(g).run(); }
+};
+
+} // namespace
+
+bool fuse(ir::Graph &g) { return Fuser(g).run(); }
+
+KILN_REGISTER_PASS(FusePass, "fuse");
+
+} // namespace kiln::passes

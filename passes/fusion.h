@@ -1,0 +1,12 @@
+// The fuse pass as a function (also registered as the pass "fuse").
+#pragma once
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+// Groups elementwise chains and last-dim reductions with their prologue and
+// epilogue into FusionGroup nodes. Returns whether the graph changed.
+bool fuse(ir::Graph &g);
+
+} // namespace kiln::passes
