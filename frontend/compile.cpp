@@ -204,6 +204,12 @@ std::shared_ptr<const ir::Graph> CompiledFunction::graph_for(const std::vector<T
   return spec ? spec->graph : nullptr;
 }
 
+int64_t CompiledFunction::kernels_per_call(const std::vector<Tensor> &inputs) const {
+  if (impl_->fallback == Fallback::Force) return -1;
+  auto spec = impl_->select(inputs);
+  return spec && spec->executable ? spec->executable->stats().kernels : -1;
+}
+
 CompileStats CompiledFunction::stats() const {
   const Impl &impl = *impl_;
   CompileStats s;

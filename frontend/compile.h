@@ -60,6 +60,9 @@ public:
   // The optimized graph of the specialization that `inputs` select (compiling
   // it if needed); nullptr when those inputs run eagerly.
   std::shared_ptr<const ir::Graph> graph_for(const std::vector<Tensor> &inputs) const;
+  // JIT kernel launches per call of the specialization `inputs` select
+  // (compiling it if needed); -1 when those inputs run eagerly.
+  int64_t kernels_per_call(const std::vector<Tensor> &inputs) const;
 
   struct Impl;
 

@@ -4,12 +4,13 @@
 #   python3 /usr/lib/llvm-19/build/utils/lit/lit.py -sv \
 #     --param kiln_tools_dir=build/tools test/lit
 import os
+import sys
 
 import lit.formats
 
 config.name = "kiln"
 config.test_format = lit.formats.ShTest(execute_external=True)
-config.suffixes = [".kir"]
+config.suffixes = [".kir", ".test"]
 config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 
@@ -26,6 +27,10 @@ if exec_root:
 
 config.environment["PATH"] = os.pathsep.join([tools_dir, llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%kiln-opt", os.path.join(tools_dir, "kiln-opt")))
+# After %kiln-opt, so that the longer name is substituted first. The CLI binary
+# (target kiln-cli) is named kiln and sits next to kiln-opt unless told otherwise.
+config.substitutions.append(("%kiln", lit_config.params.get("kiln_cli", os.path.join(tools_dir, "kiln"))))
+config.substitutions.append(("%python", sys.executable))
 
 # `REQUIRES: passes` tests run once the pass manager is linked in (the library
 # has a placeholder run_pipeline that throws until then).

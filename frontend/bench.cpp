@@ -1,0 +1,140 @@
+#include "frontend/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "ir/graph.h"
+#include "runtime/error.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Median microseconds per call after `warmup` untimed calls.
+double median_us(const ModelFn &fn, const std::vector<Tensor> &inputs, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn(inputs);
+  std::vector<double> us;
+  us.reserve(size_t(iters));
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    fn(inputs);
+    us.push_back(ms_since(t0) * 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Wall time of the first call of a fresh compile(): trace, passes, plan, JIT and one run.
+double first_call_ms(const ModelFn &fn, const std::vector<Tensor> &inputs, std::vector<Tensor> *out) {
+  CompiledFunction f = compile(fn);
+  auto t0 = Clock::now();
+  std::vector<Tensor> y = f(inputs);
+  double ms = ms_since(t0);
+  if (out) *out = std::move(y);
+  return ms;
+}
+
+int64_t type_bytes(const ir::TensorType &t) { return t.numel() * int64_t(itemsize(t.dtype)); }
+
+bool is_view(const ir::Node &n) { return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::View; }
+
+// max |c - e| and that divided by max |e| (a norm-wise relative difference:
+// element-wise ratios blow up on outputs that are close to zero).
+void output_diffs(const std::vector<Tensor> &compiled, const std::vector<Tensor> &eager, BenchRow &row) {
+  KILN_CHECK(compiled.size() == eager.size(), "bench: compiled function returned ", compiled.size(),
+             " outputs, eager ", eager.size());
+  double max_abs = 0, max_ref = 0;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    Tensor e = eager[i].to(kFloat64), c = compiled[i].to(kFloat64);
+    if (e.numel() == 0) continue;
+    max_abs = std::max(max_abs, amax(abs(c - e)).item<double>());
+    max_ref = std::max(max_ref, amax(abs(e)).item<double>());
+  }
+  row.max_abs_diff = max_abs;
+  row.max_rel_diff = max_ref > 0 ? max_abs / max_ref : max_abs;
+}
+
+} // namespace
+
+int64_t bytes_moved_estimate(const ir::Graph &g) {
+  int64_t bytes = 0;
+  for (const ir::Value *v : g.inputs()) bytes += type_bytes(v->type());
+  for (const ir::Value *v : g.params()) bytes += type_bytes(v->type());
+  for (const ir::Value *v : g.outputs()) bytes += type_bytes(v->type());
+  for (const ir::Node *n : g.nodes()) {
+    if (is_view(*n)) continue;
+    for (const ir::Value *r : n->results()) {
+      bool is_output = std::find(g.outputs().begin(), g.outputs().end(), r) != g.outputs().end();
+      if (!is_output && g.has_uses(r)) bytes += 2 * type_bytes(r->type()); // written, then read
+    }
+  }
+  return bytes;
+}
+
+BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                   const BenchOptions &options) {
+  KILN_CHECK(options.iters >= 1 && options.warmup >= 0, "bench: iters must be >= 1 and warmup >= 0");
+  BenchRow row;
+  row.name = name;
+  std::vector<Tensor> eager_out = fn(inputs);
+  row.eager_us = median_us(fn, inputs, options.warmup, options.iters);
+
+  // Cold: the first compile of this function's kernels in this process (the disk
+  // cache, when KILN_CACHE_DIR is set, may still serve them).
+  std::vector<Tensor> compiled_out;
+  row.compile_ms_cold = first_call_ms(fn, inputs, &compiled_out);
+  // Warm: a second, fresh compile() traces and runs the passes again, but every
+  // kernel now comes from the Jit's in-process kernel cache (memory hit), so this
+  // is the cost of tracing + passes + planning, as with a warm disk cache.
+  row.compile_ms_warm = first_call_ms(fn, inputs, nullptr);
+
+  CompiledFunction f = compile(fn);
+  compiled_out = f(inputs);
+  output_diffs(compiled_out, eager_out, row);
+  row.compiled_us =
+      median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options.warmup, options.iters);
+  row.speedup = row.compiled_us > 0 ? row.eager_us / row.compiled_us : 0;
+  row.kernels = f.kernels_per_call(inputs);
+  if (auto g = f.graph_for(inputs)) row.bytes_moved = bytes_moved_estimate(*g);
+  row.achieved_gbps = row.compiled_us > 0 ? double(row.bytes_moved) / (row.compiled_us * 1e3) : 0;
+  row.bandwidth_fraction = options.stream_gbps > 0 ? row.achieved_gbps / options.stream_gbps : 0;
+  return row;
+}
+
+double stream_triad_gbps(int threads) {
+  KILN_CHECK(threads >= 1, "stream_triad_gbps: threads must be >= 1, got ", threads);
+  constexpr int64_t n = int64_t(32) << 20;
+  constexpr int runs = 5;
+  int saved = get_num_threads();
+  set_num_threads(threads);
+  std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+  // First touch in parallel too, so pages land where the workers run.
+  parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) a[i] = 0.f, b[i] = 1.f, c[i] = 2.f;
+  });
+  const float s = 3.f;
+  double best_s = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    auto t0 = Clock::now();
+    parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+      float *pa = a.get();
+      const float *pb = b.get(), *pc = c.get();
+      for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
+    });
+    best_s = std::min(best_s, ms_since(t0) / 1e3);
+  }
+  set_num_threads(saved);
+  KILN_CHECK(a[n - 1] == 7.f, "stream_triad_gbps: wrong triad result"); // also keeps the loop alive
+  return 3.0 * double(n) * sizeof(float) / best_s / 1e9;
+}
+
+} // namespace kiln

@@ -1,0 +1,55 @@
+// The benchmark row of shared/workloads.md for one model function: eager and
+// compiled time per call, compile cost, kernels per call, estimated bytes moved,
+// achieved bandwidth and the compiled-vs-eager difference. `kiln bench` prints
+// these rows; stream_triad_gbps() measures the bandwidth they are compared to.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "frontend/compile.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+namespace ir {
+class Graph;
+}
+
+struct BenchOptions {
+  int warmup = 3;
+  int iters = 20;           // timed calls; the median is reported
+  double stream_gbps = 0;   // bandwidth_fraction = achieved / this (0: fraction left at 0)
+};
+
+struct BenchRow {
+  std::string name;
+  double eager_us = 0;
+  double compiled_us = 0;
+  double speedup = 0;          // eager_us / compiled_us
+  double compile_ms_cold = 0;  // first call of a fresh compile() (trace, passes, JIT, run)
+  double compile_ms_warm = 0;  // first call of a second fresh compile(); kernels come from the Jit's caches
+  int64_t kernels = 0;         // JIT kernel launches per compiled call (-1: runs eagerly)
+  int64_t bytes_moved = 0;     // estimate, see bytes_moved_estimate()
+  double achieved_gbps = 0;    // bytes_moved / compiled time
+  double bandwidth_fraction = 0;
+  double max_abs_diff = 0;
+  double max_rel_diff = 0;
+};
+
+BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                   const BenchOptions &options = {});
+
+// Bytes one call of the optimized graph moves, estimated from the graph: every
+// graph input and parameter read once, every output written once, and every
+// intermediate tensor between top-level steps (fusion groups, contractions,
+// eager ops) written once and read once. View results move nothing. Caches,
+// re-reads inside a kernel and BLAS packing are ignored, so this is a floor.
+int64_t bytes_moved_estimate(const ir::Graph &g);
+
+// STREAM-like triad a = b + s*c over 3 x 32M floats on `threads` threads with
+// kiln::parallel_for; the best of a few runs, in GB/s (3 x 128 MiB per run).
+double stream_triad_gbps(int threads);
+
+} // namespace kiln
