@@ -212,7 +212,11 @@ private:
   int next_ = 0;
   int clusters_ = 0;
 
-  std::string fresh() { return "n" + std::to_string(next_++); }
+  std::string fresh() {
+    std::string id = "n"; // appended, not "n" + ...: GCC 12 warns falsely (-Wrestrict) on that form
+    id += std::to_string(next_++);
+    return id;
+  }
   std::string id_of(const kiln::ir::Value *v) {
     auto it = ids_.find(v);
     return it == ids_.end() ? std::string("unknown") : it->second;
@@ -242,8 +246,9 @@ private:
         label += "%" + r->name() + " ";
       }
       label += "= " + std::string(n->mnemonic());
-      if (!n->results().empty()) label += "\\n" + n->result()->type().str();
-      os_ << ind << id << " [label=\"" << dot_escape(label) << "\"];\n";
+      os_ << ind << id << " [label=\"" << dot_escape(label);
+      if (!n->results().empty()) os_ << "\\n" << dot_escape(n->result()->type().str()); // a dot line break
+      os_ << "\"];\n";
       edges_in(*n, id, ind);
     }
   }
@@ -252,7 +257,9 @@ private:
   void group(const kiln::ir::Node &n, const std::string &ind) {
     const kiln::ir::Graph &body = *n.body();
     os_ << ind << "subgraph cluster_" << clusters_++ << " {\n"
-        << ind << "  label=\"fusion_group\";\n  style=rounded; color=blue;\n";
+        << ind << "  label=\"fusion_group\";\n"
+        << ind << "  style=rounded;\n"
+        << ind << "  color=blue;\n";
     for (size_t i = 0; i < body.inputs().size() && i < n.operands().size(); ++i)
       if (n.operand(i)) ids_[body.inputs()[i]] = id_of(n.operand(i));
     for (const auto *list : {&body.params(), &body.consts()})
@@ -394,7 +401,7 @@ void print_table(int threads, double stream, const std::vector<kiln::BenchRow> &
   std::printf("%-18s %12s %12s %8s %10s %10s %7s %8s %7s %10s\n", "example", "eager us", "compiled us", "speedup",
               "cold ms", "warm ms", "kernels", "GB/s", "triad", "max diff");
   for (const kiln::BenchRow &r : rows)
-    std::printf("%-18s %12.1f %12.1f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %10.3g\n", r.name.c_str(), r.eager_us,
+    std::printf("%-18s %12.2f %12.2f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %10.3g\n", r.name.c_str(), r.eager_us,
                 r.compiled_us, r.speedup, r.compile_ms_cold, r.compile_ms_warm, (long long)r.kernels,
                 r.achieved_gbps, 100 * r.bandwidth_fraction, r.max_abs_diff);
 }

@@ -29,7 +29,7 @@ config.environment["PATH"] = os.pathsep.join([tools_dir, llvm_tools_dir, config.
 config.substitutions.append(("%kiln-opt", os.path.join(tools_dir, "kiln-opt")))
 # After %kiln-opt, so that the longer name is substituted first. The CLI binary
 # (target kiln-cli) is named kiln and sits next to kiln-opt unless told otherwise.
-config.substitutions.append(("%kiln", lit_config.params.get("kiln_cli", os.path.join(tools_dir, "kiln"))))
+config.substitutions.append(("%kiln", os.path.abspath(lit_config.params.get("kiln_cli", os.path.join(tools_dir, "kiln")))))
 config.substitutions.append(("%python", sys.executable))
 
 # `REQUIRES: passes` tests run once the pass manager is linked in (the library

@@ -1,0 +1,66 @@
+// kiln::bench_row and kiln::bytes_moved_estimate on small graphs (fast), plus
+// CompiledFunction::kernels_per_call.
+#include <gtest/gtest.h>
+
+#include <kiln/kiln.h>
+
+#include "frontend/bench.h"
+#include "ir/graph.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<Tensor> add_fn(const std::vector<Tensor> &in) { return {in[0] + in[1]}; }
+
+TEST(Bench, RowOfAnAddHasEveryField) {
+  manual_seed(0);
+  std::vector<Tensor> in = {randn({4096}), randn({4096})};
+  BenchOptions o;
+  o.warmup = 1;
+  o.iters = 3;
+  o.stream_gbps = 10;
+  BenchRow r = bench_row("add", add_fn, in, o);
+  EXPECT_EQ(r.name, "add");
+  EXPECT_GT(r.eager_us, 0);
+  EXPECT_GT(r.compiled_us, 0);
+  EXPECT_DOUBLE_EQ(r.speedup, r.eager_us / r.compiled_us);
+  EXPECT_GT(r.compile_ms_cold, 0);
+  EXPECT_GT(r.compile_ms_warm, 0);
+  EXPECT_EQ(r.kernels, 1);
+  // Two inputs read, one output written, nothing in between.
+  EXPECT_EQ(r.bytes_moved, 3 * 4096 * 4);
+  EXPECT_NEAR(r.achieved_gbps, r.bytes_moved / (r.compiled_us * 1e3), 1e-9);
+  EXPECT_NEAR(r.bandwidth_fraction, r.achieved_gbps / 10, 1e-12);
+  EXPECT_EQ(r.max_abs_diff, 0);
+  EXPECT_EQ(r.max_rel_diff, 0);
+}
+
+TEST(Bench, IntermediatesBetweenStepsCountTwice) {
+  // A matmul cannot fuse with the add after it: its [8, 8] result is written and read back.
+  manual_seed(0);
+  Tensor w = randn({8, 8});
+  ModelFn fn = [w](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(matmul(in[0], w)) + 1}; };
+  std::vector<Tensor> in = {randn({8, 8})};
+  CompiledFunction f = compile(fn);
+  auto g = f.graph_for(in);
+  ASSERT_NE(g, nullptr);
+  // input + param + output, plus 2x each non-view intermediate result that is read.
+  EXPECT_GE(bytes_moved_estimate(*g), 3 * 64 * 4 + 2 * 64 * 4);
+  EXPECT_GE(f.kernels_per_call(in), 1);
+}
+
+TEST(Bench, KernelsPerCallIsMinusOneWhenForcedEager) {
+  CompileOptions co;
+  co.fallback = Fallback::Force;
+  CompiledFunction f = compile(add_fn, co);
+  EXPECT_EQ(f.kernels_per_call({randn({4}), randn({4})}), -1);
+}
+
+TEST(Bench, StreamTriadMeasuresSomething) {
+  double gbps = stream_triad_gbps(1);
+  EXPECT_GT(gbps, 0.1);
+  EXPECT_LT(gbps, 10000);
+}
+
+} // namespace
