@@ -33,6 +33,8 @@ struct BenchRow {
   int64_t kernels = 0;         // JIT kernel launches per compiled call (-1: runs eagerly)
   int64_t bytes_moved = 0;     // estimate, see bytes_moved_estimate()
   double achieved_gbps = 0;    // bytes_moved / compiled time
+  // Above 1 when the working set stays in cache between calls (the triad's
+  // 3 x 128 MiB does not), e.g. W9's 48 MiB on a machine with a large L3.
   double bandwidth_fraction = 0;
   double max_abs_diff = 0;
   double max_rel_diff = 0;
