@@ -63,6 +63,15 @@ void output_diffs(const std::vector<Tensor> &compiled, const std::vector<Tensor>
   row.max_rel_diff = max_ref > 0 ? max_abs / max_ref : max_abs;
 }
 
+double now_us() {
+  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+
+// Reports [start, now) as `phase` to options.on_phase, when set.
+void report(const BenchOptions &options, const char *phase, double start_us) {
+  if (options.on_phase) options.on_phase(phase, start_us, now_us() - start_us);
+}
+
 } // namespace
 
 int64_t bytes_moved_estimate(const ir::Graph &g) {
@@ -85,23 +94,31 @@ BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector
   KILN_CHECK(options.iters >= 1 && options.warmup >= 0, "bench: iters must be >= 1 and warmup >= 0");
   BenchRow row;
   row.name = name;
+  double t = now_us();
   std::vector<Tensor> eager_out = fn(inputs);
   row.eager_us = median_us(fn, inputs, options.warmup, options.iters);
+  report(options, "eager", t);
 
   // Cold: the first compile of this function's kernels in this process (the disk
   // cache, when KILN_CACHE_DIR is set, may still serve them).
   std::vector<Tensor> compiled_out;
+  t = now_us();
   row.compile_ms_cold = first_call_ms(fn, inputs, &compiled_out);
+  report(options, "compile cold", t);
   // Warm: a second, fresh compile() traces and runs the passes again, but every
   // kernel now comes from the Jit's in-process kernel cache (memory hit), so this
   // is the cost of tracing + passes + planning, as with a warm disk cache.
+  t = now_us();
   row.compile_ms_warm = first_call_ms(fn, inputs, nullptr);
+  report(options, "compile warm", t);
 
+  t = now_us();
   CompiledFunction f = compile(fn);
   compiled_out = f(inputs);
   output_diffs(compiled_out, eager_out, row);
   row.compiled_us =
       median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options.warmup, options.iters);
+  report(options, "compiled", t);
   row.speedup = row.compiled_us > 0 ? row.eager_us / row.compiled_us : 0;
   row.kernels = f.kernels_per_call(inputs);
   if (auto g = f.graph_for(inputs)) row.bytes_moved = bytes_moved_estimate(*g);

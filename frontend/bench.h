@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct BenchOptions {
   int warmup = 3;
   int iters = 20;           // timed calls; the median is reported
   double stream_gbps = 0;   // bandwidth_fraction = achieved / this (0: fraction left at 0)
+  // Called after each phase ("eager", "compile cold", "compile warm", "compiled")
+  // with its start and length in microseconds of steady_clock (for `kiln bench --trace`).
+  std::function<void(const std::string &phase, double start_us, double dur_us)> on_phase;
 };
 
 struct BenchRow {

@@ -4,12 +4,13 @@
 //   kiln run <example> [--eager|--compiled] [--threads N]
 //   kiln dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]
 //             [--kernels|--llvm|--asm]
-//   kiln bench <example>|all [--threads N] [--repeat N] [--json FILE]
+//   kiln bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]
 //
 // Bad usage (unknown command, example, pass or flag, malformed number,
 // unwritable --out/--json) prints one line and the usage to stderr and exits 2;
 // a failure while running exits 1. Nothing escapes main as an exception.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +42,9 @@ constexpr const char *kUsage =
     "  dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]\n"
     "                 [--kernels|--llvm|--asm]   IR between passes (default: the final IR), a summary;\n"
     "                                            --kernels/--llvm/--asm: JIT dumps (KILN_DUMP) on stderr\n"
-    "  bench <example>|all [--threads N] [--repeat N] [--json FILE]\n"
-    "                                            eager vs compiled table; --repeat: timed calls (20)\n";
+    "  bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]\n"
+    "                                            eager vs compiled table; --repeat: timed calls (20);\n"
+    "                                            --trace: Chrome trace (chrome://tracing) of the phases\n";
 
 // Bad usage: reported with the usage text and exit code 2.
 struct UsageError : std::runtime_error {
@@ -57,7 +59,7 @@ struct Args {
   int repeat = 20;
   std::vector<std::string> after, before;
   std::string format = "text";
-  std::string out_dir, json_file, jit_dump;
+  std::string out_dir, json_file, trace_file, jit_dump;
 };
 
 bool starts_with(const std::string &s, std::string_view p) { return s.rfind(p, 0) == 0; }
@@ -96,7 +98,7 @@ bool flag_allowed(const std::string &cmd, const std::string &flag) {
       {"list", {}},
       {"run", {"--eager", "--compiled", "--threads"}},
       {"dump", {"--after-all", "--after", "--before", "--format", "--out", "--kernels", "--llvm", "--asm"}},
-      {"bench", {"--threads", "--repeat", "--json"}},
+      {"bench", {"--threads", "--repeat", "--json", "--trace"}},
   };
   std::string name = flag.substr(0, flag.find('='));
   for (const std::string &f : allowed.at(cmd))
@@ -118,6 +120,7 @@ void parse_flag(const std::vector<std::string> &a, size_t &i, Args &o) {
   else if (take_value(a, i, "--format", v)) o.format = v;
   else if (take_value(a, i, "--out", v)) o.out_dir = v;
   else if (take_value(a, i, "--json", v)) o.json_file = v;
+  else if (take_value(a, i, "--trace", v)) o.trace_file = v;
   else throw UsageError("option '" + f + "' needs a value");
 }
 
@@ -406,18 +409,50 @@ void print_table(int threads, double stream, const std::vector<kiln::BenchRow> &
                 r.achieved_gbps, 100 * r.bandwidth_fraction, r.max_abs_diff);
 }
 
+// Complete ("X") events of one thread, written in the Chrome trace event format.
+struct ChromeTrace {
+  struct Event {
+    std::string name;
+    double ts_us, dur_us;
+  };
+  std::vector<Event> events;
+
+  static double now_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  void add(std::string name, double start_us, double dur_us) { events.push_back({std::move(name), start_us, dur_us}); }
+  void write(std::ostream &os) const {
+    double t0 = events.empty() ? 0 : events.front().ts_us;
+    for (const Event &e : events) t0 = std::min(t0, e.ts_us);
+    os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+    for (size_t i = 0; i < events.size(); ++i)
+      os << (i ? ",\n  " : "\n  ") << "{\"name\": \"" << events[i].name << "\", \"cat\": \"bench\", \"ph\": \"X\", \"ts\": "
+         << json_number(events[i].ts_us - t0) << ", \"dur\": " << json_number(events[i].dur_us)
+         << ", \"pid\": 1, \"tid\": 1}";
+    os << "\n]}\n";
+  }
+};
+
+// Opens `path` for writing now, so that a bad path fails before minutes of benchmarking.
+void open_or_usage_error(std::ofstream &os, const std::string &path, const char *flag) {
+  if (path.empty()) return;
+  os.open(path);
+  if (!os) throw UsageError(std::string("cannot write ") + flag + " file '" + path + "'");
+}
+
 int cmd_bench(const Args &o) {
   std::vector<const kiln::examples::Example *> todo;
   if (o.target == "all")
     for (const auto &e : kiln::examples::all_examples()) todo.push_back(&e);
   else todo.push_back(&example_or_throw(o.target));
-  std::ofstream json;
-  if (!o.json_file.empty()) {
-    json.open(o.json_file);
-    if (!json) throw UsageError("cannot write --json file '" + o.json_file + "'");
-  }
+  std::ofstream json, trace_os;
+  open_or_usage_error(json, o.json_file, "--json");
+  open_or_usage_error(trace_os, o.trace_file, "--trace");
+  ChromeTrace trace;
   int threads = kiln::get_num_threads();
+  double t = ChromeTrace::now_us();
   double stream = kiln::stream_triad_gbps(threads);
+  trace.add("stream triad", t, ChromeTrace::now_us() - t);
   std::fprintf(stderr, "stream triad (%d threads): %.2f GB/s\n", threads, stream);
   kiln::BenchOptions bo;
   bo.iters = o.repeat;
@@ -425,17 +460,27 @@ int cmd_bench(const Args &o) {
   bo.stream_gbps = stream;
   std::vector<kiln::BenchRow> rows;
   for (size_t i = 0; i < todo.size(); ++i) {
+    const std::string &name = todo[i]->name;
+    bo.on_phase = [&](const std::string &phase, double start, double dur) { trace.add(name + ": " + phase, start, dur); };
+    t = ChromeTrace::now_us();
     kiln::examples::Workload w = todo[i]->make();
-    rows.push_back(kiln::bench_row(todo[i]->name, w.fn, w.inputs, bo));
+    rows.push_back(kiln::bench_row(name, w.fn, w.inputs, bo));
+    trace.add(name, t, ChromeTrace::now_us() - t);
     const kiln::BenchRow &r = rows.back();
     std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx)\n", i + 1, todo.size(),
                  r.name.c_str(), r.eager_us, r.compiled_us, r.speedup);
   }
   print_table(threads, stream, rows);
-  if (!json.is_open()) return 0;
-  write_json(json, threads, stream, rows);
-  json.close();
-  if (!json) throw std::runtime_error("writing " + o.json_file + " failed");
+  if (trace_os.is_open()) {
+    trace.write(trace_os);
+    trace_os.close();
+    if (!trace_os) throw std::runtime_error("writing " + o.trace_file + " failed");
+  }
+  if (json.is_open()) {
+    write_json(json, threads, stream, rows);
+    json.close();
+    if (!json) throw std::runtime_error("writing " + o.json_file + " failed");
+  }
   return 0;
 }
 

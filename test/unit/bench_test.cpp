@@ -20,7 +20,13 @@ TEST(Bench, RowOfAnAddHasEveryField) {
   o.warmup = 1;
   o.iters = 3;
   o.stream_gbps = 10;
+  std::vector<std::string> phases;
+  o.on_phase = [&](const std::string &phase, double, double dur) {
+    EXPECT_GE(dur, 0);
+    phases.push_back(phase);
+  };
   BenchRow r = bench_row("add", add_fn, in, o);
+  EXPECT_EQ(phases, (std::vector<std::string>{"eager", "compile cold", "compile warm", "compiled"}));
   EXPECT_EQ(r.name, "add");
   EXPECT_GT(r.eager_us, 0);
   EXPECT_GT(r.compiled_us, 0);
