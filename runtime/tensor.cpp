@@ -232,17 +232,7 @@ TensorImpl &Tensor::impl() const {
 int64_t Tensor::size(int64_t d) const { return impl().sizes[detail::wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl().strides[detail::wrap_dim(d, dim(), "stride")]; }
 
-bool Tensor::is_contiguous() const {
-  const TensorImpl &t = impl();
-  if (t.numel == 0) return true;
-  int64_t expected = 1;
-  for (size_t i = t.sizes.size(); i-- > 0;) {
-    if (t.sizes[i] == 1) continue;
-    if (t.strides[i] != expected) return false;
-    expected *= t.sizes[i];
-  }
-  return true;
-}
+bool Tensor::is_contiguous() const { return detail::is_contiguous(impl()); }
 
 bool Tensor::is_alias_of(const Tensor &o) const {
   return defined() && o.defined() && impl().storage && impl().storage == o.impl().storage;

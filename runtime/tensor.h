@@ -413,6 +413,17 @@ std::ostream &operator<<(std::ostream &os, const Tensor &t);
 
 // ---- helpers for kernels and ops (not user API, but stable)
 namespace detail {
+// Row-major contiguity of a tensor's metadata (size-1 dims may have any stride).
+inline bool is_contiguous(const TensorImpl &t) {
+  if (t.numel <= 1) return true;
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
+}
 // Wrap dim into [0, ndim); `op` and `arg` name the caller in the error message.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char *op, const char *arg = "dim");
 // Contiguous strides for `sizes`.

@@ -33,16 +33,7 @@ inline constexpr int64_t kGrain = 32768;
 
 // Contiguity and the first element's address straight from the impl: the op has
 // already checked that nothing is meta, and these run several times per call.
-inline bool impl_contiguous(const TensorImpl &t) {
-  if (t.numel <= 1) return true;
-  int64_t expected = 1;
-  for (size_t i = t.sizes.size(); i-- > 0;) {
-    if (t.sizes[i] == 1) continue;
-    if (t.strides[i] != expected) return false;
-    expected *= t.sizes[i];
-  }
-  return true;
-}
+inline bool impl_contiguous(const TensorImpl &t) { return detail::is_contiguous(t); }
 inline char *impl_data(const TensorImpl &t) {
   return static_cast<char *>(t.storage->data()) + t.storage_offset * int64_t(itemsize(t.dtype));
 }

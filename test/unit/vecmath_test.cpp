@@ -17,56 +17,14 @@
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
+#include "float_sweep_util.h"
+
 using namespace kiln::codegen;
 
 namespace {
 
-constexpr int64_t kChunk = int64_t(1) << 22;
-constexpr float kDenseFrom = 0x1p-12f; // every float with |x| >= this is tested
-constexpr int64_t kSparseStep = 61;    // below it, every 61st float
-
-// Floats in increasing order <-> consecutive integers.
-int64_t ordered(float f) {
-  int32_t b = std::bit_cast<int32_t>(f);
-  return b >= 0 ? int64_t(b) : -int64_t(b & 0x7fffffff);
-}
-float from_ordered(int64_t o) {
-  return o >= 0 ? std::bit_cast<float>(int32_t(o)) : std::bit_cast<float>(int32_t(-o) | INT32_MIN);
-}
-
-struct Errors {
-  double max_abs = 0, max_rel = 0;
-  float worst_abs_x = 0, worst_rel_x = 0;
-  int64_t count = 0, mismatched_specials = 0;
-  float special_x = 0;
-
-  void merge(const Errors &o) {
-    if (o.max_abs > max_abs) max_abs = o.max_abs, worst_abs_x = o.worst_abs_x;
-    if (o.max_rel > max_rel) max_rel = o.max_rel, worst_rel_x = o.worst_rel_x;
-    if (o.mismatched_specials && !mismatched_specials) special_x = o.special_x;
-    count += o.count;
-    mismatched_specials += o.mismatched_specials;
-  }
-  void add(float x, float y, double ref) {
-    ++count;
-    bool finite_ref = std::isfinite(ref) && std::abs(ref) <= double(FLT_MAX);
-    if (!finite_ref || !std::isfinite(y)) {
-      // inf/nan must match exactly (as float: a double beyond FLT_MAX is inf)
-      float rf = float(ref);
-      bool same = (std::isnan(rf) && std::isnan(y)) || rf == y;
-      if (!same && !mismatched_specials++) special_x = x;
-      return;
-    }
-    double abs_err = std::abs(double(y) - ref);
-    if (abs_err > max_abs) max_abs = abs_err, worst_abs_x = x;
-    if (std::abs(ref) >= double(FLT_MIN)) {
-      double rel = abs_err / std::abs(ref);
-      if (rel > max_rel) max_rel = rel, worst_rel_x = x;
-    }
-  }
-};
-
-using Ref = double (*)(double);
+// The sweep method and error definitions shared with eager_vecmath_test.
+using namespace float_sweep;
 
 std::shared_ptr<const CompiledKernel> unary_kernel(Jit &jit, KOp op) {
   KernelBuilder k({kChunk});
