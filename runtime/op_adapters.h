@@ -1,5 +1,6 @@
 // The uniform adapter of each op: unpacks positional attributes (in ops.def
-// order) and calls the typed public function. Defined in op_adapters.cpp.
+// order) and calls the typed public function. Each is defined beside its
+// op's kernel in runtime/kernels/*.cpp (views: runtime/kernels/view_adapters.cpp).
 #pragma once
 
 #include <vector>

@@ -107,20 +107,5 @@ inline std::vector<OpId> ops_of(const ir::Graph &g) {
   return out;
 }
 
-// False while ir::print / ir::verify are still the placeholders of ir/stubs.cpp
-// (the IR branch not merged yet): tests needing them skip instead of failing.
-inline bool ir_text_available() {
-  try {
-    ir::Graph g;
-    (void)ir::print(g);
-    ir::verify(g);
-    return true;
-  } catch (const Error &e) {
-    return std::string(e.what()).find("not implemented yet") == std::string::npos;
-  }
-}
-
-#define KILN_REQUIRE_IR_TEXT()                                                                              \
-  if (!::kiln::testing::ir_text_available()) GTEST_SKIP() << "ir::print/ir::verify not merged yet"
 
 } // namespace kiln::testing

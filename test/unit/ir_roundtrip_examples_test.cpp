@@ -1,12 +1,8 @@
 // Every example model, traced, and again after the default pipeline: verifies,
 // prints, parses back to the same text and an equal graph, and the parsed graph
 // (parameters bound to the live tensors) computes what eager does.
-//
-// Needs the tracer, the interpreter and the examples library: until those are
-// merged in (test/unit/graph_test_util.h, examples/example.h), it skips.
 #include <gtest/gtest.h>
 
-#if __has_include("graph_test_util.h") && __has_include("example.h")
 #include "example.h"
 #include "graph_test_util.h"
 #include "ir/hash.h"
@@ -41,6 +37,3 @@ TEST(IrRoundTripExamples, TracedGraphsRoundTripAndRun) {
     }
   }
 }
-#else
-TEST(IrRoundTripExamples, TracedGraphsRoundTripAndRun) { GTEST_SKIP() << "the tracer and examples are not merged yet"; }
-#endif

@@ -380,7 +380,7 @@ TEST(PassManager, DefaultPipelineKeepsResults) {
   Tensor x = rnd({4, 8}, 3);
   auto g = trace(fn, {x});
   passes::PipelineOptions o;
-  o.verify_each = ir_text_available(); // verified once the IR branch is merged
+  o.verify_each = true;
   std::vector<passes::PassTiming> t = passes::run_pipeline(*g, passes::default_pipeline(), o);
   std::string pipeline = passes::default_pipeline();
   ASSERT_EQ(t.size(), size_t(std::count(pipeline.begin(), pipeline.end(), ',') + 1));
@@ -396,7 +396,6 @@ TEST(PassManager, DefaultPipelineKeepsResults) {
 }
 
 TEST(PassManager, DumpsToAStreamOnlyWhenChanged) {
-  KILN_REQUIRE_IR_TEXT();
   auto g = trace([](const std::vector<Tensor> &x) { return std::vector<Tensor>{x[0].softmax(0)}; }, {rnd({4}, 1)});
   std::ostringstream os;
   passes::PipelineOptions o;
@@ -410,7 +409,6 @@ TEST(PassManager, DumpsToAStreamOnlyWhenChanged) {
 }
 
 TEST(PassManager, EnvDumpDirWritesNumberedFiles) {
-  KILN_REQUIRE_IR_TEXT();
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kiln-dump-" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -19,7 +19,7 @@ TEST_P(TraceExample, InterpreterMatchesEagerBeforeAndAfterPasses) {
   auto g = trace(w.fn, w.inputs);
   EXPECT_TRUE(all_close(ir::interpret(*g, copies(w.inputs)), want, 1e-5));
   passes::PipelineOptions o;
-  o.verify_each = ir_text_available(); // verified once the IR branch is merged
+  o.verify_each = true;
   passes::run_pipeline(*g, passes::default_pipeline(), o);
   for (const ir::Node *n : g->nodes()) EXPECT_NE(n->info().kind, OpKind::Composite) << n->mnemonic();
   std::vector<Tensor> graph_in = copies(w.inputs);
