@@ -33,36 +33,21 @@ std::shared_ptr<const CompiledKernel> unary_kernel(Jit &jit, KOp op) {
   return jit.compile(k.build());
 }
 
-Errors sweep(KOp op, Ref ref, float lo, float hi) {
+// The shared sweep, evaluating the JIT kernel of `op` on each chunk.
+Errors jit_sweep(KOp op, Ref ref, float lo, float hi) {
   static Jit jit;
   auto kernel = unary_kernel(jit, op);
-  std::vector<float> x(kChunk), y(kChunk);
-  Errors total;
-  int64_t o = ordered(lo), end = ordered(hi);
-  while (o <= end) {
-    int64_t n = 0;
-    for (; n < kChunk && o <= end; ++n) {
-      float v = from_ordered(o);
-      x[n] = v;
-      o += std::abs(v) >= kDenseFrom ? 1 : kSparseStep;
-    }
-    std::fill(x.begin() + n, x.end(), x[n - 1]);
-    void *bufs[] = {x.data(), y.data()};
-    kernel->run(bufs);
-    std::mutex mu;
-    kiln::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
-      Errors part;
-      for (int64_t i = b; i < e; ++i) part.add(x[i], y[i], ref(double(x[i])));
-      std::lock_guard<std::mutex> lock(mu);
-      total.merge(part);
-    });
-  }
-  return total;
+  return sweep(
+      [&](const float *x, float *y, int64_t) {
+        void *bufs[] = {const_cast<float *>(x), y};
+        kernel->run(bufs);
+      },
+      ref, lo, hi);
 }
 
 void check(const char *name, KOp op, Ref ref, float lo, float hi, vecmath_bounds::Bound bound) {
   kiln::set_num_threads(2);
-  Errors e = sweep(op, ref, lo, hi);
+  Errors e = jit_sweep(op, ref, lo, hi);
   std::printf("%-8s [%g, %g]: %lld floats, max abs %.3g (x=%.9g), max rel %.3g (x=%.9g)\n", name,
               double(lo), double(hi), static_cast<long long>(e.count), e.max_abs,
               double(e.worst_abs_x), e.max_rel, double(e.worst_rel_x));
