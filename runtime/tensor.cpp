@@ -131,6 +131,17 @@ int64_t checked_numel(IntArrayRef sizes, const char *op) {
   return n;
 }
 
+// The allocator only sees a byte count; the shape and dtype tell the user
+// which tensor did not fit.
+static Ref<Storage> allocate_for(IntArrayRef sizes, int64_t n, DType dtype) {
+  size_t bytes = size_t(n) * itemsize(dtype);
+  try {
+    return Storage::allocate(bytes);
+  } catch (const Error &e) {
+    KILN_FAIL("cannot allocate a ", dtype, " tensor of shape ", shape_str(sizes), " (", bytes, " bytes): ", e.what());
+  }
+}
+
 Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta) {
   int64_t n = checked_numel(sizes, "empty");
   KILN_CHECK(uint64_t(n) <= (uint64_t(1) << 60) / itemsize(dtype), "empty: shape ", shape_str(sizes),
@@ -142,7 +153,7 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta) {
   impl->sizes = Dims(sizes);
   impl->strides = contiguous_strides(sizes);
   impl->numel = n;
-  if (!meta) impl->storage = Storage::allocate(size_t(n) * itemsize(dtype));
+  if (!meta) impl->storage = allocate_for(sizes, n, dtype);
   return Tensor(std::move(ref));
 }
 
@@ -506,6 +517,9 @@ Tensor expand(const Tensor &x, IntArrayRef size) {
     sz[i] = want;
     st[i] = have == want ? x.strides()[j] : 0;
   }
+  // A view has no memory to fail on, so an element count that overflows int64
+  // must be caught here (numel would wrap and later copies read out of bounds).
+  detail::checked_numel(sz, "expand");
   KILN_TRACE(Expand, {x}, IntArrayRef(sz));
   return detail::make_view(x, sz, st, x.storage_offset());
 }
@@ -537,13 +551,22 @@ Tensor as_strided(const Tensor &x, IntArrayRef size, IntArrayRef stride, std::op
   int64_t off = storage_offset.value_or(x.storage_offset());
   KILN_CHECK(off >= 0, "as_strided: negative storage_offset ", off);
   int64_t last = off;
-  bool empty = false;
+  bool empty = false, overflow = false;
   for (size_t i = 0; i < size.size(); ++i) {
     KILN_CHECK(size[i] >= 0, "as_strided: negative size ", size[i], " in ", shape_str(size));
     KILN_CHECK(stride[i] >= 0, "as_strided: negative stride ", stride[i], " in ", shape_str(stride));
-    if (size[i] == 0) empty = true;
-    else last += (size[i] - 1) * stride[i];
+    if (size[i] == 0) {
+      empty = true;
+      continue;
+    }
+    // Checked: a wrapped offset would pass the bounds check below and read anywhere.
+    int64_t span = 0;
+    overflow |= __builtin_mul_overflow(size[i] - 1, stride[i], &span);
+    overflow |= __builtin_add_overflow(last, span, &last);
   }
+  detail::checked_numel(size, "as_strided");
+  KILN_CHECK(empty || !overflow, "as_strided: size ", shape_str(size), ", stride ", shape_str(stride),
+             " and storage_offset ", off, " reach past the largest addressable element");
   if (!x.is_meta() && !empty) {
     int64_t capacity = int64_t(x.impl().storage->nbytes() / x.element_size());
     KILN_CHECK(last < capacity, "as_strided: size ", shape_str(size), ", stride ", shape_str(stride),
