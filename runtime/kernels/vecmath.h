@@ -301,12 +301,15 @@ KILN_VECMATH_INLINE float gelu_erf(float x) {
   using detail::fma;
   float a = x * 0.7071067811865476f;
   float head = 1.0f + vecmath::erf(a);
+  // The tail is 0 in float well before x = -20; clamping keeps x^2 finite (for
+  // x <= -1.9e19 it overflows, lo = -inf and z * lo = 0 * inf = NaN).
+  float xt = x < -20.0f ? -20.0f : x;
   // exp(-x^2/2) with x^2 split exactly (hi + lo, fma): rounding a or a^2 first
   // would cost a relative error of x^2 eps (1e-5 at x = -12).
-  float hi = x * x, lo = fma(x, x, -hi);
+  float hi = xt * xt, lo = fma(xt, xt, -hi);
   float z = vecmath::exp(-0.5f * hi);
   z = fma(z, -0.5f * lo, z); // exp(-lo/2) ~ 1 - lo/2, |lo| <= ulp(x^2)/2
-  float tail = erfc_ge1(-a, z);
+  float tail = erfc_ge1(xt * -0.7071067811865476f, z);
   // Integer-mask blend (see log): both arms are always computed.
   int32_t use_tail = -int32_t(a < -1.0f);
   float w = std::bit_cast<float>((std::bit_cast<int32_t>(tail) & use_tail) |
