@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -108,9 +109,17 @@ private:
     }
   }
 
+  // All or nothing: when the system refuses a thread (ulimit, memory), the
+  // workers started so far are stopped and a kiln::Error says why.
   void start(int threads) {
     stopping_ = false;
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    try {
+      for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error &e) {
+      size_t started = workers_.size();
+      stop();
+      KILN_FAIL("set_num_threads: could only start ", started + 1, " of ", threads, " threads: ", e.what());
+    }
   }
 
   void stop() {
@@ -139,6 +148,8 @@ int default_threads() {
   return n ? int(n) : 1;
 }
 
+constexpr int kMaxThreads = 1024;
+
 std::mutex g_pool_mu;
 int g_num_threads = default_threads();
 ThreadPool *g_pool = nullptr; // created on first use, never destroyed (workers may outlive statics)
@@ -153,9 +164,19 @@ ThreadPool &pool() {
 
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "set_num_threads: n must be >= 1, got ", n);
+  // Far above any core count kiln could use; a typo like 100000 would
+  // otherwise try to start that many threads.
+  KILN_CHECK(n <= kMaxThreads, "set_num_threads: n must be <= ", kMaxThreads, ", got ", n);
   std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (g_pool && g_pool->size() != n) {
+    try {
+      g_pool->resize(n);
+    } catch (const Error &) {
+      g_num_threads = g_pool->size(); // the pool runs on the calling thread alone now
+      throw;
+    }
+  }
   g_num_threads = n;
-  if (g_pool && g_pool->size() != n) g_pool->resize(n);
 }
 
 int get_num_threads() {
