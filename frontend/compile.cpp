@@ -46,10 +46,28 @@ struct ParamGuard {
   bool holds() const { return live.dtype() == dtype && live.sizes() == IntArrayRef(sizes); }
 };
 
+// For each input, the first tensor among the inputs and captured tensors that
+// shares its memory (its own index when none does). A plan traced for distinct
+// inputs must not run on aliased ones: an in-place update of one input would
+// be invisible to reads of the other (and eager would see it).
+std::vector<int> alias_pattern(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params) {
+  std::vector<int> pattern(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    pattern[i] = int(i);
+    if (!in[i].defined()) continue;
+    for (size_t j = 0; j < i && pattern[i] == int(i); ++j)
+      if (in[j].defined() && in[i].is_alias_of(in[j])) pattern[i] = int(j);
+    for (size_t p = 0; p < params.size() && pattern[i] == int(i); ++p)
+      if (in[i].is_alias_of(params[p].live)) pattern[i] = int(in.size() + p);
+  }
+  return pattern;
+}
+
 struct Specialization {
   std::vector<InputGuard> inputs;
   int threads = 1;
   std::vector<ParamGuard> params;
+  std::vector<int> aliases; // alias_pattern(inputs, params) at compile time
   std::shared_ptr<const ir::Graph> graph;  // null when this signature runs eagerly
   std::shared_ptr<codegen::Executable> executable; // null when eager
   std::string eager_reason;
@@ -60,7 +78,7 @@ struct Specialization {
       if (!inputs[i].matches(in[i])) return false;
     for (const ParamGuard &p : params)
       if (!p.holds()) return false;
-    return true;
+    return alias_pattern(in, params) == aliases;
   }
 };
 
@@ -93,6 +111,16 @@ std::pair<std::string, int> mismatch(const Specialization &s, const std::vector<
       os << "a captured tensor changed from " << p.dtype << shape_str(p.sizes) << " to " << p.live.dtype()
          << shape_str(p.live.sizes());
       return {os.str(), 5};
+    }
+  std::vector<int> aliases = alias_pattern(in, s.params);
+  for (size_t i = 0; i < aliases.size(); ++i)
+    if (aliases[i] != s.aliases[i]) {
+      os << "input " << i << " shares memory with "
+         << (aliases[i] == int(i) ? std::string("nothing") : aliases[i] < int(in.size())
+                                                                ? "input " + std::to_string(aliases[i])
+                                                                : std::string("a captured tensor"))
+         << " now";
+      return {os.str(), 6};
     }
   return {"no specialization yet", 0};
 }
@@ -142,6 +170,14 @@ struct CompiledFunction::Impl {
       passes::run_pipeline(*g, pipeline, passes::PipelineOptions::from_env());
       for (const ir::Value *p : g->params())
         spec->params.push_back({p->tensor(), p->tensor().dtype(), Dims(p->tensor().sizes())});
+      spec->aliases = alias_pattern(in, spec->params);
+      // Tracing sees each input and captured tensor as its own buffer; with an
+      // in-place update, shared memory would make the graph read stale values.
+      for (size_t i = 0; i < spec->aliases.size(); ++i)
+        if (spec->aliases[i] != int(i) && !g->write_backs().empty())
+          throw TraceError(detail::concat("input ", i, " shares memory with ",
+                                          spec->aliases[i] < int(in.size()) ? "another input" : "a captured tensor",
+                                          " and the function updates tensors in place"));
       spec->executable = codegen::make_executable(g, in);
       spec->graph = g;
     } catch (const Error &e) {
@@ -149,6 +185,8 @@ struct CompiledFunction::Impl {
       spec->eager_reason = e.what();
       spec->graph = nullptr;
       spec->executable = nullptr;
+      spec->params.clear();
+      spec->aliases = alias_pattern(in, spec->params);
     }
     compiles.fetch_add(1, std::memory_order_relaxed);
     return spec;
@@ -189,8 +227,17 @@ struct CompiledFunction::Impl {
   }
 };
 
+namespace {
+// A default-constructed CompiledFunction has no Impl: calling it is a user
+// error, reported rather than dereferenced.
+CompiledFunction::Impl &checked(const std::shared_ptr<CompiledFunction::Impl> &impl) {
+  KILN_CHECK(impl, "CompiledFunction: called on a default-constructed object; create it with kiln::compile(fn)");
+  return *impl;
+}
+} // namespace
+
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inputs) const {
-  Impl &impl = *impl_;
+  Impl &impl = checked(impl_);
   impl.calls.fetch_add(1, std::memory_order_relaxed);
   if (impl.fallback == Fallback::Force) return impl.run_eager(inputs);
   std::shared_ptr<Specialization> spec = impl.select(inputs);
@@ -199,19 +246,19 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
 }
 
 std::shared_ptr<const ir::Graph> CompiledFunction::graph_for(const std::vector<Tensor> &inputs) const {
-  if (impl_->fallback == Fallback::Force) return nullptr;
+  if (checked(impl_).fallback == Fallback::Force) return nullptr;
   auto spec = impl_->select(inputs);
   return spec ? spec->graph : nullptr;
 }
 
 int64_t CompiledFunction::kernels_per_call(const std::vector<Tensor> &inputs) const {
-  if (impl_->fallback == Fallback::Force) return -1;
+  if (checked(impl_).fallback == Fallback::Force) return -1;
   auto spec = impl_->select(inputs);
   return spec && spec->executable ? spec->executable->stats().kernels : -1;
 }
 
 CompileStats CompiledFunction::stats() const {
-  const Impl &impl = *impl_;
+  const Impl &impl = checked(impl_);
   CompileStats s;
   s.calls = impl.calls.load();
   s.compiles = impl.compiles.load();
