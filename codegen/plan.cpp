@@ -42,6 +42,8 @@ public:
     };
     for (size_t i = 0; i < graph.inputs().size(); ++i) {
       const Tensor &t = example[i];
+      KILN_CHECK(t.defined(), "compile @", graph.name(), ": input ", i, " is an undefined tensor");
+      expected_.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
       define(graph.inputs()[i], kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0));
     }
     for (const ir::Value *p : graph.params()) define(p, p->tensor());
@@ -79,6 +81,7 @@ public:
 
   std::vector<Tensor> run(const std::vector<Tensor> &inputs) const override {
     const ir::Graph &graph = *g_;
+    check_inputs(inputs);
     std::vector<Tensor> env(num_slots_);
     for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
     size_t k = inputs.size();
@@ -126,6 +129,29 @@ public:
   PlanStats stats() const override { return stats_; }
 
 private:
+  struct Expected {
+    DType dtype;
+    Dims sizes, strides;
+  };
+
+  // Kernels index buffers with the shapes and strides the plan was built for:
+  // anything else would read out of bounds, so it is an error here.
+  void check_inputs(const std::vector<Tensor> &inputs) const {
+    const std::string &name = g_->name();
+    KILN_CHECK(inputs.size() == expected_.size(), "compile @", name, ": expected ", expected_.size(),
+               " inputs, got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor &t = inputs[i];
+      const Expected &e = expected_[i];
+      KILN_CHECK(t.defined(), "compile @", name, ": input ", i, " is an undefined tensor");
+      if (t.dtype() == e.dtype && t.sizes() == IntArrayRef(e.sizes) && t.strides() == IntArrayRef(e.strides))
+        continue;
+      KILN_FAIL("compile @", name, ": input ", i, " is ", t.dtype(), shape_str(t.sizes()), " with strides ",
+                shape_str(t.strides()), " but the plan was built for ", e.dtype, shape_str(e.sizes), " with strides ",
+                shape_str(e.strides));
+    }
+  }
+
   static Tensor as_meta(const Tensor &t) {
     if (!t.defined() || t.is_meta()) return t;
     return kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0);
@@ -159,6 +185,7 @@ private:
   }
 
   std::shared_ptr<const ir::Graph> g_;
+  std::vector<Expected> expected_;
   std::unordered_map<const ir::Value *, int> slot_;
   std::vector<Step> steps_;
   std::vector<int> outputs_;
