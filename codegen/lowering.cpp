@@ -81,10 +81,9 @@ Expr pow_rule(const Ctx &x) {
 Expr div_rule(const Ctx &x) {
   std::optional<std::string> mode = x.attr(0).as_opt_string();
   if (!mode) return x.arg(0) / x.arg(1);
-  if (!is_floating(x.out)) {
-    if (*mode == "trunc") return x.arg(0) / x.arg(1); // kernel integer division truncates
-    no_lowering(x, "integer floor division");
-  }
+  // Integer division stays eager: a zero divisor must raise as in eager (the
+  // kernel's division returns 0 for it and cannot report an error).
+  if (!is_floating(x.out)) no_lowering(x, "integer division");
   Expr q = x.arg(0) / x.arg(1);
   if (*mode == "floor") return x.k.unary(KOp::Floor, q);
   return x.k.select(x.k.binary(KOp::Lt, q, x.c(0.0)), x.k.unary(KOp::Ceil, q), x.k.unary(KOp::Floor, q));
