@@ -48,9 +48,15 @@ std::vector<int64_t> all_dims(const Value *v) {
 
 // ---- rules: each returns the values replacing the node's results (empty: not applicable)
 
+// The max-shifted forms reduce with amax, which has no identity: over a dim of
+// size 0 it raises where softmax itself returns an empty tensor, so such a
+// softmax stays whole.
+bool empty_dim(const Value *x, int64_t d) { return rank(x) > 0 && x->type().shape[size_t(d)] == 0; }
+
 Values softmax(Emit e, const Node &n) {
   Value *x = n.operand(0);
   int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  if (empty_dim(x, d)) return {};
   Value *shifted = e.sub(x, e.amax(x, {d}));
   Value *ex = e.unary(OpId::Exp, shifted);
   return {e.div(ex, e.sum(ex, {d}))};
@@ -59,6 +65,7 @@ Values softmax(Emit e, const Node &n) {
 Values log_softmax(Emit e, const Node &n) {
   Value *x = n.operand(0);
   int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  if (empty_dim(x, d)) return {};
   Value *shifted = e.sub(x, e.amax(x, {d}));
   Value *lse = e.unary(OpId::Log, e.sum(e.unary(OpId::Exp, shifted), {d}));
   return {e.sub(shifted, lse)};
