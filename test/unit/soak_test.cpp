@@ -1,0 +1,112 @@
+// Soak: one compiled function called 10,000 times from 8 threads with mixed
+// input shapes and layouts, so guard misses and recompiles happen while other
+// threads run existing specializations, and calls past the cache limit run
+// eagerly at the same time. Every result is checked against eager results
+// computed up front. Runs under TSan through the `concurrency` ctest label.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#include "frontend/compile.h"
+
+using namespace kiln;
+
+namespace {
+
+constexpr int kThreads = 8;
+constexpr int kCalls = 10000;
+constexpr int kCacheLimit = 5;
+
+// Largest |got - want| relative to max(1, |want|); infinity when shapes differ.
+double worst_error(const Tensor &got, const Tensor &want) {
+  if (got.sizes() != want.sizes() || got.dtype() != want.dtype()) return INFINITY;
+  Tensor g = got.contiguous(), w = want.contiguous();
+  const float *gp = g.data_ptr<float>(), *wp = w.data_ptr<float>();
+  double worst = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    double d = std::fabs(double(gp[i]) - double(wp[i])) / std::max(1.0, std::fabs(double(wp[i])));
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
+  manual_seed(2026);
+  Tensor w = randn({48, 32}) * 0.2, b = randn({48}), gamma = randn({48}), beta = randn({48});
+  // An elementwise chain, a row reduction (layer norm, softmax) and a GEMM.
+  ModelFn fn = [=](const std::vector<Tensor> &in) {
+    Tensor h = gelu(linear(in[0], w, b) * 0.5 + 1.0, "tanh");
+    Tensor n = layer_norm(h, {48}, gamma, beta);
+    return std::vector<Tensor>{softmax(n, -1), (n * in[1]).sum({1})};
+  };
+  // 7 signatures (5 compile, 2 run eagerly past the cache limit): batch sizes
+  // and a transposed (non-contiguous) first input.
+  std::vector<std::vector<Tensor>> inputs;
+  for (int64_t rows : {1, 3, 8, 17, 33, 64}) inputs.push_back({randn({rows, 32}), randn({rows, 48})});
+  inputs.push_back({randn({32, 5}).t(), randn({5, 48})});
+  std::vector<std::vector<Tensor>> want;
+  for (const auto &in : inputs) want.push_back(fn(in));
+
+  CompileOptions options;
+  options.cache_limit = kCacheLimit;
+  options.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, options);
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<int> calls_per_input(inputs.size(), 0);
+  std::vector<std::vector<int>> per_thread(kThreads, std::vector<int>(inputs.size(), 0));
+  std::string first_problem;
+  std::atomic<bool> have_problem{false};
+  auto report = [&](const std::string &what) {
+    if (!have_problem.exchange(true)) first_problem = what;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls / kThreads; ++i) {
+        // Each thread walks the signatures in its own order so every signature
+        // is first seen by several threads at once.
+        size_t k = size_t((i * (2 * t + 1) + t * 3) % int(inputs.size()));
+        ++per_thread[size_t(t)][k];
+        try {
+          std::vector<Tensor> got = f(inputs[k]);
+          double err = got.size() == 2 ? std::max(worst_error(got[0], want[k][0]), worst_error(got[1], want[k][1]))
+                                       : INFINITY;
+          if (err > 1e-4) {
+            mismatches.fetch_add(1);
+            report("input " + std::to_string(k) + ": error " + std::to_string(err));
+          }
+        } catch (const std::exception &e) {
+          errors.fetch_add(1);
+          report(std::string("input ") + std::to_string(k) + ": " + e.what());
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0) << first_problem;
+  EXPECT_EQ(errors.load(), 0) << first_problem;
+
+  for (const auto &pt : per_thread)
+    for (size_t k = 0; k < inputs.size(); ++k) calls_per_input[k] += pt[k];
+  // The signatures past the cache limit ran eagerly on every call; the others
+  // compiled exactly once.
+  int64_t eager_signatures = 0, expected_eager_calls = 0;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!f.graph_for(inputs[k])) {
+      ++eager_signatures;
+      expected_eager_calls += calls_per_input[k];
+    }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.calls, kCalls);
+  EXPECT_EQ(s.compiles, kCacheLimit);
+  EXPECT_EQ(s.specializations, kCacheLimit);
+  EXPECT_EQ(eager_signatures, int64_t(inputs.size()) - kCacheLimit);
+  EXPECT_EQ(s.eager_calls, expected_eager_calls);
+}
