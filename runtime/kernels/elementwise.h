@@ -27,6 +27,11 @@ constexpr bool can_cast(DType from, DType to) {
   return from == kBool || to != kBool;
 }
 
+// Throws unless `value` converts to `dtype` without overflow (torch's
+// checked_convert): integers need a finite, in-range value; float32 a finite
+// value within its range (inf and NaN pass); bool takes anything.
+void check_scalar_fits(const Scalar &value, DType dtype, const char *op);
+
 // Throws when a written-to tensor has several elements at one address (a
 // broadcast dim: size > 1, stride 0), as torch does.
 void check_no_internal_overlap(const Tensor &self, const char *op);

@@ -1,5 +1,8 @@
 // Conversion and copies: to, copy, copy_, contiguous, clone, fill_, zero_, and
 // the helpers the other elementwise files share.
+#include <cmath>
+#include <limits>
+
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
@@ -132,6 +135,22 @@ Tensor clone(const Tensor &x) {
   return out;
 }
 
+void detail::check_scalar_fits(const Scalar &value, DType dtype, const char *op) {
+  if (dtype == kBool || dtype == kFloat64) return;
+  double v = value.toDouble();
+  bool fits = true;
+  if (dtype == kFloat32) fits = !std::isfinite(v) || std::fabs(v) <= double(std::numeric_limits<float>::max());
+  else if (value.is_floating_point()) {
+    // Bounds as doubles: 2^63 and 2^31 are exact, the maxima are not.
+    double hi = dtype == kInt64 ? 9223372036854775808.0 : 2147483648.0;
+    fits = v >= -hi && v < hi; // false for NaN
+  } else if (dtype == kInt32) {
+    int64_t i = value.toLong();
+    fits = i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
+  }
+  KILN_CHECK(fits, op, ": value ", value, " cannot be converted to type ", dtype, " without overflow");
+}
+
 namespace {
 void fill_kernel(Tensor &self, const Scalar &value) {
   dispatch_dtype(self.dtype(), [&]<class T>() {
@@ -144,6 +163,7 @@ void fill_kernel(Tensor &self, const Scalar &value) {
 Tensor &fill_(Tensor &self, const Scalar &value) {
   detail::check_defined(self, "fill_", "self");
   detail::check_no_internal_overlap(self, "fill_");
+  detail::check_scalar_fits(value, self.dtype(), "fill_");
   KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), value, self.dtype());
   if (self.is_meta()) return self;
   fill_kernel(self, value);

@@ -105,6 +105,7 @@ Tensor masked_fill(const Tensor &x, const Tensor &mask, const Scalar &value) {
              mask.dtype(), " (shape ", shape_str(mask.sizes()), ")");
   // As torch's out-of-place masked_fill: self and mask broadcast together.
   Dims shape = detail::broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
+  detail::check_scalar_fits(value, x.dtype(), "masked_fill");
   KILN_TRACE(MaskedFill, KILN_INPUTS(x, mask), value);
   Tensor out = detail::make_result(shape, x.dtype(), {&x, &mask});
   if (out.is_meta()) return out;

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "runtime/kernels/elementwise.h"
 #include "runtime/op_adapters.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
@@ -81,6 +82,7 @@ Tensor full(IntArrayRef size, const Scalar &fill_value, TensorOptions options) {
   // torch infers the dtype from the fill value when none is given.
   DType natural = fill_value.is_floating_point() ? kFloat32 : fill_value.type();
   DType dt = dtype_or(options, natural);
+  detail::check_scalar_fits(fill_value, dt, "full");
   KILN_TRACE(Full, {}, size, fill_value, dt);
   Tensor t = detail::make_tensor(size, dt);
   fill_contiguous(t, fill_value);

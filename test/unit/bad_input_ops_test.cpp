@@ -121,6 +121,26 @@ TEST(BadInputFactories, RandintEmptyRange) {
   expect_error([] { randint(0, {3}); }, {"randint"});
 }
 
+TEST(BadInputFactories, FillValuesThatDoNotFitTheDtype) {
+  // torch: "value cannot be converted to type int64_t without overflow"; C++'s
+  // conversion is undefined behaviour (x86 gave INT64_MIN).
+  expect_error([] { full({2}, 1e30, kInt64); }, {"full", "1e+30", "int64", "overflow"});
+  expect_error([] { full({2}, kNaN, kInt64); }, {"full", "nan", "int64"});
+  expect_error([] { full({2}, kInf, kInt32); }, {"full", "int32"});
+  expect_error([] { full({2}, int64_t(1) << 40, kInt32); }, {"full", "1099511627776", "int32"});
+  expect_error([] { full({2}, 1e300, kFloat32); }, {"full", "float32"});
+  expect_error([] { zeros({2}, kInt64).fill_(9.3e18); }, {"fill_", "int64"});
+  expect_error([] { masked_fill(zeros({2}, kInt64), ones({2}) > 0, -kInf); }, {"masked_fill", "int64"});
+  // In range (and inf/NaN for floats, anything for bool) is fine.
+  EXPECT_VALUES(full({2}, -9.2e18, kInt64), {-9.2e18, -9.2e18});
+  EXPECT_VALUES(full({1}, std::numeric_limits<int64_t>::min()), {-9.223372036854775808e18});
+  EXPECT_VALUES(full({2}, kInf, kFloat32), {kInf, kInf});
+  EXPECT_VALUES(full({1}, kNaN, kFloat32), {kNaN});
+  EXPECT_VALUES(full({1}, 1e300, kFloat64), {1e300});
+  EXPECT_VALUES(full({1}, 2.5, kBool), {1});
+  EXPECT_VALUES(full({1}, 7.9, kInt32), {7});
+}
+
 TEST(BadInputFactories, TensorLiterals) {
   EXPECT_EQ(tensor(std::vector<float>{}).numel(), 0);
   EXPECT_EQ(tensor(std::vector<float>{}).dim(), 1);
