@@ -110,3 +110,56 @@ TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
   EXPECT_EQ(eager_signatures, int64_t(inputs.size()) - kCacheLimit);
   EXPECT_EQ(s.eager_calls, expected_eager_calls);
 }
+
+TEST(Soak, SeveralFunctionsWhileTheThreadCountChanges) {
+  // Three compiled functions share the global Jit and thread pool; one thread
+  // keeps switching the thread count (part of every guard), so calls recompile
+  // and run while the pool is resized.
+  manual_seed(7);
+  Tensor w = randn({64, 32});
+  std::vector<ModelFn> fns = {
+      [w](const std::vector<Tensor> &in) { return std::vector<Tensor>{softmax(linear(in[0], w), -1)}; },
+      [](const std::vector<Tensor> &in) { return std::vector<Tensor>{gelu(in[0] * 2.0 + 1.0).sum({1})}; },
+      [](const std::vector<Tensor> &in) { return std::vector<Tensor>{layer_norm(in[0], {32}) * 3.0}; },
+  };
+  CompileOptions options;
+  options.fallback = Fallback::Off;
+  std::vector<CompiledFunction> compiled;
+  for (const ModelFn &fn : fns) compiled.push_back(compile(fn, options));
+  std::vector<Tensor> xs = {randn({4, 32}), randn({100, 32}), randn({1000, 32})};
+  std::vector<std::vector<Tensor>> want(fns.size());
+  for (size_t f = 0; f < fns.size(); ++f)
+    for (const Tensor &x : xs) want[f].push_back(fns[f]({x})[0]);
+
+  const int saved_threads = get_num_threads();
+  std::atomic<int> mismatches{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::thread toggler([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      set_num_threads(1 + i % 2);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 400; ++i) {
+        size_t f = size_t(t + i) % fns.size(), k = size_t(i * 7 + t) % xs.size();
+        try {
+          if (worst_error(compiled[f]({xs[k]})[0], want[f][k]) > 1e-4) mismatches.fetch_add(1);
+        } catch (const std::exception &) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  stop.store(true);
+  toggler.join();
+  set_num_threads(saved_threads);
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  for (const CompiledFunction &f : compiled) {
+    EXPECT_LE(f.stats().compiles, 6); // 3 shapes x 2 thread counts at most
+    EXPECT_EQ(f.stats().eager_calls, 0);
+  }
+}
