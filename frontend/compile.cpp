@@ -14,6 +14,7 @@
 #include "passes/pass_manager.h"
 #include "runtime/log.h"
 #include "runtime/ops.h"
+#include "runtime/trace_hook.h"
 
 namespace kiln {
 namespace {
@@ -238,6 +239,12 @@ CompiledFunction::Impl &checked(const std::shared_ptr<CompiledFunction::Impl> &i
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inputs) const {
   Impl &impl = checked(impl_);
+  // Called from a model being traced (a compiled function inside another, or
+  // itself): run the model so its ops are recorded into the outer graph. A
+  // specialization built here would hold meta inputs, fail ("already
+  // tracing"), and a call back into this function would wait on compile_mu
+  // forever.
+  if (detail::tracing()) return impl.fn(inputs);
   impl.calls.fetch_add(1, std::memory_order_relaxed);
   if (impl.fallback == Fallback::Force) return impl.run_eager(inputs);
   std::shared_ptr<Specialization> spec = impl.select(inputs);
@@ -246,13 +253,13 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
 }
 
 std::shared_ptr<const ir::Graph> CompiledFunction::graph_for(const std::vector<Tensor> &inputs) const {
-  if (checked(impl_).fallback == Fallback::Force) return nullptr;
+  if (checked(impl_).fallback == Fallback::Force || detail::tracing()) return nullptr;
   auto spec = impl_->select(inputs);
   return spec ? spec->graph : nullptr;
 }
 
 int64_t CompiledFunction::kernels_per_call(const std::vector<Tensor> &inputs) const {
-  if (checked(impl_).fallback == Fallback::Force) return -1;
+  if (checked(impl_).fallback == Fallback::Force || detail::tracing()) return -1;
   auto spec = impl_->select(inputs);
   return spec && spec->executable ? spec->executable->stats().kernels : -1;
 }

@@ -434,3 +434,32 @@ TEST(BadInputCompile, IntegerDivisionByZeroThrowsLikeEager) {
     expect_error([&] { f({a, bad}); }, {"div", "division by zero"});
   }
 }
+
+TEST(BadInputCompile, CompiledFunctionsCalledFromATracedModel) {
+  // A compiled function inside another one is inlined into the outer graph; it
+  // used to build a specialization on meta tensors that failed ("already
+  // tracing") and then ran every later direct call eagerly (under Off: threw).
+  ModelFn inner_fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{gelu(in[0] * 2.0)}; };
+  CompiledFunction inner = compile(inner_fn, off());
+  ModelFn outer_fn = [&](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{inner({in[0] + 1.0})[0] * 3.0};
+  };
+  CompiledFunction outer = compile(outer_fn, off());
+  Tensor x = randn({8});
+  expect_same(outer({x}), outer_fn({x}));
+  expect_same(inner({x}), inner_fn({x}));
+  EXPECT_EQ(inner.stats().eager_calls, 0);
+  EXPECT_EQ(inner.stats().compiles, 1);
+  EXPECT_EQ(outer.kernels_per_call({x}), 1); // inlined: one fused kernel for the whole chain
+
+  // A model that calls its own compiled function (another signature) while it
+  // is being compiled used to deadlock on the compile lock.
+  CompiledFunction *self = nullptr;
+  ModelFn recursive = [&](const std::vector<Tensor> &in) {
+    if (in[0].dim() == 1) return (*self)({in[0].unsqueeze(0)});
+    return std::vector<Tensor>{in[0] * 2.0};
+  };
+  CompiledFunction f = compile(recursive, off());
+  self = &f;
+  expect_same(f({x}), {x.unsqueeze(0) * 2.0});
+}
