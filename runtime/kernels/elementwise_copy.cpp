@@ -43,7 +43,7 @@ void cast_into(const Tensor &out, const Tensor &src) {
   dispatch_dtype(out.dtype(), [&]<class O>() {
     dispatch_dtype(src.dtype(), [&]<class S>() {
       Arg a(src, src.dtype());
-      run_loop<O, S>(out, {&a}, [](S v) { return static_cast<O>(v); });
+      run_loop<O, S>(out, {&a}, [](S v) { return convert_value<O>(v); });
     });
   });
 }

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -30,6 +31,18 @@ namespace kiln::detail {
 
 // Elements per parallel chunk: small ops stay on the calling thread.
 inline constexpr int64_t kGrain = 32768;
+
+// T -> Out as torch's static_cast, but defined for NaN and out-of-range floats
+// converted to integers (C++ leaves those undefined; this gives x86's "integer
+// indefinite" value, what torch gets). A compare and a blend: it vectorizes.
+template <class Out, class T> inline Out convert_value(T v) {
+  if constexpr (std::is_same_v<Out, T>) return v;
+  else if constexpr (std::is_same_v<Out, bool>) return v != T(0);
+  else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<T>) {
+    constexpr T lo = T(std::numeric_limits<Out>::min());
+    return v >= lo && v < -lo ? static_cast<Out>(v) : std::numeric_limits<Out>::min();
+  } else return static_cast<Out>(v);
+}
 
 // Contiguity and the first element's address straight from the impl: the op has
 // already checked that nothing is meta, and these run several times per call.

@@ -30,6 +30,7 @@
 
 #include "runtime/op_adapters.h"
 #include "runtime/ops.h"
+#include "runtime/kernels/loops.h"
 #include "runtime/kernels/reduce_rows.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -342,19 +343,6 @@ template <class Op> void reduce_run(const Geom &g, const typename Op::In *in, co
   else run_rows(g, in, op);
 }
 
-// ---------------------------------------------------------------- element conversion
-
-// T -> Out as torch's static_cast, but defined for NaN and out-of-range floats
-// converted to integers (x86's "integer indefinite" value, what torch gets).
-template <class Out, class T> inline Out convert(T v) {
-  if constexpr (std::is_same_v<Out, T>) return v;
-  else if constexpr (std::is_same_v<Out, bool>) return v != T(0);
-  else if constexpr (std::is_integral_v<Out> && kIsFloat<T>) {
-    constexpr T lo = T(std::numeric_limits<Out>::min());
-    return v >= lo && v < -lo ? static_cast<Out>(v) : std::numeric_limits<Out>::min();
-  } else return static_cast<Out>(v);
-}
-
 // ---------------------------------------------------------------- ops
 
 // Sum (Comb = Plus), product (Times) and mean (div = count) of elements cast to O
@@ -367,8 +355,8 @@ template <class T, class O, class Comb> struct FoldOp {
   static constexpr bool kSum = std::is_same_v<Comb, Plus>;
 
   static Acc load(T v) {
-    if constexpr (kIsFloat<O>) return Acc(convert<O>(v));
-    else return Acc(int64_t(convert<O>(v))); // sign-extends negatives
+    if constexpr (kIsFloat<O>) return Acc(detail::convert_value<O>(v));
+    else return Acc(int64_t(detail::convert_value<O>(v))); // sign-extends negatives
   }
   Acc init() const { return kSum ? Acc(0) : Acc(1); }
   void row(Acc &acc, const T *p, int64_t n, int64_t s, int64_t, int64_t) const {

@@ -388,7 +388,16 @@ TEST(BadInputOps, NaNAndInfThroughNnOps) {
                                              randn({1, 2, 2}))
                     .view({2}),
                 {kNaN, kNaN});
-  EXPECT_VALUES(f32({float(kNaN), 1}).to(kInt64) * 0, {0, 0}); // NaN -> int is UB in C++: kiln must not crash
+  // NaN and out-of-range floats to integers: undefined in C++; kiln gives what
+  // torch gets on x86 (the "integer indefinite" INT_MIN), in every layout.
+  Tensor specials = f32({float(kNaN), float(kInf), -float(kInf), 3e9f, -3e9f, 7.9f});
+  EXPECT_VALUES(specials.to(kInt32), {-2147483648.0, -2147483648.0, -2147483648.0, -2147483648.0, -2147483648.0, 7});
+  EXPECT_VALUES(specials.to(kInt64), {-9.223372036854775808e18, -9.223372036854775808e18, -9.223372036854775808e18,
+                                      3e9, -3e9, 7});
+  EXPECT_VALUES(specials.to(kBool), {1, 1, 1, 1, 1, 1});
+  Tensor ints = zeros({2, 6}, kInt32);
+  ints.copy_(specials.expand({2, 6}).t().contiguous().t());
+  EXPECT_VALUES(ints.select(0, 1), {-2147483648.0, -2147483648.0, -2147483648.0, -2147483648.0, -2147483648.0, 7});
 }
 
 TEST(BadInputOps, IntegerDivisionByZeroThrows) {
