@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -12,6 +13,18 @@
 
 namespace kiln::codegen {
 namespace {
+
+// A conversion with eager's semantics (runtime/kernels/loops.h convert_value):
+// NaN and out-of-range floats to integers give INT_MIN, where the kernel's own
+// cast saturates (NaN -> 0), so compiled results would differ from eager.
+Expr convert_like_eager(KernelBuilder &k, Expr e, DType t) {
+  if (e.dtype() == t) return e;
+  if (!is_floating(e.dtype()) || is_floating(t) || t == kBool) return k.cast(e, t);
+  int64_t min = t == kInt32 ? int64_t(std::numeric_limits<int32_t>::min()) : std::numeric_limits<int64_t>::min();
+  Expr lo = k.constant(double(min), e.dtype()); // -2^31 and -2^63 are exact in float
+  Expr in_range = k.binary(KOp::And, k.binary(KOp::Ge, e, lo), k.binary(KOp::Lt, e, k.unary(KOp::Neg, lo)));
+  return k.select(in_range, k.cast(e, t), k.constant_int(min, t));
+}
 
 struct Ctx {
   KernelBuilder &k;
@@ -21,7 +34,7 @@ struct Ctx {
   std::vector<std::optional<double>> const_value; // operand is a known scalar constant
   DType out;                          // result dtype
 
-  Expr to(Expr e, DType t) const { return e.dtype() == t ? e : k.cast(e, t); }
+  Expr to(Expr e, DType t) const { return convert_like_eager(k, e, t); }
   Expr arg(size_t i) const { return to(args.at(i), out); }
   Expr c(double v, DType t) const { return k.constant(v, t); }
   Expr c(double v) const { return k.constant(v, out); }

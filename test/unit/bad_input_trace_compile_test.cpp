@@ -258,6 +258,11 @@ TEST(BadInputCompile, NaNAndInfMatchEagerThroughFusedKernels) {
       {"sum-mean", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].sum({1}) + in[0].mean({1})}; }},
       {"where", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{where(in[0] > 0, in[0], in[0] * 0.1)}; }},
       {"compare", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{(in[0] >= in[0] * 2.0).to(kFloat32)}; }},
+      // NaN and out-of-range values to integers: INT_MIN as eager (the kernel's
+      // own cast saturated: NaN -> 0, inf -> INT_MAX).
+      {"to-int", [](const std::vector<Tensor> &in) {
+         return std::vector<Tensor>{(in[0] * 2.0).to(kInt32) + 1, (in[0] * 1e10).to(kInt64).to(kFloat32) * 0.5};
+       }},
   };
   Tensor x = with_specials({6, 37});
   for (const auto &[name, fn] : models) expect_compiled_equals_eager(fn, {x}, name);
