@@ -117,7 +117,7 @@ public:
     }
     std::vector<Tensor> out;
     out.reserve(outputs_.size());
-    for (int o : outputs_) out.push_back(env[size_t(o)]);
+    for (int o : outputs_) out.push_back(owned(env[size_t(o)]));
     return out;
   }
 
@@ -145,6 +145,14 @@ private:
                 shape_str(t.strides()), " but the plan was built for ", e.dtype, shape_str(e.sizes), " with strides ",
                 shape_str(e.strides));
     }
+  }
+
+  // Constants belong to the plan and are shared by every call; an output the
+  // caller may write to (eager's results are its own) must not be one.
+  Tensor owned(const Tensor &t) const {
+    for (const ir::Value *c : g_->consts())
+      if (t.is_alias_of(c->tensor())) return t.clone();
+    return t;
   }
 
   static std::string_view category(const Step &s) {

@@ -34,12 +34,20 @@ public:
     for (const Value *c : g_.consts()) env_[c] = c->tensor();
     for (const Node *n : g_.nodes()) run_node(*n);
     std::vector<Tensor> outs;
-    for (const Value *v : g_.outputs()) outs.push_back(get(v));
+    for (const Value *v : g_.outputs()) outs.push_back(owned(get(v)));
     write_back();
     return outs;
   }
 
 private:
+  // Constants belong to the graph and are shared by every run; an output the
+  // caller may write to (eager's results are its own) must not be one.
+  Tensor owned(const Tensor &t) const {
+    for (const Value *c : g_.consts())
+      if (t.is_alias_of(c->tensor())) return t.clone();
+    return t;
+  }
+
   const Tensor &get(const Value *v) const {
     auto it = env_.find(v);
     KILN_CHECK(it != env_.end(), "interpret: @", g_.name(), ": %", v->name(), " is used before it is defined");
