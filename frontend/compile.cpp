@@ -13,6 +13,7 @@
 #include "ir/graph.h"
 #include "passes/pass_manager.h"
 #include "runtime/log.h"
+#include "runtime/op_registry.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
 
@@ -64,11 +65,60 @@ std::vector<int> alias_pattern(const std::vector<Tensor> &in, const std::vector<
   return pattern;
 }
 
+// The value a chain of view ops starts from.
+const ir::Value *view_base(const ir::Value *v) {
+  while (const ir::Node *p = v->producer()) {
+    if (p->kind() != ir::Node::Kind::Op || op_info(p->op()).kind != OpKind::View) break;
+    v = p->operand(0);
+  }
+  return v;
+}
+
+// Which results of the traced function are tensors of their own in eager: not
+// an input, parameter or constant (or a view of one), and not sharing memory
+// with an earlier result. Passes may return such a value as something shared
+// (x * 1 -> x, a folded constant, two equal results merged by cse); the caller
+// may write to its outputs, so those get copied.
+std::vector<bool> fresh_outputs(const ir::Graph &traced) {
+  std::vector<bool> fresh;
+  const std::vector<ir::Value *> &outs = traced.outputs();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const ir::Value *base = view_base(outs[i]);
+    bool f = base->producer() != nullptr;
+    for (size_t j = 0; j < i && f; ++j) f = view_base(outs[j]) != base;
+    fresh.push_back(f);
+  }
+  return fresh;
+}
+
 struct Specialization {
   std::vector<InputGuard> inputs;
   int threads = 1;
   std::vector<ParamGuard> params;
   std::vector<int> aliases; // alias_pattern(inputs, params) at compile time
+  std::vector<bool> fresh;  // fresh_outputs of the traced graph
+
+  // Copies each result that eager returns as a tensor of its own but the plan
+  // returns as (a view of) an input, a captured tensor, a constant or an
+  // earlier result.
+  void own_outputs(std::vector<Tensor> &out, const std::vector<Tensor> &in) const {
+    for (size_t i = 0; i < out.size() && i < fresh.size(); ++i) {
+      if (!fresh[i] || !shares_memory(out[i], out, i, in)) continue;
+      out[i] = out[i].clone();
+    }
+  }
+
+  bool shares_memory(const Tensor &t, const std::vector<Tensor> &out, size_t i, const std::vector<Tensor> &in) const {
+    for (const Tensor &x : in)
+      if (t.is_alias_of(x)) return true;
+    for (const ParamGuard &p : params)
+      if (t.is_alias_of(p.live)) return true;
+    for (const ir::Value *c : graph->consts())
+      if (t.is_alias_of(c->tensor())) return true;
+    for (size_t j = 0; j < i; ++j)
+      if (t.is_alias_of(out[j])) return true;
+    return false;
+  }
   std::shared_ptr<const ir::Graph> graph;  // null when this signature runs eagerly
   std::shared_ptr<codegen::Executable> executable; // null when eager
   std::string eager_reason;
@@ -167,6 +217,7 @@ struct CompiledFunction::Impl {
     }
     try {
       std::shared_ptr<ir::Graph> g = trace(fn, in, options.name);
+      spec->fresh = fresh_outputs(*g);
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
       passes::run_pipeline(*g, pipeline, passes::PipelineOptions::from_env());
       for (const ir::Value *p : g->params())
@@ -249,7 +300,9 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   if (impl.fallback == Fallback::Force) return impl.run_eager(inputs);
   std::shared_ptr<Specialization> spec = impl.select(inputs);
   if (!spec || !spec->executable) return impl.run_eager(inputs);
-  return spec->executable->run(inputs);
+  std::vector<Tensor> out = spec->executable->run(inputs);
+  spec->own_outputs(out, inputs);
+  return out;
 }
 
 std::shared_ptr<const ir::Graph> CompiledFunction::graph_for(const std::vector<Tensor> &inputs) const {

@@ -468,3 +468,43 @@ TEST(BadInputCompile, CompiledFunctionsCalledFromATracedModel) {
   self = &f;
   expect_same(f({x}), {x.unsqueeze(0) * 2.0});
 }
+
+TEST(BadInputCompile, WritingToAnOutputDoesNotChangeLaterCalls) {
+  // Outputs that are (views of) graph constants, folded or traced factories,
+  // used to be the plan's own constant tensor: `y.add_(100)` changed what every
+  // later call returned. `w * 1.0` became the weight itself (canonicalize), and
+  // two equal results one tensor (cse).
+  Tensor w = ones({3});
+  std::vector<std::pair<std::string, ModelFn>> models = {
+      {"weight", [w](const std::vector<Tensor> &) { return std::vector<Tensor>{w * 1.0}; }},
+      {"input", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].t() * 1.0, in[0] + 0.0}; }},
+      {"cse", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0] * 2.0, in[0] * 2.0}; }},
+      {"factory", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{full({3}, 2.0), in[0] * 2.0}; }},
+      {"folded", [](const std::vector<Tensor> &) { return std::vector<Tensor>{full({3}, 2.0) * 3.0 + 1.0}; }},
+      {"arange view", [](const std::vector<Tensor> &) { return std::vector<Tensor>{arange(6, kFloat32).view({2, 3}).t()}; }},
+      {"scalar", [](const std::vector<Tensor> &) { return std::vector<Tensor>{scalar_tensor(5.0) * 1.0}; }},
+      {"zeros_like", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{zeros_like(in[0]) + 0.0}; }},
+  };
+  Tensor x = ones({3});
+  for (size_t m = 0; m < models.size(); ++m) {
+    const auto &[name, fn] = models[m];
+    CompiledFunction f = compile(fn, off());
+    std::vector<Tensor> first = f({x});
+    for (Tensor &y : first) y.add_(100.0);
+    expect_same(first, [&] {
+      std::vector<Tensor> want = fn({x});
+      for (Tensor &y : want) y.add_(100.0);
+      return want;
+    }(), 1e-6, name + " (the outputs written to)");
+    expect_same(f({x}), fn({x}), 1e-6, name + " (compiled)");
+    expect_same(x, ones({3}), 0, name + " (the input)");
+    // The interpreter runs the optimized graph as it is: only constants are
+    // copied there (the first three models return shared values by design).
+    if (m < 3) continue;
+    std::shared_ptr<ir::Graph> g = trace(fn, {x});
+    passes::run_pipeline(*g, passes::default_pipeline());
+    for (Tensor &y : ir::interpret(*g, {x})) y.add_(100.0);
+    expect_same(ir::interpret(*g, {x}), fn({x}), 1e-6, name + " (interpreter)");
+  }
+  expect_same(w, ones({3}), 0, "the weight");
+}
