@@ -407,6 +407,30 @@ TEST(FaultsDiskCache, CompileWithAnUnusableCacheDirWarnsAndRuns) {
   fs::remove_all(dir);
 }
 
+TEST(FaultsDiskCache, ConcurrentProcessesShareOneCacheDir) {
+  // Entries are written to a temporary file and renamed into place: processes
+  // compiling the same kernels at once never read a half-written entry.
+  fs::path dir = fresh_dir("shared");
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string cmd = "KILN_CACHE_DIR='" + dir.string() + "' '" + self + "' --compile-child 2>&1";
+  std::vector<FILE *> children;
+  for (int i = 0; i < 4; ++i) children.push_back(popen(cmd.c_str(), "r"));
+  for (FILE *p : children) {
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int status = pclose(p);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+    EXPECT_NE(out.find("match=1"), std::string::npos) << out;
+    EXPECT_EQ(out.find("ignoring"), std::string::npos) << out;
+  }
+  ChildResult after = run_child(dir.string());
+  EXPECT_EQ(after.counters["compiles"], 0) << after.output;
+  EXPECT_EQ(after.counters["disk_rejects"], 0) << after.output;
+  fs::remove_all(dir);
+}
+
 // ---- KILN_DUMP_DIR
 
 TEST(FaultsDumpDir, UnwritableDumpDirWarnsAndCompiledResultsAreCorrect) {
