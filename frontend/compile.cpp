@@ -52,17 +52,28 @@ struct ParamGuard {
 // shares its memory (its own index when none does). A plan traced for distinct
 // inputs must not run on aliased ones: an in-place update of one input would
 // be invisible to reads of the other (and eager would see it).
+int first_alias(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params, size_t i) {
+  if (!in[i].defined()) return int(i);
+  for (size_t j = 0; j < i; ++j)
+    if (in[j].defined() && in[i].is_alias_of(in[j])) return int(j);
+  for (size_t p = 0; p < params.size(); ++p)
+    if (in[i].is_alias_of(params[p].live)) return int(in.size() + p);
+  return int(i);
+}
+
 std::vector<int> alias_pattern(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params) {
   std::vector<int> pattern(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    pattern[i] = int(i);
-    if (!in[i].defined()) continue;
-    for (size_t j = 0; j < i && pattern[i] == int(i); ++j)
-      if (in[j].defined() && in[i].is_alias_of(in[j])) pattern[i] = int(j);
-    for (size_t p = 0; p < params.size() && pattern[i] == int(i); ++p)
-      if (in[i].is_alias_of(params[p].live)) pattern[i] = int(in.size() + p);
-  }
+  for (size_t i = 0; i < in.size(); ++i) pattern[i] = first_alias(in, params, i);
   return pattern;
+}
+
+// alias_pattern(in, params) == pattern, without allocating (every call checks it).
+bool alias_pattern_is(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params,
+                      const std::vector<int> &pattern) {
+  if (pattern.size() != in.size()) return false;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (first_alias(in, params, i) != pattern[i]) return false;
+  return true;
 }
 
 // The value a chain of view ops starts from.
@@ -129,7 +140,7 @@ struct Specialization {
       if (!inputs[i].matches(in[i])) return false;
     for (const ParamGuard &p : params)
       if (!p.holds()) return false;
-    return alias_pattern(in, params) == aliases;
+    return alias_pattern_is(in, params, aliases);
   }
 };
 
