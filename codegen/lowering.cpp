@@ -201,6 +201,38 @@ std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std:
   return out;
 }
 
+// Row-context strides: an operand read by a node whose result dropped the
+// domain's last dim ([M, N] in an [M, N, K] group, e.g. the bias added after a
+// reduction) broadcasts against the leading dims, numpy-style, and is constant
+// along the row.
+std::vector<int64_t> row_broadcast_strides(IntArrayRef s, IntArrayRef st, const std::vector<int64_t> &domain) {
+  std::vector<int64_t> lead(domain.begin(), domain.end() - 1);
+  std::vector<int64_t> out = broadcast_strides(s, st, lead);
+  out.push_back(0);
+  return out;
+}
+
+bool drops_last_dim(const ir::Node &n, size_t domain_rank) {
+  return domain_rank > 0 && n.results().size() == 1 && n.result()->type().shape.size() + 1 == domain_rank;
+}
+
+// Whether body input `in` is read only by nodes with row-shaped (last dim
+// dropped) results. An input read in both contexts cannot be one load: throws.
+bool read_per_row(const ir::Graph &body, const ir::Value *in, size_t domain_rank) {
+  bool row = false, full = false;
+  for (const ir::Use &u : body.uses(in)) {
+    if (!u.user) {
+      full = true;
+      continue;
+    }
+    (drops_last_dim(*u.user, domain_rank) ? row : full) = true;
+  }
+  bool scalar = in->type().numel() == 1;
+  KILN_CHECK(!(row && full) || scalar, "codegen: operand %", in->name(),
+             " is read both per element and per row of the group");
+  return row && !full && !scalar;
+}
+
 } // namespace
 
 bool has_lowering(OpId id) { return rules()[size_t(id)] != nullptr; }
@@ -257,7 +289,10 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
       if (c.impl().wrapped_number) wrapped.insert(in);
       continue;
     }
-    expr.emplace(in, k.input(t.dtype(), broadcast_strides(t.sizes(), t.strides(), domain)));
+    bool row = read_per_row(body, in, domain.size());
+    KILN_CHECK(!row || t.dim() < int64_t(domain.size()), "codegen: per-row operand ", i, " has too many dims");
+    expr.emplace(in, k.input(t.dtype(), row ? row_broadcast_strides(t.sizes(), t.strides(), domain)
+                                            : broadcast_strides(t.sizes(), t.strides(), domain)));
     buffer_operands.push_back(i);
   }
   for (const ir::Node *n : body.nodes()) {
