@@ -145,6 +145,12 @@ Node *Graph::create_group(std::vector<Value *> operands, const std::vector<Tenso
 void Graph::erase(Node *n) {
   for (Value *r : n->results_)
     KILN_CHECK(!has_uses(r), "ir: cannot erase ", n->mnemonic(), " while %", r->name(), " is still used");
+  if (memory_plan_) {
+    // Entries of an erased node would point at a value that no longer has a producer.
+    auto &e = memory_plan_->entries;
+    e.erase(std::remove_if(e.begin(), e.end(), [n](const auto &entry) { return entry.first->producer() == n; }),
+            e.end());
+  }
   nodes_.erase(find(n));
 }
 

@@ -20,6 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ir/memory_plan.h"
 #include "runtime/op_registry.h"
 #include "runtime/tensor.h"
 
@@ -161,6 +162,11 @@ public:
   const std::vector<WriteBack> &write_backs() const { return write_backs_; }
   std::vector<WriteBack> &write_backs() { return write_backs_; }
 
+  // ---- the memory plan (plan-memory); printed after `return`. A pass that
+  // changes the graph leaves a stale plan: the pass manager drops it.
+  const std::optional<MemoryPlan> &memory_plan() const { return memory_plan_; }
+  void set_memory_plan(std::optional<MemoryPlan> plan) { memory_plan_ = std::move(plan); }
+
   // ---- use-def
   std::vector<Use> uses(const Value *v) const;
   bool has_uses(const Value *v) const;
@@ -182,6 +188,7 @@ private:
   std::vector<Value *> outputs_;
   std::vector<WriteBack> write_backs_;
   std::unordered_set<std::string> used_names_;
+  std::optional<MemoryPlan> memory_plan_;
   int64_t next_id_ = 0;
 };
 
