@@ -412,12 +412,13 @@ private:
       const int64_t off = offset[size_t(s.out[0])], end = off + bytes[size_t(s.out[0])];
       bool overlaps = false;
       for (int i : s.in) {
-        if (i < 0) continue;
-        const ir::Value *root = root_of(i);
-        auto it = root ? slot_.find(root) : slot_.end();
-        if (it == slot_.end() || offset[size_t(it->second)] < 0) continue;
-        const int64_t o2 = offset[size_t(it->second)], e2 = o2 + bytes[size_t(it->second)];
-        overlaps |= off < e2 && o2 < end;
+        // The operand and every value it may share memory with (through views).
+        for (const ir::Value *v = i < 0 ? nullptr : value_of(i); v; v = producer_alias(v)) {
+          const int slot = slot_.at(v);
+          if (offset[size_t(slot)] < 0) continue;
+          const int64_t o2 = offset[size_t(slot)], e2 = o2 + bytes[size_t(slot)];
+          overlaps |= off < e2 && o2 < end;
+        }
       }
       if (overlaps) continue;
       s.place_offset = off;
@@ -429,17 +430,15 @@ private:
     pool_.reserve(kMaxPooledStates);
   }
 
-  // The value whose memory slot `slot`'s value shares (through views).
-  const ir::Value *root_of(int slot) const {
-    const ir::Value *v = nullptr;
+  const ir::Value *value_of(int slot) const {
     for (const auto &[value, s] : slot_)
-      if (s == slot) v = value;
-    while (v && v->kind() == ir::Value::Kind::Result) {
-      const ir::Value *src = ir::alias_source(*v->producer(), v->result_index());
-      if (!src) break;
-      v = src;
-    }
-    return v;
+      if (s == slot) return value;
+    return nullptr;
+  }
+
+  static const ir::Value *producer_alias(const ir::Value *v) {
+    if (v->kind() != ir::Value::Kind::Result) return nullptr;
+    return ir::alias_source(*v->producer(), v->result_index());
   }
 
   static constexpr size_t kMaxPooledStates = 64;

@@ -54,33 +54,34 @@ Value *alias_source(const Node &n, size_t result) {
   return nullptr;
 }
 
+bool may_copy(const Node &n) {
+  return n.kind() == Node::Kind::Op && (n.op() == OpId::Reshape || n.op() == OpId::Contiguous);
+}
+
 Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
   const int64_t end = int64_t(nodes_.size());
+  // A read of v reads v and everything v may share memory with.
+  auto each_base = [&](const Value *v, auto &&fn) {
+    for (; v; v = parent(v)) {
+      auto it = ranges_.find(v);
+      if (it != ranges_.end()) fn(it->second);
+    }
+  };
   for (int64_t i = 0; i < end; ++i) {
     const Node &n = *nodes_[size_t(i)];
     for (size_t r = 0; r < n.results().size(); ++r) {
       Value *v = n.result(r);
-      if (const Value *src = alias_source(n, r)) {
-        roots_[v] = root(src);
-        continue;
-      }
+      const Value *src = alias_source(n, r);
+      if (src) parents_[v] = src;
+      if (src && !may_copy(n)) continue;
       fresh_.push_back(v);
       ranges_[v] = LiveRange{i, i, false};
     }
-    for (const Value *v : n.operands()) {
-      if (!v) continue;
-      auto it = ranges_.find(root(v));
-      if (it != ranges_.end()) it->second.last = std::max(it->second.last, i);
-    }
+    for (const Value *v : n.operands())
+      each_base(v, [i](LiveRange &r) { r.last = std::max(r.last, i); });
   }
-  for (const Value *o : g.outputs()) {
-    auto it = o ? ranges_.find(root(o)) : ranges_.end();
-    if (it != ranges_.end()) it->second.escapes = true;
-  }
-  for (const WriteBack &w : g.write_backs()) {
-    auto it = w.value ? ranges_.find(root(w.value)) : ranges_.end();
-    if (it != ranges_.end()) it->second.last = end;
-  }
+  for (const Value *o : g.outputs()) each_base(o, [](LiveRange &r) { r.escapes = true; });
+  for (const WriteBack &w : g.write_backs()) each_base(w.value, [end](LiveRange &r) { r.last = end; });
 }
 
 const LiveRange *Liveness::range(const Value *v) const {
@@ -88,9 +89,15 @@ const LiveRange *Liveness::range(const Value *v) const {
   return it == ranges_.end() ? nullptr : &it->second;
 }
 
-const Value *Liveness::root(const Value *v) const {
-  auto it = roots_.find(v);
-  return it == roots_.end() ? v : it->second;
+const Value *Liveness::parent(const Value *v) const {
+  auto it = parents_.find(v);
+  return it == parents_.end() ? nullptr : it->second;
+}
+
+bool Liveness::shares(const Value *v, const Value *base) const {
+  for (; v; v = parent(v))
+    if (v == base) return true;
+  return false;
 }
 
 bool Liveness::in_place_ok(int64_t i, size_t result, const Value *v) const {
@@ -100,7 +107,7 @@ bool Liveness::in_place_ok(int64_t i, size_t result, const Value *v) const {
   bool reads = false;
   for (size_t k = 0; k < n.operands().size(); ++k) {
     const Value *op = n.operand(k);
-    if (!op || root(op) != v) continue;
+    if (!op || !shares(op, v)) continue;
     if (op != v) return false; // a view of v reads other indices
     reads = true;
   }

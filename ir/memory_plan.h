@@ -40,6 +40,10 @@ struct MemoryPlan {
 // a no-op cast, a fusion group returning a view of a body input), or nullptr
 // when the result is fresh memory.
 Value *alias_source(const Node &n, size_t result);
+// Whether `n` may either alias its operand or copy it, depending on strides the
+// graph does not fix (reshape, contiguous): its result gets its own slot (used
+// when it copies) and also keeps the operand alive (when it is a view).
+bool may_copy(const Node &n);
 
 struct LiveRange {
   int64_t def = 0;      // index of the producing node
@@ -57,12 +61,14 @@ class Liveness {
 public:
   explicit Liveness(const Graph &g);
   const std::vector<Node *> &nodes() const { return nodes_; }
-  // Fresh results (escaping ones included), in definition order.
+  // Plannable results (escaping ones included), in definition order.
   const std::vector<Value *> &fresh() const { return fresh_; }
-  // nullptr for a value that is not a fresh result of a top-level node.
+  // nullptr for a value that is not a plannable result of a top-level node.
   const LiveRange *range(const Value *v) const;
-  // The value whose memory v shares (itself when fresh or not a result).
-  const Value *root(const Value *v) const;
+  // The operand whose memory v may share, or nullptr.
+  const Value *parent(const Value *v) const;
+  // Whether v is `base` or may share its memory (through views).
+  bool shares(const Value *v, const Value *base) const;
   // Whether node `i` may write its result `result` over operand value v, which
   // it reads for the last time: an elementwise op, or a fusion group of
   // elementwise ops only, that reads v (and no view of it) at exactly the index
@@ -73,7 +79,7 @@ private:
   std::vector<Node *> nodes_;
   std::vector<Value *> fresh_;
   std::unordered_map<const Value *, LiveRange> ranges_;
-  std::unordered_map<const Value *, const Value *> roots_;
+  std::unordered_map<const Value *, const Value *> parents_;
 };
 
 // Throws kiln::Error naming the problem when g's memory plan is inconsistent:

@@ -65,7 +65,14 @@ void Storage::operator delete(void *p, size_t n) { cached_free(p, n); }
 void *TensorImpl::operator new(size_t n) { return cached_alloc(n); }
 void TensorImpl::operator delete(void *p, size_t n) { cached_free(p, n); }
 
+namespace {
+thread_local uint64_t t_storage_allocations = 0;
+}
+
+uint64_t thread_storage_allocations() { return t_storage_allocations; }
+
 Ref<Storage> Storage::allocate(size_t nbytes) {
+  ++t_storage_allocations;
   auto *s = new Storage;
   Ref<Storage> ref(s);
   s->nbytes_ = nbytes;

@@ -113,6 +113,11 @@ private:
 
 // A block of memory shared by all views of it. Owning storage comes from the
 // caching allocator (64-byte aligned); from_blob storage borrows user memory.
+// Storages (tensor data buffers) allocated by the calling thread so far: a
+// test counts what one call allocates with it (thread-local: no contention,
+// other threads' work does not show up). Borrowed storage does not count.
+uint64_t thread_storage_allocations();
+
 class Storage {
 public:
   using Deleter = void (*)(void *data, void *ctx);
