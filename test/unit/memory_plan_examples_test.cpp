@@ -262,3 +262,34 @@ INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
+// activation into one JIT kernel; the bias is read per row of that kernel.
+TEST(TinyLinear, FusesWithBiasAndReluIntoOneKernel) {
+  manual_seed(5);
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{1, 64}, {3, 16}, {2, 3, 16}, {16}}) {
+    Tensor w = randn({24, 16}), b = randn({24});
+    if (shape.back() == 64) w = randn({24, 64});
+    ModelFn fn = [w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(linear(in[0], w, b))}; };
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    Tensor x = randn(IntArrayRef(shape));
+    expect_close(f({x}), fn({x}));
+    EXPECT_EQ(f.kernels_per_call({x}), 1) << shape_str(IntArrayRef(shape));
+  }
+}
+
+TEST(TinyLinear, LargeLinearKeepsBlas) {
+  manual_seed(6);
+  Tensor w = randn({256, 128}), b = randn({256});
+  ModelFn fn = [w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(linear(in[0], w, b))}; };
+  CompiledFunction f = compile(fn);
+  Tensor x = randn({64, 128});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g);
+  bool has_matmul = false;
+  for (const ir::Node *n : g->nodes()) has_matmul |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Matmul;
+  EXPECT_TRUE(has_matmul);
+}
