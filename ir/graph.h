@@ -84,7 +84,8 @@ public:
   // nullptr marks an absent optional operand (e.g. linear without bias).
   const std::vector<Value *> &operands() const { return operands_; }
   Value *operand(size_t i) const { return operands_.at(i); }
-  void set_operand(size_t i, Value *v) { operands_.at(i) = v; }
+  // Drops the graph's memory plan (it described the old operands).
+  void set_operand(size_t i, Value *v);
   const Attrs &attrs() const { return attrs_; }
   Attrs &attrs() { return attrs_; }
   // The attribute named `name` (per ops.def), or nullptr.
@@ -155,15 +156,23 @@ public:
   size_t num_nodes() const { return nodes_.size(); }
 
   // ---- outputs and effects
-  void set_outputs(std::vector<Value *> outs) { outputs_ = std::move(outs); }
+  void set_outputs(std::vector<Value *> outs) {
+    outputs_ = std::move(outs);
+    memory_plan_.reset();
+  }
   const std::vector<Value *> &outputs() const { return outputs_; }
   std::vector<Value *> &outputs() { return outputs_; }
-  void add_write_back(Value *target, Value *value) { write_backs_.push_back({target, value}); }
+  void add_write_back(Value *target, Value *value) {
+    write_backs_.push_back({target, value});
+    memory_plan_.reset();
+  }
   const std::vector<WriteBack> &write_backs() const { return write_backs_; }
   std::vector<WriteBack> &write_backs() { return write_backs_; }
 
-  // ---- the memory plan (plan-memory); printed after `return`. A pass that
-  // changes the graph leaves a stale plan: the pass manager drops it.
+  // ---- the memory plan (plan-memory); printed after `return`. Creating,
+  // erasing or moving nodes, replacing uses, setting operands or outputs and
+  // adding write-backs drop it (it described the graph before); so does the
+  // pass manager after any other pass that reports a change.
   const std::optional<MemoryPlan> &memory_plan() const { return memory_plan_; }
   void set_memory_plan(std::optional<MemoryPlan> plan) { memory_plan_ = std::move(plan); }
 
@@ -178,6 +187,7 @@ public:
 
 private:
   friend class Value;
+  friend class Node;
   Value *new_value(Value::Kind kind, TensorType type, std::string name);
   std::vector<std::unique_ptr<Node>>::iterator find(const Node *n);
 
