@@ -203,7 +203,7 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     timings.push_back({name, ms, changed});
     log()->debug("pass {}: {:.3f} ms{}", name, ms, changed ? "" : " (unchanged)");
     // A memory plan describes the graph it was made for: any other change drops it.
-    if (changed && name != "plan-memory") g.set_memory_plan(std::nullopt);
+    if (changed && name.rfind("plan-memory", 0) != 0) g.set_memory_plan(std::nullopt);
     if (opts.verify_each) verify_after(g, name);
     if (!changed) continue;
     if (want_before) dumper.dump(i + 1, "before " + name, before);

@@ -10,7 +10,9 @@
 namespace kiln::passes {
 
 // The arena plan for g's intermediates (see ir/memory_plan.h); g is unchanged.
-ir::MemoryPlan plan_memory(const ir::Graph &g);
+// `in_place`: elementwise results may take the buffer of an operand they read
+// for the last time (pass "plan-memory-inplace"; "plan-memory" does not).
+ir::MemoryPlan plan_memory(const ir::Graph &g, bool in_place = false);
 
 struct GraphStats {
   int64_t fusion_groups = 0;  // kernels per call when codegen lowers every group

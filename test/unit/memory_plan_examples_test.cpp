@@ -25,9 +25,9 @@ using namespace kiln;
 
 namespace {
 
-std::unique_ptr<ir::Graph> planned(const std::string &text) {
+std::unique_ptr<ir::Graph> planned(const std::string &text, const char *pass = "plan-memory-inplace") {
   auto g = ir::parse(text);
-  passes::run_pipeline(*g, "plan-memory", {});
+  passes::run_pipeline(*g, pass, {});
   ir::verify(*g);
   return g;
 }
@@ -89,6 +89,17 @@ TEST(PlanMemory, DeadBufferIsReusedAndOutputsStayOut) {
   for (const auto &[v, s] : g->memory_plan()->entries) EXPECT_EQ(s.offset % 64, 0) << v->name();
   // Two 2048-byte buffers, f32[16, 1] rounded up to 64 bytes and f32[1, 32] (128).
   EXPECT_EQ(g->memory_plan()->peak_bytes, 2 * 2048 + 64 + 128);
+}
+
+TEST(PlanMemory, DefaultPassNeverComputesInPlace) {
+  // Same graph through "plan-memory": %2 is made while %0 is read, so they get
+  // different buffers; %4 dies at %5, so %6 reuses it, and %2 dies at %6, so %7 reuses that.
+  auto g = planned(kChain, "plan-memory");
+  EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "0")));
+  EXPECT_FALSE(overlap(*slot(*g, "6"), *slot(*g, "2")));
+  EXPECT_EQ(slot(*g, "4")->buffer, slot(*g, "0")->buffer);
+  EXPECT_EQ(slot(*g, "6")->buffer, slot(*g, "4")->buffer);
+  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "2")->buffer);
 }
 
 TEST(PlanMemory, ViewKeepsItsBaseAlive) {
@@ -185,17 +196,23 @@ TEST(ArenaExecutor, ReusedBuffersGiveEagerResults) {
   manual_seed(3);
   Tensor w = randn({48, 40});
   ModelFn fn = reuse_model(w);
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  for (int call = 0; call < 3; ++call) {
-    Tensor x = randn({24, 48});
-    expect_close(f({x}), fn({x}));
+  // The default pipeline, and the same with in-place reuse.
+  std::string inplace = passes::default_pipeline();
+  inplace.replace(inplace.find("plan-memory"), std::string("plan-memory").size(), "plan-memory-inplace");
+  for (const std::string &pipeline : {passes::default_pipeline(), inplace}) {
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    o.pipeline = pipeline;
+    CompiledFunction f = compile(fn, o);
+    for (int call = 0; call < 3; ++call) {
+      Tensor x = randn({24, 48});
+      expect_close(f({x}), fn({x}));
+    }
+    auto g = f.graph_for({randn({24, 48})});
+    ASSERT_TRUE(g && g->memory_plan());
+    EXPECT_GT(g->memory_plan()->peak_bytes, 0);
+    EXPECT_GT(f.stats().peak_arena_bytes, 0);
   }
-  auto g = f.graph_for({randn({24, 48})});
-  ASSERT_TRUE(g && g->memory_plan());
-  EXPECT_GT(g->memory_plan()->peak_bytes, 0);
-  EXPECT_GT(f.stats().peak_arena_bytes, 0);
 }
 
 TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
