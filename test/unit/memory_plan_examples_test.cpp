@@ -310,3 +310,27 @@ TEST(TinyLinear, LargeLinearKeepsBlas) {
   for (const ir::Node *n : g->nodes()) has_matmul |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Matmul;
   EXPECT_TRUE(has_matmul);
 }
+
+// Rank D-1 values in a rank-D group: a plain elementwise one aligns with the
+// domain's trailing dims (numpy); one computed from a last-dim reduction is
+// per row. Square shapes make the two readings differ only in the numbers.
+TEST(TinyLinear, RankDropsInAGroupFollowNumpy) {
+  manual_seed(7);
+  Tensor a = randn({8, 8}), b = randn({8, 8}), c = randn({8, 8, 8});
+  ModelFn plain = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{(in[0] + in[1]) * in[2]}; };
+  ModelFn row = [](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{relu(sum(exp(in[2]), {2}) + in[0]) * in[1]};
+  };
+  for (const ModelFn &fn : {plain, row}) {
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    expect_close(f({a, b, c}), fn({a, b, c}));
+    // Every fusion group compiled (none fell back to the interpreter).
+    auto g = f.graph_for({a, b, c});
+    ASSERT_TRUE(g);
+    int64_t groups = passes::graph_stats(*g).fusion_groups;
+    EXPECT_GE(groups, 1);
+    EXPECT_EQ(f.kernels_per_call({a, b, c}), groups);
+  }
+}
