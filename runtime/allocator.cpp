@@ -110,14 +110,7 @@ inline void register_reaper() {
 
 } // namespace
 
-namespace {
-thread_local uint64_t t_allocations = 0;
-}
-
-uint64_t thread_allocations() { return t_allocations; }
-
 void *cached_alloc(size_t nbytes) {
-  ++t_allocations;
   size_t cls = size_class(nbytes ? nbytes : 1);
   if (cls <= kSmallMax) {
     if (!t_cache_dead) {

@@ -20,10 +20,6 @@ struct AllocatorStats {
   size_t cached_bytes = 0;    // bytes held in the shared pool now
 };
 AllocatorStats allocator_stats();
-// cached_alloc calls made by the calling thread so far (cache hits included):
-// tests count a call's allocations with it (a thread-local counter: no
-// contention, and other threads' work does not show up).
-uint64_t thread_allocations();
 // Returns every cached block of the shared pool and this thread's cache to the system.
 void empty_cache();
 
