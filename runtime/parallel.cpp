@@ -151,12 +151,13 @@ int default_threads() {
 constexpr int kMaxThreads = 1024;
 
 std::mutex g_pool_mu;
-int g_num_threads = default_threads();
+// Read on every parallel_for (each JIT kernel launch): atomic, so reads take no lock.
+std::atomic<int> g_num_threads{default_threads()};
 ThreadPool *g_pool = nullptr; // created on first use, never destroyed (workers may outlive statics)
 
 ThreadPool &pool() {
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) g_pool = new ThreadPool(g_num_threads);
+  if (!g_pool) g_pool = new ThreadPool(g_num_threads.load());
   return *g_pool;
 }
 
@@ -172,17 +173,15 @@ void set_num_threads(int n) {
     try {
       g_pool->resize(n);
     } catch (const Error &) {
-      g_num_threads = g_pool->size(); // the pool runs on the calling thread alone now
+      // The pool runs on the calling thread alone now.
+      g_num_threads.store(g_pool->size(), std::memory_order_relaxed);
       throw;
     }
   }
-  g_num_threads = n;
+  g_num_threads.store(n, std::memory_order_relaxed);
 }
 
-int get_num_threads() {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  return g_num_threads;
-}
+int get_num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 bool in_parallel_region() { return t_in_region; }
 
