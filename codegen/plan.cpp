@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "codegen/epilogue.h"
 #include "codegen/executable.h"
 #include "codegen/jit.h"
 #include "codegen/lowering.h"
@@ -17,13 +18,14 @@ namespace kiln::codegen {
 namespace {
 
 struct Step {
-  enum class Kind { Eager, Kernel, EagerGroup } kind;
+  enum class Kind { Eager, Kernel, EagerGroup, Epilogue } kind;
   const ir::Node *node = nullptr;
   std::vector<int> in;  // env slots; -1 = absent optional operand
   std::vector<int> out; // env slots
   std::shared_ptr<const CompiledKernel> kernel;
   std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
   std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
+  std::shared_ptr<const EpilogueStep> epilogue; // Epilogue: contraction + epilogue (codegen/epilogue.h)
 };
 
 class Plan final : public Executable {
@@ -95,8 +97,9 @@ public:
         for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
         break;
       }
-      case Step::Kind::EagerGroup: {
-        std::vector<Tensor> outs = ir::interpret(*s.node->body(), ins);
+      case Step::Kind::EagerGroup:
+      case Step::Kind::Epilogue: {
+        std::vector<Tensor> outs = s.epilogue ? s.epilogue->run(ins) : ir::interpret(*s.node->body(), ins);
         for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
         break;
       }
@@ -135,6 +138,7 @@ private:
   std::vector<Tensor> plan_group(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
     std::vector<Tensor> outs;
     for (const ir::Value *r : n.results()) outs.push_back(kiln::detail::make_tensor(r->type().shape, r->type().dtype, true));
+    if (is_epilogue_group(n)) return plan_epilogue(n, ins, s, outs);
     if (ins.size() + outs.size() > 64) {
       fall_back(n, "more than 64 buffers", s);
       return outs;
@@ -149,6 +153,18 @@ private:
       fall_back(n, e.what(), s);
     }
     return outs;
+  }
+
+  std::vector<Tensor> plan_epilogue(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {
+    try {
+      s.epilogue = EpilogueStep::build(n, ins);
+      s.kind = Step::Kind::Epilogue;
+      stats_.kernels += s.epilogue->num_kernels();
+      return s.epilogue->result_metas();
+    } catch (const Error &e) {
+      fall_back(n, e.what(), s);
+      return outs;
+    }
   }
 
   void fall_back(const ir::Node &n, const std::string &why, Step &s) {

@@ -82,7 +82,8 @@ void conv_image(const ConvGeom &g, int64_t n, const T *x, const T *w, const T *b
 }
 
 template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tensor &w, const Tensor &bias,
-                                 const Tensor &out) {
+                                 const Tensor &out, detail::nn::ImageCallback after = nullptr,
+                                 void *ctx = nullptr) {
   const T *xp = static_cast<const T *>(x.raw_data());
   const T *wp = static_cast<const T *>(w.raw_data());
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
@@ -93,18 +94,24 @@ template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tenso
     set_blas_threads(1);
     parallel_for(0, g.N, 1, [&](int64_t lo, int64_t hi) {
       std::vector<T> col(col_elems); // one scratch per chunk of images
-      for (int64_t n = lo; n < hi; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), false);
+      for (int64_t n = lo; n < hi; ++n) {
+        conv_image(g, n, xp, wp, bp, yp, col.data(), false);
+        if (after) after(ctx, n); // while image n is still in this core's cache
+      }
     });
     return;
   }
   blas_threads_for_caller();
   std::vector<T> col(col_elems);
-  for (int64_t n = 0; n < g.N; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), true);
+  for (int64_t n = 0; n < g.N; ++n) {
+    conv_image(g, n, xp, wp, bp, yp, col.data(), true);
+    if (after) after(ctx, n);
+  }
 }
-} // namespace
 
-Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
-              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+// Checks conv2d's arguments (kiln::Error naming the one at fault) and returns the geometry.
+ConvGeom conv_geometry(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                       IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   detail::check_defined(input, "conv2d", "input");
   detail::check_defined(weight, "conv2d", "weight");
   KILN_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
@@ -138,12 +145,23 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
              ") for input ", shape_str(input.sizes()), " and weight ", shape_str(weight.sizes()));
   g.Ho = (g.H + 2 * g.ph - eh) / g.sh + 1;
   g.Wo = (g.W + 2 * g.pw - ew) / g.sw + 1;
-  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), st, pd, dl, groups);
+  return g;
+}
 
+Dims conv_out_shape(const ConvGeom &g, bool batched) {
   Dims out_shape;
   if (batched) out_shape.push_back(g.N);
   for (int64_t s : {g.O, g.Ho, g.Wo}) out_shape.push_back(s);
-  Tensor out = detail::make_result(out_shape, input.dtype(), {&input, &weight, &bias});
+  return out_shape;
+}
+} // namespace
+
+Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
+  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), pair_arg(stride, "stride", 1),
+             pair_arg(padding, "padding", 0), pair_arg(dilation, "dilation", 1), groups);
+  Tensor out = detail::make_result(conv_out_shape(g, input.dim() == 4), input.dtype(), {&input, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
@@ -151,6 +169,23 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
   });
   return out;
 }
+
+namespace detail::nn {
+void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                 IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out,
+                 ImageCallback after, void *ctx) {
+  const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
+  const Dims want = conv_out_shape(g, input.dim() == 4);
+  KILN_CHECK(out.sizes() == IntArrayRef(want) && out.dtype() == input.dtype() && out.is_contiguous() && !out.is_meta(),
+             "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " does not match the result ",
+             shape_str(want), " ", input.dtype(), " (contiguous)");
+  if (out.numel() == 0) return;
+  Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
+  dispatch_dtype(input.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>) conv_run<T>(g, xc, wc, bc, out, after, ctx);
+  });
+}
+} // namespace detail::nn
 
 namespace adapters {
 std::vector<Tensor> Conv2d(const std::vector<Tensor> &in, const Attrs &a) {

@@ -39,6 +39,16 @@ template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
           int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc);
 
+// conv2d(input, weight, bias, ...) written into `out` (contiguous, of the
+// result's shape and dtype; kiln::Error otherwise), calling after(ctx, n) on the
+// thread that computed image n right after its GEMM, while the image is still
+// in that core's cache: the compiled executor applies conv epilogues there
+// (codegen/epilogue.cpp). Images may run in parallel; `after` must be thread-safe.
+using ImageCallback = void (*)(void *ctx, int64_t image);
+void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                 IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out,
+                 ImageCallback after, void *ctx);
+
 // A contiguous tensor with x's values converted to `dtype` (x itself when it is
 // already contiguous and of that dtype). Meta in, meta out.
 Tensor packed(const Tensor &x, DType dtype);
