@@ -72,8 +72,7 @@ std::optional<Dims> merged_strides(const Graph &g, const Node &mm) {
   if (y->type().strides) return std::nullopt; // decided already
   if (is_output(g, y)) return refuse(mm, "a graph output keeps the user's layout"), std::nullopt;
   Node *t = only_user(g, y);
-  if (!t || t->kind() != Node::Kind::Op || t->op() != OpId::Transpose)
-    return refuse(mm, "not read by a single transpose"), std::nullopt;
+  if (!t || t->kind() != Node::Kind::Op || t->op() != OpId::Transpose) return std::nullopt; // not a candidate
   Node *r = only_user(g, t->result());
   if (!r || r->kind() != Node::Kind::Op || (r->op() != OpId::Reshape && r->op() != OpId::View))
     return refuse(mm, "its transpose is not reshaped"), std::nullopt;
