@@ -127,7 +127,7 @@ private:
     switch (s.kind) {
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
-    case Step::Kind::Epilogue: return "blas+epilogue";
+    case Step::Kind::Epilogue: return "blas"; // its epilogue kernel runs inside, per tile
     case Step::Kind::Eager: break;
     }
     return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
@@ -135,7 +135,7 @@ private:
   static std::string_view step_name(const Step &s) {
     if (s.kind == Step::Kind::Kernel) return s.kernel->symbol();
     if (s.kind == Step::Kind::EagerGroup) return "fusion_group";
-    if (s.kind == Step::Kind::Epilogue) return "epilogue_group";
+    if (s.kind == Step::Kind::Epilogue) return "contraction+epilogue";
     return op_info(s.node->op()).mnemonic;
   }
 
@@ -198,7 +198,7 @@ private:
     try {
       s.epilogue = EpilogueStep::build(n, ins);
       s.kind = Step::Kind::Epilogue;
-      stats_.kernels += s.epilogue->num_kernels();
+      ++stats_.epilogue_steps;
       return s.epilogue->result_metas();
     } catch (const Error &e) {
       fall_back(n, e.what(), s);
