@@ -11,7 +11,6 @@
 #include "codegen/epilogue.h"
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -362,7 +361,9 @@ private:
       const MatView &r = results_[kernel_outputs_[k]];
       desc.outputs[k].buffer.strides = {r.rs, r.cs};
     }
-    desc.grain = std::numeric_limits<int64_t>::max() / 4; // one tile = one thread's work
+    // Default grain: tiles run inside a parallel region (the kernel's own
+    // parallel_for is then serial); a lone tile or image on the calling thread
+    // still spreads over the pool.
     buffer_sources_ = buffers;
     return Jit::global().compile(desc);
   }

@@ -14,6 +14,7 @@
 #include "example.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
+#include "ir/parser.h"
 #include "passes/pass_manager.h"
 
 using namespace kiln;
@@ -153,6 +154,29 @@ TEST(Epilogue, WeightsAreReadLive) {
   std::vector<Tensor> after = f(in);
   EXPECT_TRUE(near(after, fn(in)));
   EXPECT_FALSE(near(after, before));
+}
+
+TEST(Epilogue, AGroupTheExecutorCannotRunRunsEagerly) {
+  // Output columns with stride 3: BLAS cannot write them, so the group falls
+  // back to the interpreter inside the plan and still computes the right values.
+  std::shared_ptr<ir::Graph> g = ir::parse(R"(
+graph @g(%a: f32[3, 4], %b: f32[4, 5]) {
+  %0 = fusion_group(%a, %b) : f32[3, 5]{1, 3} {
+    graph @g.group(%x: f32[3, 4], %y: f32[4, 5]) {
+      %m = matmul(%x, %y) : f32[3, 5]{1, 3}
+      %r = relu(%m) : f32[3, 5]
+      return %m
+    }
+  }
+  return %0
+}
+)");
+  ASSERT_TRUE(codegen::is_epilogue_group(*g->nodes()[0]));
+  std::vector<Tensor> in = {rnd({3, 4}, 29), rnd({4, 5}, 30)};
+  auto exe = codegen::make_executable(g, in);
+  EXPECT_EQ(exe->stats().groups_fallen_back, 1);
+  EXPECT_EQ(exe->stats().epilogue_steps, 0);
+  EXPECT_TRUE(near(exe->run(in), {matmul(in[0], in[1])}));
 }
 
 // ---------------------------------------------------------------- workloads
