@@ -143,12 +143,29 @@ public:
     std::vector<Tensor> outs;
     outs.reserve(group_.results().size());
     for (const ir::Value *r : group_.results()) outs.push_back(allocate(r->type(), false));
-    if (dtype_ == kFloat32) run_typed<float>(operands, outs);
-    else run_typed<double>(operands, outs);
+    compute(operands, outs);
     return outs;
   }
 
+  void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const override {
+    KILN_CHECK(results.size() == metas_.size(), "epilogue: ", results.size(), " result buffers for ",
+               metas_.size(), " results");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Tensor &r = results[i], &m = metas_[i];
+      KILN_CHECK(r.dtype() == m.dtype() && r.sizes() == m.sizes() && r.strides() == m.strides() && !r.is_meta(),
+                 "epilogue: result buffer ", i, " is ", r.dtype(), shape_str(r.sizes()), " strides ",
+                 shape_str(r.strides()), ", expected ", m.dtype(), shape_str(m.sizes()), " strides ",
+                 shape_str(m.strides()));
+    }
+    compute(operands, results);
+  }
+
 private:
+  void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs) const {
+    if (dtype_ == kFloat32) run_typed<float>(operands, outs);
+    else run_typed<double>(operands, outs);
+  }
+
   // The body: one contraction reading body inputs, then elementwise ops over its output.
   void analyse(const ir::Graph &body) {
     for (const ir::Node *n : body.nodes()) {
@@ -396,7 +413,7 @@ private:
     k->run(bufs);
   }
 
-  template <class T> void run_typed(const std::vector<Tensor> &ins, std::vector<Tensor> &outs) const {
+  template <class T> void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
     if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs);
     const T *A = static_cast<const T *>(ins[operand_of(contraction_->operand(0))].raw_data());
     const T *B = static_cast<const T *>(ins[operand_of(contraction_->operand(1))].raw_data());
@@ -425,7 +442,7 @@ private:
     work(0, n);
   }
 
-  template <class T> void run_conv(const std::vector<Tensor> &ins, std::vector<Tensor> &outs) const {
+  template <class T> void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     Tensor C = c_result_ >= 0 ? outs[size_t(c_result_)] : kiln::detail::make_tensor(domain_, dtype_);
@@ -433,7 +450,7 @@ private:
       const Step *self;
       T *c;
       const std::vector<Tensor> *ins;
-      std::vector<Tensor> *outs;
+      const std::vector<Tensor> *outs;
     } ctx{this, static_cast<T *>(C.raw_data()), &ins, &outs};
     auto after = [](void *p, int64_t image) {
       auto *x = static_cast<Ctx *>(p);

@@ -43,8 +43,11 @@ public:
   virtual const std::vector<Tensor> &result_metas() const = 0;
   // JIT kernels compiled for the epilogue (one per distinct tile shape).
   virtual int64_t num_kernels() const = 0;
-  // Computes the group's results. Thread-safe.
+  // Computes the group's results into fresh tensors. Thread-safe.
   virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
+  // The same into caller-provided results (e.g. arena slices) with exactly the
+  // dtypes, shapes and strides of result_metas(); throws kiln::Error otherwise.
+  virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const = 0;
 };
 
 } // namespace kiln::codegen

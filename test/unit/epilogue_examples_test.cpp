@@ -179,6 +179,23 @@ graph @g(%a: f32[3, 4], %b: f32[4, 5]) {
   EXPECT_TRUE(near(exe->run(in), {matmul(in[0], in[1])}));
 }
 
+TEST(Epilogue, RunsIntoCallerBuffers) {
+  // The interface an arena executor uses: results into preallocated buffers.
+  Tensor w = rnd({16, 24}, 31), b = rnd({24}, 32);
+  Fn fn = [w, b](const std::vector<Tensor> &x) { return std::vector<Tensor>{relu(mm(x[0], w) + b)}; };
+  std::vector<Tensor> in = {rnd({10, 16}, 33)};
+  std::shared_ptr<ir::Graph> g = optimized(fn, in);
+  ASSERT_EQ(g->num_nodes(), 1u);
+  const ir::Node &grp = *g->nodes()[0];
+  std::vector<Tensor> ops;
+  for (const ir::Value *v : grp.operands()) ops.push_back(v->kind() == ir::Value::Kind::Input ? in[0] : v->tensor());
+  auto step = codegen::EpilogueStep::build(grp, ops);
+  Tensor out = detail::make_tensor({10, 24}, kFloat32);
+  step->run_into(ops, {out});
+  EXPECT_TRUE(near({out}, fn(in)));
+  EXPECT_THROW(step->run_into(ops, {detail::make_tensor({24, 10}, kFloat32)}), Error);
+}
+
 // ---------------------------------------------------------------- workloads
 
 class EpilogueWorkload : public ::testing::TestWithParam<std::string> {};
