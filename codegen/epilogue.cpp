@@ -302,7 +302,10 @@ private:
     M_ = domain_[1];
     N_ = domain_[2] * domain_[3];
     tm_ = M_;
-    tn_ = N_;
+    const Tensor &w = operands.at(operand_of(contraction_->operand(1)));
+    KILN_CHECK(w.dim() == 4, "epilogue: conv2d weight ", shape_str(w.sizes()));
+    block_rows_ = kiln::detail::nn::conv2d_block_rows(w.sizes(), domain_[2], domain_[3]);
+    tn_ = block_rows_ * domain_[3];
     c_full_ = MatView{batch_offsets(domain_, contiguous_of(domain_), 1), N_, 1};
   }
 
@@ -452,14 +455,14 @@ private:
       const std::vector<Tensor> *ins;
       const std::vector<Tensor> *outs;
     } ctx{this, static_cast<T *>(C.raw_data()), &ins, &outs};
-    auto after = [](void *p, int64_t image) {
+    auto after = [](void *p, int64_t image, int64_t p0, int64_t np) {
       auto *x = static_cast<Ctx *>(p);
       const Step &s = *x->self;
-      s.run_tile<T>(image, 0, 0, s.M_, s.N_, x->c + s.c_full_.off[size_t(image)], *x->ins, *x->outs);
+      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0, *x->ins, *x->outs);
     };
     const Attrs &a = cv.attrs();
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(),
-                                  a.at(3).as_int(), C, epilogue_.empty() ? nullptr : +after, &ctx);
+                                  a.at(3).as_int(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
   }
 
   const ir::Node &group_;
@@ -477,6 +480,7 @@ private:
   std::vector<MatView> results_;
   MatView a_, b_, c_full_;
   int64_t nb_ = 1, M_ = 0, N_ = 0, K_ = 0, tm_ = 0, tn_ = 0;
+  int64_t block_rows_ = 1; // conv2d: output rows per block
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
   std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index

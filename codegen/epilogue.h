@@ -3,13 +3,14 @@
 // conv2d and the ops elementwise over its output).
 //
 // matmul family: the output [batch..., M, N] is cut into tiles (whole rows x a
-// column range, or whole images for conv2d) spread over kiln's thread pool;
+// column range; for conv2d, blocks of output rows of one image) spread over kiln's thread pool;
 // per tile, a single-threaded BLAS call writes the tile (operand strides become
 // leading dimensions and transpose flags, as in eager), then the JIT-compiled
 // epilogue kernel, lowered for the tile's shape and called with per-tile base
 // pointers, applies bias / activation / residual / scale while the tile is in
-// cache. conv2d: the eager im2col + GEMM per image, with the epilogue run on
-// each image right after its GEMM (detail::nn::conv2d_into).
+// cache. conv2d: im2col + GEMM per block of output rows whose im2col buffer
+// stays in cache, the epilogue run on each block right after its GEMM
+// (detail::nn::conv2d_into).
 //
 // The contraction's output is written with the strides of its IR type when the
 // layout pass chose them (W5's head merge), so later views cost no copy.

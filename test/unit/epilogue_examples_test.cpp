@@ -134,6 +134,24 @@ TEST(Epilogue, ConvBatchNormReluResidual) {
   }
 }
 
+TEST(Epilogue, ConvRowBlocksWithATailAndDirectConvs) {
+  // 64 x 3 x 3 inputs per pixel and 40 output columns: 5-row blocks (the im2col
+  // block within 512 KiB), so 23 rows end in a 3-row tail; stride 2 has 12 rows.
+  Tensor w = rnd({8, 64, 3, 3}, 34, kFloat32, -0.1, 0.1), bias = rnd({8}, 35), s = rnd({1, 8, 1, 1}, 36);
+  for (int64_t stride : {1, 2}) {
+    Fn fn = [=](const std::vector<Tensor> &x) { return std::vector<Tensor>{relu(conv2d(x[0], w, bias, stride, 1) * s)}; };
+    expect_compiled_equals_eager(fn, {rnd({2, 64, 23, 40}, 37)}, 1);
+  }
+  // 1x1, stride 1, no padding: the image itself is the GEMM operand, block by block.
+  Tensor w1 = rnd({16, 64, 1, 1}, 38, kFloat32, -0.2, 0.2);
+  Fn direct = [=](const std::vector<Tensor> &x) { return std::vector<Tensor>{sigmoid(conv2d(x[0], w1, {}, 1, 0)) + 1.0}; };
+  expect_compiled_equals_eager(direct, {rnd({3, 64, 45, 50}, 39)}, 1);
+  // Grouped conv: every group of a block is computed before its epilogue.
+  Tensor wg = rnd({8, 16, 3, 3}, 40, kFloat32, -0.2, 0.2);
+  Fn grouped = [=](const std::vector<Tensor> &x) { return std::vector<Tensor>{tanh(conv2d(x[0], wg, {}, 1, 1, 1, 4))}; };
+  expect_compiled_equals_eager(grouped, {rnd({2, 64, 30, 60}, 41)}, 1);
+}
+
 TEST(Epilogue, WeightsAreReadLive) {
   // Batch-norm parameters and conv weights updated in place between calls
   // change the compiled result exactly as they change eager's.
