@@ -101,9 +101,26 @@ std::vector<int64_t> contiguous_of(IntArrayRef shape) {
   return s;
 }
 
+// Whether `strides` lay `shape` out densely (a permutation of contiguous
+// strides): every element has its own slot and the buffer has no holes.
+bool dense_permutation(IntArrayRef shape, IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size) of the dims that matter
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) dims.emplace_back(strides[d], shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
 // A tensor of `t`'s shape with its strides (the layout pass's) or contiguous.
 Tensor allocate(const ir::TensorType &t, bool meta) {
   if (!t.strides) return kiln::detail::make_tensor(t.shape, t.dtype, meta);
+  KILN_CHECK(t.strides->size() == t.shape.size() && dense_permutation(t.shape, *t.strides), "epilogue: result type ",
+             t.str(), " is not a dense layout");
   int64_t extent = 1;
   for (size_t d = 0; d < t.shape.size(); ++d) {
     if (t.shape[d] == 0) return kiln::detail::make_tensor(t.shape, t.dtype, meta);
@@ -115,8 +132,8 @@ Tensor allocate(const ir::TensorType &t, bool meta) {
 
 // What one epilogue kernel buffer is at run time.
 struct Source {
-  enum class Kind { Operand, Contraction, Result } kind;
-  size_t index = 0; // group operand / group result index
+  enum class Kind { Operand, Contraction } kind;
+  size_t index = 0; // Operand: the group operand
   MatView view;
 };
 
@@ -134,6 +151,9 @@ public:
     if (contraction_->op() == OpId::Conv2d) plan_conv(operands);
     else plan_matmul(operands);
     compile_kernels(operands);
+    kiln::log()->debug("epilogue: %{} ({}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels",
+                 group.result()->name(), contraction_->mnemonic(), nb_, M_, N_, tm_, tn_, epilogue_.size(),
+                 kernels_.size());
   }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }

@@ -195,6 +195,21 @@ graph @g(%a: f32[3, 4], %b: f32[4, 5]) {
   EXPECT_EQ(exe->stats().groups_fallen_back, 1);
   EXPECT_EQ(exe->stats().epilogue_steps, 0);
   EXPECT_TRUE(near(exe->run(in), {matmul(in[0], in[1])}));
+  // Overlapping result strides are refused the same way (never written through).
+  std::shared_ptr<ir::Graph> overlap = ir::parse(R"(
+graph @g(%a: f32[3, 4], %b: f32[4, 5]) {
+  %0 = fusion_group(%a, %b) : f32[3, 5]{0, 1} {
+    graph @g.group(%x: f32[3, 4], %y: f32[4, 5]) {
+      %m = matmul(%x, %y) : f32[3, 5]{0, 1}
+      return %m
+    }
+  }
+  return %0
+}
+)");
+  auto exe2 = codegen::make_executable(overlap, in);
+  EXPECT_EQ(exe2->stats().groups_fallen_back, 1);
+  EXPECT_TRUE(near(exe2->run(in), {matmul(in[0], in[1])}));
 }
 
 TEST(Epilogue, RunsIntoCallerBuffers) {
