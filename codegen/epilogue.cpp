@@ -405,7 +405,7 @@ private:
     // parallel_for is then serial); a lone tile or image on the calling thread
     // still spreads over the pool.
     buffer_sources_ = buffers;
-    return Jit::global().compile(desc);
+    return Jit::current().compile(desc);
   }
 
   // ---- run
