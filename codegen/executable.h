@@ -22,6 +22,7 @@ struct PlanStats {
   int64_t kernels = 0;      // JIT kernel launches per call
   int64_t eager_steps = 0;  // eager op calls per call (views included)
   int64_t groups_fallen_back = 0; // fusion groups run eagerly because codegen could not lower them
+  int64_t epilogue_steps = 0; // contractions run with their fused epilogue (BLAS/conv + JIT kernel per tile)
   double compile_ms = 0;
   int64_t arena_bytes = 0;   // the arena of the graph's memory plan (0 without one), one per running call
   int64_t arena_values = 0;  // kernel outputs written in the arena

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "codegen/epilogue.h"
 #include "codegen/executable.h"
 #include "codegen/jit.h"
 #include "codegen/lowering.h"
@@ -39,11 +40,13 @@ namespace {
 
 struct Step {
   // Skip: a view that only kernels read; they address its base directly.
-  enum class Kind { Eager, Kernel, EagerGroup, Skip } kind;
+  // Epilogue: a contraction with its fused epilogue (codegen/epilogue.h).
+  enum class Kind { Eager, Kernel, EagerGroup, Skip, Epilogue } kind;
   const ir::Node *node = nullptr;
   std::vector<int> in;  // env slots; -1 = absent optional operand
   std::vector<int> out; // env slots
   std::shared_ptr<const CompiledKernel> kernel;
+  std::shared_ptr<const EpilogueStep> epilogue; // Epilogue
   std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
   // Kernel: per buffer (inputs, then outputs), the env slot it lies in and the
   // byte offset from that slot's element 0 (a view resolved to its base).
@@ -267,6 +270,7 @@ private:
         const ir::TensorType &t = slot_types_[size_t(slot)];
         void *p = static_cast<char *>(st->arena) + offset;
         st->env[size_t(slot)] = from_blob(p, IntArrayRef(t.shape), TensorOptions(t.dtype));
+        if (t.strides) st->env[size_t(slot)] = st->env[size_t(slot)].as_strided(t.shape, *t.strides, 0); // layout pass
         st->ptr[size_t(slot)] = p;
       }
     }
@@ -277,6 +281,7 @@ private:
     switch (s.kind) {
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
+    case Step::Kind::Epilogue: return "blas"; // its epilogue kernel runs inside, per tile
     case Step::Kind::Skip:
     case Step::Kind::Eager: break;
     }
@@ -285,6 +290,7 @@ private:
   static std::string_view step_name(const Step &s) {
     if (s.kind == Step::Kind::Kernel) return s.kernel->symbol();
     if (s.kind == Step::Kind::EagerGroup) return "fusion_group";
+    if (s.kind == Step::Kind::Epilogue) return "contraction+epilogue";
     return op_info(s.node->op()).mnemonic;
   }
 
@@ -307,6 +313,9 @@ private:
     std::vector<Tensor> outs;
     if (s.kind == Step::Kind::EagerGroup) {
       outs = ir::interpret(*s.node->body(), st.ins);
+    } else if (s.kind == Step::Kind::Epilogue) {
+      run_epilogue(s, st);
+      return;
     } else if (s.place_offset >= 0 && st.arena) {
       // The op's result goes straight into its arena slot (no out= variants needed).
       kiln::detail::ResultPlacement place(static_cast<char *>(st.arena) + s.place_offset, size_t(s.place_bytes),
@@ -318,6 +327,23 @@ private:
     for (size_t i = 0; i < s.out.size(); ++i) bind(st, size_t(s.out[i]), std::move(outs[i]));
   }
 
+  // Results in their arena slots when the memory plan gave them one, else fresh.
+  void run_epilogue(const Step &s, CallState &st) const {
+    std::vector<Tensor> outs(s.out.size());
+    for (size_t i = 0; i < s.out.size(); ++i) {
+      const size_t slot = size_t(s.out[i]);
+      if (!arena_slot_[slot]) bind(st, slot, allocate_like(slot));
+      outs[i] = st.env[slot];
+    }
+    s.epilogue->run_into(st.ins, outs);
+  }
+
+  Tensor allocate_like(size_t slot) const {
+    const ir::TensorType &t = slot_types_[slot];
+    if (!t.strides) return kiln::detail::make_tensor(t.shape, t.dtype);
+    return kiln::detail::make_tensor({t.numel()}, t.dtype).as_strided(t.shape, *t.strides, 0); // a dense permutation
+  }
+
   static Tensor as_meta(const Tensor &t) {
     if (!t.defined() || t.is_meta()) return t;
     return kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0);
@@ -327,6 +353,7 @@ private:
   std::vector<Tensor> plan_group(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
     std::vector<Tensor> outs;
     for (const ir::Value *r : n.results()) outs.push_back(kiln::detail::make_tensor(r->type().shape, r->type().dtype, true));
+    if (is_epilogue_group(n)) return plan_epilogue(n, ins, s, outs);
     if (ins.size() + outs.size() > 64) {
       fall_back(n, "more than 64 buffers", s);
       return outs;
@@ -341,6 +368,18 @@ private:
       fall_back(n, e.what(), s);
     }
     return outs;
+  }
+
+  std::vector<Tensor> plan_epilogue(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {
+    try {
+      s.epilogue = EpilogueStep::build(n, ins);
+      s.kind = Step::Kind::Epilogue;
+      ++stats_.epilogue_steps;
+      return s.epilogue->result_metas();
+    } catch (const Error &e) {
+      fall_back(n, e.what(), s);
+      return outs;
+    }
   }
 
   void fall_back(const ir::Node &n, const std::string &why, Step &s) {
@@ -426,6 +465,10 @@ private:
     }
     for (Step &s : steps_) {
       max_operands_ = std::max(max_operands_, s.in.size());
+      if (s.kind == Step::Kind::Epilogue) {
+        place_epilogue(s, offset, bytes);
+        continue;
+      }
       if (s.kind == Step::Kind::Kernel) {
         for (size_t i : s.buffer_operands) s.buffer_refs.push_back(view_ref(s.in[i]));
         for (int o : s.out) {
@@ -460,6 +503,28 @@ private:
     stats_.arena_values = int64_t(arena_slots_.size());
     stats_.arena_bytes = arena_bytes_;
     pool_.reserve(kMaxPooledStates);
+  }
+
+  // An epilogue writes its results tile by tile while still reading its
+  // operands (the contraction's inputs for every tile): a result goes to its
+  // arena slot only when that overlaps no operand's slot.
+  void place_epilogue(const Step &s, const std::vector<int64_t> &offset, const std::vector<int64_t> &bytes) {
+    for (int o : s.out) {
+      const int64_t off = offset[size_t(o)], end = off + bytes[size_t(o)];
+      bool overlaps = off < 0;
+      for (int i : s.in)
+        for (const ir::Value *v = i < 0 ? nullptr : value_of(i); v && !overlaps; v = producer_alias(v)) {
+          const int slot = slot_.at(v);
+          if (offset[size_t(slot)] < 0) continue;
+          overlaps |= off < offset[size_t(slot)] + bytes[size_t(slot)] && offset[size_t(slot)] < end;
+        }
+      if (overlaps) {
+        transient_slots_.push_back(o);
+        continue;
+      }
+      arena_slot_[size_t(o)] = 1;
+      arena_slots_.emplace_back(o, off);
+    }
   }
 
   const ir::Value *value_of(int slot) const {

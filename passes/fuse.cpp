@@ -1,5 +1,9 @@
 // fuse: groups elementwise chains, and last-dim reductions with their
-// elementwise prologue and epilogue, into FusionGroup nodes.
+// elementwise prologue and epilogue, into FusionGroup nodes; and attaches
+// elementwise epilogues (bias, activation, residual add, scale, batch-norm in
+// inference) to the contraction (matmul, mm, bmm, conv2d) that feeds them: such
+// a group's body is the contraction followed by ops elementwise over its output,
+// which codegen/epilogue.cpp applies tile by tile while the tile is in cache.
 //
 // A group has a domain: the shape D of its widest value. A member's result has
 // shape D, or (row-wise groups) D with the last dim reduced (kept as 1 or
@@ -56,7 +60,23 @@ struct Group {
   std::vector<size_t> members_index; // their original positions (filled when outlined)
   Dims domain;
   bool has_reduction = false;
+  Node *contraction = nullptr; // the head of a GEMM/conv epilogue group
 };
+
+// Contractions that can head an epilogue group (codegen/epilogue.cpp runs them).
+// Returns why not, or "" when it can.
+std::string contraction_misfit(const Node &n) {
+  OpId op = n.op();
+  if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm && op != OpId::Conv2d) return "not a contraction";
+  if (n.results().size() != 1) return "has several results";
+  DType t = n.result()->type().dtype;
+  if (t != kFloat32 && t != kFloat64) return "not floating-point";
+  if (op == OpId::Conv2d)
+    return n.operand(0)->type().shape.size() == 4 ? "" : "conv2d input is not 4-D";
+  for (const Value *v : n.operands())
+    if (!v || v->type().shape.size() < 2) return "an operand has fewer than 2 dims";
+  return "";
+}
 
 class Fuser {
 public:
@@ -76,7 +96,13 @@ public:
 private:
   // A single elementwise node is already one kernel; a group of one is still
   // worth making so that codegen compiles it (the executor needs one path).
-  bool worth_a_group(const Group &grp) const { return !grp.members.empty(); }
+  // A contraction alone stays a plain node unless the layout pass chose its
+  // output strides, which only the epilogue executor honours.
+  bool worth_a_group(const Group &grp) const {
+    if (grp.members.empty()) return false;
+    if (grp.contraction && grp.members.size() == 1) return grp.contraction->result()->type().strides.has_value();
+    return true;
+  }
 
   static bool fusible_kind(const Node &n) {
     if (n.kind() != Node::Kind::Op) return false;
@@ -96,6 +122,12 @@ private:
   std::string shape_misfit(const Node &n, const Group &grp) const {
     IntArrayRef s = n.result()->type().shape;
     bool red = n.info().kind == OpKind::Reduction;
+    if (grp.contraction) {
+      if (red) return "not elementwise over the contraction's output (a reduction)";
+      if (!same_shape(s, grp.domain))
+        return "not elementwise over the contraction's output: shape " + shape_str(s) + " vs " + shape_str(grp.domain);
+      return "";
+    }
     if (red) {
       IntArrayRef in = n.operand(0)->type().shape;
       if (!reduces_last_dim(n)) return "reduces a dim other than the last";
@@ -122,6 +154,7 @@ private:
   }
 
   void consider(Node *n) {
+    if (n->kind() == Node::Kind::Op && n->info().kind == OpKind::Contraction) return start_epilogue(n);
     if (!fusible_kind(*n)) return;
     if (n->results().size() != 1) return refuse(*n, "has several results");
     // Candidate groups: those of the producers of n's operands.
@@ -132,12 +165,18 @@ private:
       if (it != group_of_.end() && std::find(candidates.begin(), candidates.end(), it->second) == candidates.end())
         candidates.push_back(it->second);
     }
+    // An epilogue joins its contraction before any other group.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](int a, int b) { return groups_.at(a).contraction && !groups_.at(b).contraction; });
     int joined = -1;
     for (int id : candidates) {
       Group &grp = groups_.at(id);
       std::string why = shape_misfit(*n, grp);
       if (why.empty() && grp.members.size() >= kMaxGroupNodes) why = "group size limit reached";
-      if (why.empty() && creates_cycle(*n, grp)) why = "would create a cycle";
+      if (why.empty() && creates_cycle(*n, grp))
+        why = grp.contraction ? "reads the contraction's result through a node outside the group (would need the "
+                                "contraction twice or create a cycle)"
+                              : "would create a cycle";
       if (!why.empty()) {
         refuse(*n, "into group " + std::to_string(id) + ": " + why);
         continue;
@@ -163,6 +202,17 @@ private:
     add(*n, groups_.at(grp.id));
   }
 
+  // A contraction starts a group of its own; elementwise consumers join it later.
+  void start_epilogue(Node *n) {
+    if (std::string why = contraction_misfit(*n); !why.empty()) return refuse(*n, "no epilogue: " + why);
+    Group grp;
+    grp.id = next_id_++;
+    grp.domain = Dims(n->result()->type().shape);
+    grp.contraction = n;
+    groups_.emplace(grp.id, grp);
+    add(*n, groups_.at(grp.id));
+  }
+
   void add(Node &n, Group &grp) {
     grp.members.push_back(&n);
     grp.has_reduction |= n.info().kind == OpKind::Reduction;
@@ -173,6 +223,16 @@ private:
     if (into == from) return;
     Group &a = groups_.at(into), &b = groups_.at(from);
     if (!same_shape(a.domain, b.domain) || creates_cycle_between(a, b)) return;
+    // One contraction per group, and its epilogue stays elementwise.
+    if (a.contraction && b.contraction) return;
+    if ((a.contraction && b.has_reduction) || (b.contraction && a.has_reduction)) return;
+    // A member feeding the contraction would have to run before it, not after it on its tiles.
+    const Group &plain = a.contraction ? b : a;
+    const Node *head = a.contraction ? a.contraction : b.contraction;
+    if (head)
+      for (const Node *m : plain.members)
+        if (reaches(m, head)) return;
+    if (!a.contraction) a.contraction = b.contraction;
     for (Node *m : b.members) group_of_[m] = into;
     a.members.insert(a.members.end(), b.members.begin(), b.members.end());
     std::sort(a.members.begin(), a.members.end(), [&](Node *x, Node *y) { return index_.at(x) < index_.at(y); });

@@ -6,6 +6,7 @@
 // skips im2col: the image itself is the GEMM operand. Several images run in
 // parallel with single-threaded BLAS; one image uses OpenBLAS's threads.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "runtime/kernels/linalg_internal.h"
@@ -101,10 +102,82 @@ template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tenso
   std::vector<T> col(col_elems);
   for (int64_t n = 0; n < g.N; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), true);
 }
-} // namespace
 
-Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
-              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+// ---- blocked: output rows [oh0, oh1) of an image at a time (conv2d_into)
+
+// im2col of output rows [oh0, oh1): col is [Cg * kH * kW, (oh1 - oh0) * Wo].
+template <class T> void im2col_rows(const ConvGeom &g, const T *in, T *col, int64_t oh0, int64_t oh1) {
+  const int64_t np = (oh1 - oh0) * g.Wo, ckk = g.C / g.groups * g.kH * g.kW;
+  for (int64_t r = 0; r < ckk; ++r) {
+    const int64_t c = r / (g.kH * g.kW), kh = (r / g.kW) % g.kH, kw = r % g.kW;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      T *dst = col + r * np + (oh - oh0) * g.Wo;
+      const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+      if (ih < 0 || ih >= g.H) {
+        std::fill(dst, dst + g.Wo, T(0));
+        continue;
+      }
+      const T *src = in + (c * g.H + ih) * g.W;
+      for (int64_t ow = 0; ow < g.Wo; ++ow) {
+        const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+        dst[ow] = iw >= 0 && iw < g.W ? src[iw] : T(0);
+      }
+    }
+  }
+}
+
+// Output rows [oh0, oh1) of image n, every group, then after(ctx, n, p0, np).
+template <class T>
+void conv_block(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T *x, const T *w, const T *bias, T *y,
+                T *col, detail::nn::BlockCallback after, void *ctx) {
+  const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, hw = g.Ho * g.Wo, ckk = Cg * g.kH * g.kW;
+  const int64_t p0 = oh0 * g.Wo, np = (oh1 - oh0) * g.Wo;
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    const T *xin = x + (n * g.C + gi * Cg) * g.H * g.W;
+    T *yout = y + (n * g.O + gi * Og) * hw + p0;
+    const T *b = xin + p0; // direct: the image's pixels [p0, p0 + np) of [Cg, H*W]
+    int64_t ldb = hw;
+    if (!g.direct()) {
+      im2col_rows(g, xin, col, oh0, oh1);
+      b = col, ldb = np;
+    }
+    if (bias)
+      for (int64_t o = 0; o < Og; ++o) std::fill(yout + o * hw, yout + o * hw + np, bias[gi * Og + o]);
+    gemm<T>(Og, np, ckk, T(1), w + gi * Og * ckk, ckk, 1, b, ldb, 1, bias ? T(1) : T(0), yout, hw);
+  }
+  if (after) after(ctx, n, p0, np);
+}
+
+// Blocks of whole output rows whose im2col buffer stays within L2, spread over
+// the pool as (image, block) items with single-threaded BLAS.
+template <class T>
+void conv_run_blocked(const ConvGeom &g, int64_t block_rows, const Tensor &x, const Tensor &w, const Tensor &bias,
+                      const Tensor &out, detail::nn::BlockCallback after, void *ctx) {
+  const T *xp = static_cast<const T *>(x.raw_data());
+  const T *wp = static_cast<const T *>(w.raw_data());
+  const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
+  T *yp = static_cast<T *>(out.raw_data());
+  const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
+  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
+  auto run = [&](int64_t lo, int64_t hi) {
+    std::unique_ptr<T[]> col(new T[std::max<size_t>(col_elems, 1)]); // one scratch per chunk of items
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
+      conv_block(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col.get(), after, ctx);
+    }
+  };
+  if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+    set_blas_threads(1);
+    parallel_for(0, items, 1, run);
+    return;
+  }
+  blas_threads_for_caller();
+  run(0, items);
+}
+
+// Checks conv2d's arguments (kiln::Error naming the one at fault) and returns the geometry.
+ConvGeom conv_geometry(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                       IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   detail::check_defined(input, "conv2d", "input");
   detail::check_defined(weight, "conv2d", "weight");
   KILN_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
@@ -138,12 +211,23 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
              ") for input ", shape_str(input.sizes()), " and weight ", shape_str(weight.sizes()));
   g.Ho = (g.H + 2 * g.ph - eh) / g.sh + 1;
   g.Wo = (g.W + 2 * g.pw - ew) / g.sw + 1;
-  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), st, pd, dl, groups);
+  return g;
+}
 
+Dims conv_out_shape(const ConvGeom &g, bool batched) {
   Dims out_shape;
   if (batched) out_shape.push_back(g.N);
   for (int64_t s : {g.O, g.Ho, g.Wo}) out_shape.push_back(s);
-  Tensor out = detail::make_result(out_shape, input.dtype(), {&input, &weight, &bias});
+  return out_shape;
+}
+} // namespace
+
+Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
+  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), pair_arg(stride, "stride", 1),
+             pair_arg(padding, "padding", 0), pair_arg(dilation, "dilation", 1), groups);
+  Tensor out = detail::make_result(conv_out_shape(g, input.dim() == 4), input.dtype(), {&input, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
@@ -151,6 +235,30 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
   });
   return out;
 }
+
+namespace detail::nn {
+void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                 IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out, int64_t block_rows,
+                 BlockCallback after, void *ctx) {
+  const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
+  const Dims want = conv_out_shape(g, input.dim() == 4);
+  KILN_CHECK(out.sizes() == IntArrayRef(want) && out.dtype() == input.dtype() && out.is_contiguous() && !out.is_meta(),
+             "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " does not match the result ",
+             shape_str(want), " ", input.dtype(), " (contiguous)");
+  if (out.numel() == 0) return;
+  Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
+  dispatch_dtype(input.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      conv_run_blocked<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), xc, wc, bc, out, after, ctx);
+  });
+}
+
+int64_t conv2d_block_rows(IntArrayRef weight, int64_t ho, int64_t wo) {
+  // 128K floats (512 KiB) of im2col per block: weight is [O, C/groups, kH, kW].
+  const int64_t ckk = weight[1] * weight[2] * weight[3];
+  return std::clamp<int64_t>((int64_t(128) << 10) / std::max<int64_t>(ckk * wo, 1), 1, std::max<int64_t>(ho, 1));
+}
+} // namespace detail::nn
 
 namespace adapters {
 std::vector<Tensor> Conv2d(const std::vector<Tensor> &in, const Attrs &a) {

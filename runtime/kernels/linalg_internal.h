@@ -39,6 +39,22 @@ template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
           int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc);
 
+// conv2d(input, weight, bias, ...) written into `out` (contiguous, of the
+// result's shape and dtype; kiln::Error otherwise) in blocks of `block_rows`
+// output rows per image, each block's im2col buffer small enough to stay in
+// cache; (image, block) items run over kiln's pool with single-threaded BLAS.
+// after(ctx, n, p0, np) runs on the thread that computed pixels [p0, p0 + np)
+// (of Ho * Wo) of image n, for all channels, right after their GEMM, while they
+// are in that core's cache: the compiled executor applies conv epilogues there
+// (codegen/epilogue.cpp). `after` must be thread-safe; it may be null.
+using BlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
+void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
+                 IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out, int64_t block_rows,
+                 BlockCallback after, void *ctx);
+// Output rows per conv2d_into block for a weight [O, C/groups, kH, kW] and an
+// Ho x Wo output: the im2col block stays within 512 KiB.
+int64_t conv2d_block_rows(IntArrayRef weight, int64_t ho, int64_t wo);
+
 // A contiguous tensor with x's values converted to `dtype` (x itself when it is
 // already contiguous and of that dtype). Meta in, meta out.
 Tensor packed(const Tensor &x, DType dtype);

@@ -307,7 +307,11 @@ TEST(TinyLinear, LargeLinearKeepsBlas) {
   auto g = f.graph_for({x});
   ASSERT_TRUE(g);
   bool has_matmul = false;
-  for (const ir::Node *n : g->nodes()) has_matmul |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Matmul;
+  for (const ir::Node *n : g->nodes()) {
+    has_matmul |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Matmul;
+    if (n->kind() == ir::Node::Kind::FusionGroup) // a GEMM epilogue group (bias + relu)
+      for (const ir::Node *m : n->body()->nodes()) has_matmul |= m->op() == OpId::Matmul;
+  }
   EXPECT_TRUE(has_matmul);
 }
 

@@ -1,0 +1,523 @@
+// Contraction + elementwise epilogue as one plan step (see epilogue.h).
+//
+// The output domain D (the contraction's result shape) is viewed as nb batches
+// of [M, N] matrices: dims [0, p) are batches, [p, q) fold into the rows and
+// [q, R) into the columns. Every buffer the step touches (the contraction's
+// operands, the epilogue's operands, the results) is described by a MatView over
+// that partition; a buffer whose dims do not fold makes the build throw, and
+// the group then runs eagerly. The epilogue kernel is lowered for one tile
+// [mb, nc] (a scratch fusion group whose body is the epilogue with tile shapes),
+// with each buffer's row/column strides baked in; per tile it gets base pointers.
+#include "codegen/epilogue.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "codegen/jit.h"
+#include "codegen/lowering.h"
+#include "ir/graph.h"
+#include "runtime/error.h"
+#include "runtime/kernels/linalg_internal.h"
+#include "runtime/log.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+
+namespace kiln::codegen {
+namespace {
+
+// A tile of C stays within L2 while the epilogue reads it: 64K elements.
+constexpr int64_t kTileElems = 64 * 1024;
+constexpr int64_t kMaxTileRows = 256;
+constexpr int64_t kMinTileCols = 64;
+
+bool is_contraction(const ir::Node &n) {
+  return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::Contraction;
+}
+
+// Element (b, i, j) of a buffer at off[b] + i * rs + j * cs (elements).
+struct MatView {
+  std::vector<int64_t> off;
+  int64_t rs = 0, cs = 0;
+};
+
+// Strides of (s, st) broadcast to `domain` (aligned right; broadcast dims 0).
+std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, IntArrayRef domain) {
+  std::vector<int64_t> out(domain.size(), 0);
+  size_t off = domain.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1) out[off + i] = st[i];
+  return out;
+}
+
+// The stride of dims [lo, hi) walked as one dim, or nothing when they do not nest.
+std::optional<int64_t> fold(IntArrayRef sizes, const std::vector<int64_t> &st, size_t lo, size_t hi) {
+  bool have = false;
+  int64_t inner = 0, prev_stride = 0, prev_size = 1;
+  for (size_t d = hi; d-- > lo;) {
+    if (sizes[d] == 1) continue;
+    if (have && st[d] != prev_stride * prev_size) return std::nullopt;
+    if (!have) inner = st[d];
+    have = true;
+    prev_stride = st[d];
+    prev_size = sizes[d];
+  }
+  return inner;
+}
+
+// Offsets of each batch (row-major over dims [0, p)).
+std::vector<int64_t> batch_offsets(IntArrayRef sizes, const std::vector<int64_t> &st, size_t p) {
+  int64_t nb = 1;
+  for (size_t d = 0; d < p; ++d) nb *= sizes[d];
+  std::vector<int64_t> offs(size_t(std::max<int64_t>(nb, 0)), 0);
+  std::vector<int64_t> idx(p, 0);
+  int64_t off = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    offs[size_t(b)] = off;
+    for (size_t d = p; d-- > 0;) {
+      if (++idx[d] < sizes[d]) {
+        off += st[d];
+        break;
+      }
+      off -= (sizes[d] - 1) * st[d];
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+std::optional<MatView> mat_view(IntArrayRef sizes, const std::vector<int64_t> &st, size_t p, size_t q) {
+  std::optional<int64_t> rs = fold(sizes, st, p, q), cs = fold(sizes, st, q, sizes.size());
+  if (!rs || !cs) return std::nullopt;
+  return MatView{batch_offsets(sizes, st, p), *rs, *cs};
+}
+
+std::vector<int64_t> contiguous_of(IntArrayRef shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * std::max<int64_t>(shape[d], 1);
+  return s;
+}
+
+// Whether `strides` lay `shape` out densely (a permutation of contiguous
+// strides): every element has its own slot and the buffer has no holes.
+bool dense_permutation(IntArrayRef shape, IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size) of the dims that matter
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) dims.emplace_back(strides[d], shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
+// A tensor of `t`'s shape with its strides (the layout pass's) or contiguous.
+Tensor allocate(const ir::TensorType &t, bool meta) {
+  if (!t.strides) return kiln::detail::make_tensor(t.shape, t.dtype, meta);
+  KILN_CHECK(t.strides->size() == t.shape.size() && dense_permutation(t.shape, *t.strides), "epilogue: result type ",
+             t.str(), " is not a dense layout");
+  int64_t extent = 1;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d] == 0) return kiln::detail::make_tensor(t.shape, t.dtype, meta);
+    extent += (t.shape[d] - 1) * (*t.strides)[d];
+  }
+  Tensor base = kiln::detail::make_tensor({extent}, t.dtype, meta);
+  return kiln::detail::make_view(base, t.shape, *t.strides, 0);
+}
+
+// What one epilogue kernel buffer is at run time.
+struct Source {
+  enum class Kind { Operand, Contraction } kind;
+  size_t index = 0; // Operand: the group operand
+  MatView view;
+};
+
+class Step final : public EpilogueStep {
+public:
+  Step(const ir::Node &group, const std::vector<Tensor> &operands) : group_(group) {
+    const ir::Graph &body = *group.body();
+    analyse(body);
+    for (const ir::Value *r : group.results()) metas_.push_back(allocate(r->type(), true));
+    dtype_ = contraction_->result()->type().dtype;
+    KILN_CHECK(dtype_ == kFloat32 || dtype_ == kFloat64, "epilogue: ", dtype_, " contraction");
+    domain_ = contraction_->result()->type().shape;
+    KILN_CHECK(!domain_.empty() && std::all_of(domain_.begin(), domain_.end(), [](int64_t s) { return s > 0; }),
+               "epilogue: empty or scalar contraction output ", shape_str(domain_));
+    if (contraction_->op() == OpId::Conv2d) plan_conv(operands);
+    else plan_matmul(operands);
+    compile_kernels(operands);
+    kiln::log()->debug("epilogue: %{} ({}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels",
+                 group.result()->name(), contraction_->mnemonic(), nb_, M_, N_, tm_, tn_, epilogue_.size(),
+                 kernels_.size());
+  }
+
+  const std::vector<Tensor> &result_metas() const override { return metas_; }
+  int64_t num_kernels() const override { return int64_t(kernels_.size()); }
+
+  std::vector<Tensor> run(const std::vector<Tensor> &operands) const override {
+    std::vector<Tensor> outs;
+    outs.reserve(group_.results().size());
+    for (const ir::Value *r : group_.results()) outs.push_back(allocate(r->type(), false));
+    compute(operands, outs);
+    return outs;
+  }
+
+  void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const override {
+    KILN_CHECK(results.size() == metas_.size(), "epilogue: ", results.size(), " result buffers for ",
+               metas_.size(), " results");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Tensor &r = results[i], &m = metas_[i];
+      KILN_CHECK(r.dtype() == m.dtype() && r.sizes() == m.sizes() && r.strides() == m.strides() && !r.is_meta(),
+                 "epilogue: result buffer ", i, " is ", r.dtype(), shape_str(r.sizes()), " strides ",
+                 shape_str(r.strides()), ", expected ", m.dtype(), shape_str(m.sizes()), " strides ",
+                 shape_str(m.strides()));
+    }
+    compute(operands, results);
+  }
+
+private:
+  void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs) const {
+    if (dtype_ == kFloat32) run_typed<float>(operands, outs);
+    else run_typed<double>(operands, outs);
+  }
+
+  // The body: one contraction reading body inputs, then elementwise ops over its output.
+  void analyse(const ir::Graph &body) {
+    for (const ir::Node *n : body.nodes()) {
+      if (is_contraction(*n)) {
+        KILN_CHECK(!contraction_, "epilogue: the group has several contractions");
+        contraction_ = n;
+        continue;
+      }
+      KILN_CHECK(n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Elementwise && n->results().size() == 1,
+                 "epilogue: ", n->mnemonic(), " is not elementwise");
+      epilogue_.push_back(n);
+    }
+    KILN_CHECK(contraction_, "epilogue: the group has no contraction");
+    for (const ir::Node *n : epilogue_)
+      KILN_CHECK(IntArrayRef(n->result()->type().shape) == IntArrayRef(contraction_->result()->type().shape), "epilogue: ", n->mnemonic(),
+                 " result ", shape_str(n->result()->type().shape), " is not the contraction's output shape");
+    for (size_t i = 0; i < body.inputs().size(); ++i) input_index_[body.inputs()[i]] = i;
+    for (const ir::Value *v : contraction_->operands())
+      KILN_CHECK(!v || input_index_.count(v), "epilogue: a contraction operand is computed inside the group");
+    for (size_t i = 0; i < body.outputs().size(); ++i)
+      if (body.outputs()[i] == contraction_->result()) c_result_ = int(i);
+  }
+
+  size_t operand_of(const ir::Value *body_input) const { return input_index_.at(body_input); }
+
+  // The epilogue's sources and result views over the partition [0, p) [p, q) [q, R).
+  bool plan_views(const std::vector<Tensor> &operands, size_t p, size_t q) {
+    sources_.clear();
+    source_values_.clear();
+    source_index_.clear();
+    results_.clear();
+    const ir::Graph &body = *group_.body();
+    std::unordered_map<const ir::Value *, bool> inside;
+    for (const ir::Node *n : epilogue_) inside[n->result()] = true;
+    for (const ir::Node *n : epilogue_)
+      for (const ir::Value *v : n->operands()) {
+        KILN_CHECK(v, "epilogue: ", n->mnemonic(), " has an absent operand");
+        if (inside.count(v) || source_index_.count(v)) continue;
+        Source s;
+        if (v == contraction_->result()) {
+          s.kind = Source::Kind::Contraction;
+        } else {
+          s.kind = Source::Kind::Operand;
+          s.index = operand_of(v);
+          const Tensor &t = operands.at(s.index);
+          std::optional<MatView> mv = mat_view(domain_, broadcast_strides(t.sizes(), t.strides(), domain_), p, q);
+          if (!mv) return false;
+          s.view = *mv;
+        }
+        source_index_[v] = sources_.size();
+        source_values_.push_back(v);
+        sources_.push_back(std::move(s));
+      }
+    for (size_t i = 0; i < body.outputs().size(); ++i) {
+      std::optional<MatView> mv = mat_view(domain_, std::vector<int64_t>(metas_[i].strides().begin(), metas_[i].strides().end()), p, q);
+      if (!mv) return false;
+      results_.push_back(*mv);
+    }
+    return true;
+  }
+
+  // ---- matmul, mm, bmm: [batch..., M, K] @ [batch..., K, N]
+  void plan_matmul(const std::vector<Tensor> &operands) {
+    const Tensor &a = operands.at(operand_of(contraction_->operand(0)));
+    const Tensor &b = operands.at(operand_of(contraction_->operand(1)));
+    KILN_CHECK(a.dim() >= 2 && b.dim() >= 2 && a.dtype() == dtype_ && b.dtype() == dtype_,
+               "epilogue: matmul operands ", shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+    const size_t R = domain_.size();
+    K_ = a.size(-1);
+    IntArrayRef batch(domain_.data(), R - 2);
+    std::vector<int64_t> ab = broadcast_strides(IntArrayRef(a.sizes().data(), size_t(a.dim() - 2)),
+                                                IntArrayRef(a.strides().data(), size_t(a.dim() - 2)), batch);
+    std::vector<int64_t> bb = broadcast_strides(IntArrayRef(b.sizes().data(), size_t(b.dim() - 2)),
+                                                IntArrayRef(b.strides().data(), size_t(b.dim() - 2)), batch);
+    // A's strides over [batch..., M, K], B's over [batch..., K, N].
+    Dims asz(batch), bsz(batch);
+    asz.push_back(domain_[R - 2]), asz.push_back(K_);
+    bsz.push_back(K_), bsz.push_back(domain_[R - 1]);
+    std::vector<int64_t> ast = ab, bst = bb;
+    ast.push_back(a.stride(-2)), ast.push_back(a.stride(-1));
+    bst.push_back(b.stride(-2)), bst.push_back(b.stride(-1));
+    // Batches fold into the rows when B is the same matrix for all of them (x @ W).
+    bool b_shared = std::all_of(bb.begin(), bb.end(), [](int64_t s) { return s == 0; });
+    if (R > 2 && b_shared && fold(asz, ast, 0, R - 1) && plan_views(operands, 0, R - 1)) {
+      a_ = *mat_view(asz, ast, 0, R - 1);
+      b_ = MatView{{0}, b.stride(-2), b.stride(-1)};
+      nb_ = 1;
+    } else {
+      KILN_CHECK(plan_views(operands, R - 2, R - 1), "epilogue: an operand's strides do not fold into matrices");
+      a_ = *mat_view(asz, ast, R - 2, R - 1);
+      b_ = *mat_view(bsz, bst, R - 2, R - 1);
+      nb_ = int64_t(a_.off.size());
+    }
+    M_ = 1;
+    for (size_t d = 0; d + 1 < R; ++d) M_ *= domain_[d];
+    M_ /= nb_;
+    N_ = domain_[R - 1];
+    check_c_writable();
+    choose_tiles();
+  }
+
+  // The contraction writes C with unit column stride; a result C (strided by
+  // the layout pass or not) must allow that.
+  void check_c_writable() {
+    if (c_result_ < 0) return;
+    const MatView &c = results_[size_t(c_result_)];
+    KILN_CHECK(c.cs == 1 || N_ == 1, "epilogue: contraction output columns are not contiguous");
+    KILN_CHECK(c.rs >= N_ || M_ == 1, "epilogue: contraction output rows overlap");
+  }
+
+  // Whole rows (up to kMaxTileRows) times a column range: B, the larger
+  // operand in W4/W5, is packed once per call rather than once per row block;
+  // enough tiles to keep every thread busy.
+  void choose_tiles() {
+    tm_ = std::min(M_, kMaxTileRows);
+    tn_ = N_;
+    auto round16 = [](int64_t v) { return (v + 15) / 16 * 16; };
+    while (tm_ * tn_ > kTileElems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
+    const int64_t want = 2 * int64_t(std::max(1, get_num_threads()));
+    while (items() < want && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
+  }
+
+  int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
+  int64_t col_tiles() const { return (N_ + tn_ - 1) / tn_; }
+  int64_t items() const { return nb_ * row_tiles() * col_tiles(); }
+
+  // ---- conv2d: one image = one [O, Ho * Wo] tile
+  void plan_conv(const std::vector<Tensor> &operands) {
+    KILN_CHECK(domain_.size() == 4, "epilogue: conv2d output is not 4-D");
+    KILN_CHECK(c_result_ < 0 || !group_.results()[size_t(c_result_)]->type().strides,
+               "epilogue: a strided conv2d output");
+    KILN_CHECK(plan_views(operands, 1, 2), "epilogue: an operand's strides do not fold into [C, H*W] images");
+    nb_ = domain_[0];
+    M_ = domain_[1];
+    N_ = domain_[2] * domain_[3];
+    tm_ = M_;
+    const Tensor &w = operands.at(operand_of(contraction_->operand(1)));
+    KILN_CHECK(w.dim() == 4, "epilogue: conv2d weight ", shape_str(w.sizes()));
+    block_rows_ = kiln::detail::nn::conv2d_block_rows(w.sizes(), domain_[2], domain_[3]);
+    tn_ = block_rows_ * domain_[3];
+    c_full_ = MatView{batch_offsets(domain_, contiguous_of(domain_), 1), N_, 1};
+  }
+
+  // The C buffer's view: a result, a per-call buffer (conv) or a tile scratch.
+  MatView c_view() const {
+    if (c_result_ >= 0) return results_[size_t(c_result_)];
+    if (contraction_->op() == OpId::Conv2d) return c_full_;
+    return MatView{{0}, tn_, 1};
+  }
+
+  // ---- kernels: one per distinct tile shape
+  struct TileKernel {
+    int64_t mb, nc;
+    std::shared_ptr<const CompiledKernel> kernel;
+  };
+
+  void compile_kernels(const std::vector<Tensor> &operands) {
+    kernel_outputs_.clear();
+    for (size_t i = 0; i < group_.body()->outputs().size(); ++i)
+      if (int(i) != c_result_) kernel_outputs_.push_back(i);
+    if (epilogue_.empty()) return;
+    for (int64_t mb : {tm_, M_ % tm_})
+      for (int64_t nc : {tn_, N_ % tn_})
+        if (mb > 0 && nc > 0 && !find_kernel(mb, nc)) kernels_.push_back({mb, nc, compile_tile(operands, mb, nc)});
+  }
+
+  const CompiledKernel *find_kernel(int64_t mb, int64_t nc) const {
+    for (const TileKernel &k : kernels_)
+      if (k.mb == mb && k.nc == nc) return k.kernel.get();
+    return nullptr;
+  }
+
+  std::shared_ptr<const CompiledKernel> compile_tile(const std::vector<Tensor> &operands, int64_t mb, int64_t nc) {
+    ir::Graph g("epilogue");
+    std::vector<ir::Value *> ops;
+    std::vector<Tensor> metas;
+    const MatView c = c_view();
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      const Source &s = sources_[i];
+      const ir::Value *v = source_values_[i];
+      if (s.kind == Source::Kind::Operand && group_.operand(s.index)->kind() == ir::Value::Kind::Const &&
+          operands.at(s.index).numel() == 1) {
+        ops.push_back(g.add_const(group_.operand(s.index)->tensor())); // folded into the kernel
+        metas.push_back(group_.operand(s.index)->tensor());
+        continue;
+      }
+      const MatView &mv = s.kind == Source::Kind::Contraction ? c : s.view;
+      int64_t rows = mv.rs == 0 ? 1 : mb, cols = mv.cs == 0 ? 1 : nc;
+      DType t = v->type().dtype;
+      ops.push_back(g.add_input(ir::TensorType{t, {rows, cols}, std::nullopt}));
+      metas.push_back(kiln::detail::make_view(kiln::detail::make_tensor({0}, t, true), {rows, cols}, {mv.rs, mv.cs}, 0));
+    }
+    const ir::Graph &body = *group_.body();
+    std::vector<ir::TensorType> types;
+    for (size_t o : kernel_outputs_) types.push_back({body.outputs()[o]->type().dtype, {mb, nc}, std::nullopt});
+    ir::Node *tile = g.create_group(ops, types);
+    ir::Graph &tb = *tile->body();
+    std::unordered_map<const ir::Value *, ir::Value *> map;
+    for (size_t i = 0; i < sources_.size(); ++i) map[source_values_[i]] = tb.inputs()[i];
+    for (const ir::Node *n : epilogue_) {
+      std::vector<ir::Value *> args;
+      for (const ir::Value *v : n->operands()) args.push_back(map.at(v));
+      ir::TensorType t{n->result()->type().dtype, {mb, nc}, std::nullopt};
+      map[n->result()] = tb.create(n->op(), args, n->attrs(), {t})->result();
+    }
+    std::vector<ir::Value *> outs;
+    for (size_t o : kernel_outputs_) outs.push_back(map.at(body.outputs()[o]));
+    tb.set_outputs(outs);
+
+    std::vector<size_t> buffers;
+    KernelDesc desc = lower_group(*tile, metas, buffers);
+    for (size_t k = 0; k < kernel_outputs_.size(); ++k) {
+      const MatView &r = results_[kernel_outputs_[k]];
+      desc.outputs[k].buffer.strides = {r.rs, r.cs};
+    }
+    // Default grain: tiles run inside a parallel region (the kernel's own
+    // parallel_for is then serial); a lone tile or image on the calling thread
+    // still spreads over the pool.
+    buffer_sources_ = buffers;
+    return Jit::current().compile(desc);
+  }
+
+  // ---- run
+  // Pointers of tile (b, r0, c0) into bufs: the kernel's inputs, then outputs.
+  template <class T>
+  void run_tile(int64_t b, int64_t r0, int64_t c0, int64_t mb, int64_t nc, T *c, const std::vector<Tensor> &ins,
+                const std::vector<Tensor> &outs) const {
+    const CompiledKernel *k = find_kernel(mb, nc);
+    if (!k) return;
+    void *bufs[64];
+    size_t n = 0;
+    for (size_t i : buffer_sources_) {
+      const Source &s = sources_[i];
+      if (s.kind == Source::Kind::Contraction) {
+        bufs[n++] = c;
+        continue;
+      }
+      const Tensor &t = ins[s.index];
+      int64_t off = s.view.off[size_t(b)] + r0 * s.view.rs + c0 * s.view.cs;
+      bufs[n++] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
+    }
+    for (size_t o : kernel_outputs_) {
+      const MatView &r = results_[o];
+      const Tensor &t = outs[o];
+      int64_t off = r.off[size_t(b)] + r0 * r.rs + c0 * r.cs;
+      bufs[n++] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
+    }
+    k->run(bufs);
+  }
+
+  template <class T> void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+    if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs);
+    const T *A = static_cast<const T *>(ins[operand_of(contraction_->operand(0))].raw_data());
+    const T *B = static_cast<const T *>(ins[operand_of(contraction_->operand(1))].raw_data());
+    T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
+    const MatView c = c_view();
+    const int64_t rt = row_tiles(), ct = col_tiles();
+    auto work = [&](int64_t lo, int64_t hi) {
+      std::unique_ptr<T[]> scratch(C ? nullptr : new T[size_t(tm_ * tn_)]); // per chunk, not per tile
+      for (int64_t it = lo; it < hi; ++it) {
+        const int64_t b = it / (rt * ct), ti = it / ct % rt, tj = it % ct;
+        const int64_t r0 = ti * tm_, c0 = tj * tn_, mb = std::min(tm_, M_ - r0), nc = std::min(tn_, N_ - c0);
+        T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : scratch.get();
+        const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
+        kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), A + a_.off[size_t(b)] + r0 * a_.rs, a_.rs, a_.cs,
+                                  B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs, T(0), ct_ptr, ldc);
+        run_tile<T>(b, r0, c0, mb, nc, ct_ptr, ins, outs);
+      }
+    };
+    const int64_t n = items();
+    if (n > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+      kiln::detail::nn::set_blas_threads(1);
+      parallel_for(0, n, 1, work);
+      return;
+    }
+    kiln::detail::nn::blas_threads_for_caller();
+    work(0, n);
+  }
+
+  template <class T> void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+    const ir::Node &cv = *contraction_;
+    auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
+    Tensor C = c_result_ >= 0 ? outs[size_t(c_result_)] : kiln::detail::make_tensor(domain_, dtype_);
+    struct Ctx {
+      const Step *self;
+      T *c;
+      const std::vector<Tensor> *ins;
+      const std::vector<Tensor> *outs;
+    } ctx{this, static_cast<T *>(C.raw_data()), &ins, &outs};
+    auto after = [](void *p, int64_t image, int64_t p0, int64_t np) {
+      auto *x = static_cast<Ctx *>(p);
+      const Step &s = *x->self;
+      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0, *x->ins, *x->outs);
+    };
+    const Attrs &a = cv.attrs();
+    kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(),
+                                  a.at(3).as_int(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
+  }
+
+  const ir::Node &group_;
+  const ir::Node *contraction_ = nullptr;
+  std::vector<const ir::Node *> epilogue_;
+  std::unordered_map<const ir::Value *, size_t> input_index_;
+  int c_result_ = -1; // the group result that is the contraction's output, if any
+  DType dtype_ = kFloat32;
+  Dims domain_;
+  std::vector<Tensor> metas_;
+
+  std::vector<Source> sources_;
+  std::vector<const ir::Value *> source_values_;
+  std::unordered_map<const ir::Value *, size_t> source_index_;
+  std::vector<MatView> results_;
+  MatView a_, b_, c_full_;
+  int64_t nb_ = 1, M_ = 0, N_ = 0, K_ = 0, tm_ = 0, tn_ = 0;
+  int64_t block_rows_ = 1; // conv2d: output rows per block
+
+  std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
+  std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index
+  std::vector<TileKernel> kernels_;
+};
+
+} // namespace
+
+bool is_epilogue_group(const ir::Node &group) {
+  if (group.kind() != ir::Node::Kind::FusionGroup || !group.body()) return false;
+  int contractions = 0;
+  for (const ir::Node *n : group.body()->nodes()) contractions += is_contraction(*n);
+  return contractions == 1;
+}
+
+std::shared_ptr<const EpilogueStep> EpilogueStep::build(const ir::Node &group, const std::vector<Tensor> &operands) {
+  return std::make_shared<Step>(group, operands);
+}
+
+} // namespace kiln::codegen

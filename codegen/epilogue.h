@@ -1,0 +1,54 @@
+// INTERNAL to codegen: runs a contraction with its elementwise epilogue as one
+// plan step (a fusion group that passes/fuse.cpp made from a matmul, mm, bmm or
+// conv2d and the ops elementwise over its output).
+//
+// matmul family: the output [batch..., M, N] is cut into tiles (whole rows x a
+// column range; for conv2d, blocks of output rows of one image) spread over kiln's thread pool;
+// per tile, a single-threaded BLAS call writes the tile (operand strides become
+// leading dimensions and transpose flags, as in eager), then the JIT-compiled
+// epilogue kernel, lowered for the tile's shape and called with per-tile base
+// pointers, applies bias / activation / residual / scale while the tile is in
+// cache. conv2d: im2col + GEMM per block of output rows whose im2col buffer
+// stays in cache, the epilogue run on each block right after its GEMM
+// (detail::nn::conv2d_into).
+//
+// The contraction's output is written with the strides of its IR type when the
+// layout pass chose them (W5's head merge), so later views cost no copy.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln::ir {
+class Node;
+}
+
+namespace kiln::codegen {
+
+// Whether `group`'s body is one contraction followed by ops elementwise over
+// its output (the shape passes/fuse.cpp gives GEMM and conv epilogues).
+bool is_epilogue_group(const ir::Node &group);
+
+class EpilogueStep {
+public:
+  // `operands`: the group's operands as META tensors with their plan-time
+  // dtypes, shapes and strides (later calls must match them: the plan's guards).
+  // Throws kiln::Error when the group cannot run this way; the caller then runs
+  // it eagerly (ir::interpret).
+  static std::shared_ptr<const EpilogueStep> build(const ir::Node &group, const std::vector<Tensor> &operands);
+  virtual ~EpilogueStep() = default;
+
+  // META tensors of the group's results, with the strides run() gives them.
+  virtual const std::vector<Tensor> &result_metas() const = 0;
+  // JIT kernels compiled for the epilogue (one per distinct tile shape).
+  virtual int64_t num_kernels() const = 0;
+  // Computes the group's results into fresh tensors. Thread-safe.
+  virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
+  // The same into caller-provided results (e.g. arena slices) with exactly the
+  // dtypes, shapes and strides of result_metas(); throws kiln::Error otherwise.
+  virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const = 0;
+};
+
+} // namespace kiln::codegen
