@@ -4,8 +4,10 @@
 // eager node inside the plan.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -30,6 +32,35 @@ public:
   virtual std::vector<Tensor> run(const std::vector<Tensor> &inputs) const = 0;
   virtual PlanStats stats() const = 0;
 };
+
+// One step of a compiled call, as `kiln bench --trace` shows it.
+struct StepEvent {
+  // "kernel" (a JIT kernel), "blas" (a contraction: BLAS call, with its fused
+  // epilogue if any), "eager" (an eager op; views included) or "eager-group"
+  // (a fusion group codegen could not lower, interpreted).
+  std::string_view category;
+  std::string_view name; // kernel symbol or op mnemonic
+  double start_us = 0;   // steady_clock microseconds
+  double dur_us = 0;
+};
+using StepObserver = std::function<void(const StepEvent &)>;
+
+// While alive, every compiled call made on this thread reports each of its
+// steps to `observer` (timed; calls on other threads are unaffected). Costs a
+// thread-local load per call when no observer is set.
+class ScopedStepObserver {
+public:
+  explicit ScopedStepObserver(StepObserver observer);
+  ~ScopedStepObserver();
+  ScopedStepObserver(const ScopedStepObserver &) = delete;
+  ScopedStepObserver &operator=(const ScopedStepObserver &) = delete;
+
+private:
+  StepObserver observer_;
+  const StepObserver *saved_;
+};
+// The observer of this thread, or nullptr.
+const StepObserver *current_step_observer();
 
 // Builds the plan for `g` (already through the pass pipeline) specialised to
 // the input tensors' dtypes, shapes and strides.

@@ -395,6 +395,15 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   return k;
 }
 
+namespace {
+thread_local Jit *t_current_jit = nullptr;
+}
+
+Jit &Jit::current() { return t_current_jit ? *t_current_jit : global(); }
+
+ScopedJit::ScopedJit(Jit &jit) : saved_(t_current_jit) { t_current_jit = &jit; }
+ScopedJit::~ScopedJit() { t_current_jit = saved_; }
+
 Jit &Jit::global() {
   // Never destroyed: kernels may be running on pool threads during static destruction.
   static Jit *jit = new Jit(JitOptions::from_env());

@@ -104,10 +104,27 @@ public:
 
   // The process-wide Jit, configured by JitOptions::from_env() on first use.
   static Jit &global();
+  // The Jit plans built on this thread compile with: the innermost ScopedJit's,
+  // else global().
+  static Jit &current();
 
 private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// While alive, plans built on this thread compile their kernels with `jit`
+// instead of the global one (e.g. a fresh Jit over the same disk cache, to time
+// what a second process pays). `jit` must outlive every plan built meanwhile.
+class ScopedJit {
+public:
+  explicit ScopedJit(Jit &jit);
+  ~ScopedJit();
+  ScopedJit(const ScopedJit &) = delete;
+  ScopedJit &operator=(const ScopedJit &) = delete;
+
+private:
+  Jit *saved_;
 };
 
 } // namespace kiln::codegen

@@ -14,6 +14,22 @@
 #include "runtime/trace_hook.h"
 
 namespace kiln::codegen {
+
+namespace {
+thread_local const StepObserver *t_step_observer = nullptr;
+
+double steady_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+} // namespace
+
+ScopedStepObserver::ScopedStepObserver(StepObserver observer)
+    : observer_(std::move(observer)), saved_(t_step_observer) {
+  t_step_observer = &observer_;
+}
+ScopedStepObserver::~ScopedStepObserver() { t_step_observer = saved_; }
+const StepObserver *current_step_observer() { return t_step_observer; }
+
 namespace {
 
 struct Step {
@@ -86,32 +102,11 @@ public:
     for (const ir::Value *c : graph.consts()) env[k++] = c->tensor();
     std::vector<Tensor> ins;
     void *buffers[64];
+    const StepObserver *observer = t_step_observer;
     for (const Step &s : steps_) {
-      ins.clear();
-      for (int i : s.in) ins.push_back(i < 0 ? Tensor() : env[size_t(i)]);
-      switch (s.kind) {
-      case Step::Kind::Eager: {
-        std::vector<Tensor> outs = run_op(s.node->op(), ins, s.node->attrs());
-        for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
-        break;
-      }
-      case Step::Kind::EagerGroup: {
-        std::vector<Tensor> outs = ir::interpret(*s.node->body(), ins);
-        for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
-        break;
-      }
-      case Step::Kind::Kernel: {
-        size_t b = 0;
-        for (size_t i : s.buffer_operands) buffers[b++] = ins[i].raw_data();
-        for (size_t i = 0; i < s.out.size(); ++i) {
-          Tensor o = kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype);
-          buffers[b++] = o.raw_data();
-          env[size_t(s.out[i])] = std::move(o);
-        }
-        s.kernel->run(buffers);
-        break;
-      }
-      }
+      const double t0 = observer ? steady_us() : 0;
+      run_step(s, env, ins, buffers);
+      if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
     }
     for (auto [target, value] : write_backs_) {
       Tensor t = env[size_t(target)];
@@ -126,6 +121,48 @@ public:
   PlanStats stats() const override { return stats_; }
 
 private:
+  static std::string_view category(const Step &s) {
+    switch (s.kind) {
+    case Step::Kind::Kernel: return "kernel";
+    case Step::Kind::EagerGroup: return "eager-group";
+    case Step::Kind::Eager: break;
+    }
+    return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
+  }
+  static std::string_view step_name(const Step &s) {
+    if (s.kind == Step::Kind::Kernel) return s.kernel->symbol();
+    if (s.kind == Step::Kind::EagerGroup) return "fusion_group";
+    return op_info(s.node->op()).mnemonic;
+  }
+
+  static void run_step(const Step &s, std::vector<Tensor> &env, std::vector<Tensor> &ins, void **buffers) {
+    ins.clear();
+    for (int i : s.in) ins.push_back(i < 0 ? Tensor() : env[size_t(i)]);
+    switch (s.kind) {
+    case Step::Kind::Eager: {
+      std::vector<Tensor> outs = run_op(s.node->op(), ins, s.node->attrs());
+      for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
+      break;
+    }
+    case Step::Kind::EagerGroup: {
+      std::vector<Tensor> outs = ir::interpret(*s.node->body(), ins);
+      for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
+      break;
+    }
+    case Step::Kind::Kernel: {
+      size_t b = 0;
+      for (size_t i : s.buffer_operands) buffers[b++] = ins[i].raw_data();
+      for (size_t i = 0; i < s.out.size(); ++i) {
+        Tensor o = kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype);
+        buffers[b++] = o.raw_data();
+        env[size_t(s.out[i])] = std::move(o);
+      }
+      s.kernel->run(buffers);
+      break;
+    }
+    }
+  }
+
   static Tensor as_meta(const Tensor &t) {
     if (!t.defined() || t.is_meta()) return t;
     return kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0);
@@ -141,7 +178,7 @@ private:
     }
     try {
       KernelDesc desc = lower_group(n, ins, s.buffer_operands);
-      s.kernel = Jit::global().compile(desc);
+      s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) s.out_types.push_back(r->type());
       ++stats_.kernels;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/executable.h"
 #include "frontend/compile.h"
 #include "runtime/tensor.h"
 
@@ -25,6 +26,9 @@ struct BenchOptions {
   // Called after each phase ("eager", "compile cold", "compile warm", "compiled")
   // with its start and length in microseconds of steady_clock (for `kiln bench --trace`).
   std::function<void(const std::string &phase, double start_us, double dur_us)> on_phase;
+  // When set, one extra compiled call (after the timed ones) reports each of its
+  // steps here: one event per JIT kernel, BLAS call and eager op.
+  codegen::StepObserver on_step;
 };
 
 struct BenchRow {
@@ -32,8 +36,13 @@ struct BenchRow {
   double eager_us = 0;
   double compiled_us = 0;
   double speedup = 0;          // eager_us / compiled_us
-  double compile_ms_cold = 0;  // first call of a fresh compile() (trace, passes, JIT, run)
-  double compile_ms_warm = 0;  // first call of a second fresh compile(); kernels come from the Jit's caches
+  // First call of a fresh compile() (trace, passes, plan, JIT, one run) with a
+  // fresh Jit over an empty disk cache (cold), then with another fresh Jit over
+  // the cache the first one filled (warm: what a second process pays). Neither
+  // touches the process's global Jit or $KILN_CACHE_DIR.
+  double compile_ms_cold = 0;
+  double compile_ms_warm = 0;
+  int64_t warm_kernels_compiled = 0; // kernels the warm compile still had to compile (0: all from disk)
   int64_t kernels = 0;         // JIT kernel launches per compiled call (-1: runs eagerly)
   int64_t bytes_moved = 0;     // estimate, see bytes_moved_estimate()
   double achieved_gbps = 0;    // bytes_moved / compiled time

@@ -149,7 +149,7 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string default_pipeline() { return "decompose,canonicalize,cse,dce,fuse"; }
+std::string default_pipeline() { return "decompose,canonicalize,cse,dce,fuse,fuse-horizontal"; }
 
 PipelineOptions PipelineOptions::from_env() {
   PipelineOptions o;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, build Release, run the default example.
+# The main job: install what is missing, build Release, then trace, compile and
+# time the GPT-2 block (W5) against eager: `kiln bench w5-gpt2-block`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-build/examples/w5-gpt2-block "$@"
+build/tools/kiln bench w5-gpt2-block "$@"

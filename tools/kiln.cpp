@@ -45,7 +45,9 @@ constexpr const char *kUsage =
     "                                            --kernels/--llvm/--asm: JIT dumps (KILN_DUMP) on stderr\n"
     "  bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]\n"
     "                                            eager vs compiled table; --repeat: timed calls (20);\n"
-    "                                            --trace: Chrome trace (chrome://tracing) of the phases\n";
+    "                                            --trace: Chrome trace (Perfetto, chrome://tracing) of the\n"
+    "                                            phases and of one compiled call, a slice per kernel/BLAS call\n"
+    "compiled kernels are cached in $KILN_CACHE_DIR (default ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n";
 
 // Bad usage: reported with the usage text and exit code 2.
 struct UsageError : std::runtime_error {
@@ -415,19 +417,23 @@ struct ChromeTrace {
   struct Event {
     std::string name;
     double ts_us, dur_us;
+    std::string cat = "bench";
   };
   std::vector<Event> events;
 
   static double now_us() {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
-  void add(std::string name, double start_us, double dur_us) { events.push_back({std::move(name), start_us, dur_us}); }
+  void add(std::string name, double start_us, double dur_us, std::string cat = "bench") {
+    events.push_back({std::move(name), start_us, dur_us, std::move(cat)});
+  }
   void write(std::ostream &os) const {
     double t0 = events.empty() ? 0 : events.front().ts_us;
     for (const Event &e : events) t0 = std::min(t0, e.ts_us);
     os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
     for (size_t i = 0; i < events.size(); ++i)
-      os << (i ? ",\n  " : "\n  ") << "{\"name\": \"" << events[i].name << "\", \"cat\": \"bench\", \"ph\": \"X\", \"ts\": "
+      os << (i ? ",\n  " : "\n  ") << "{\"name\": \"" << events[i].name << "\", \"cat\": \"" << events[i].cat
+         << "\", \"ph\": \"X\", \"ts\": "
          << json_number(events[i].ts_us - t0) << ", \"dur\": " << json_number(events[i].dur_us)
          << ", \"pid\": 1, \"tid\": 1}";
     os << "\n]}\n";
@@ -463,6 +469,11 @@ int cmd_bench(const Args &o) {
   for (size_t i = 0; i < todo.size(); ++i) {
     const std::string &name = todo[i]->name;
     bo.on_phase = [&](const std::string &phase, double start, double dur) { trace.add(name + ": " + phase, start, dur); };
+    // One compiled call, step by step: a slice per JIT kernel, BLAS call and eager op.
+    if (trace_os.is_open())
+      bo.on_step = [&](const kiln::codegen::StepEvent &e) {
+        trace.add(std::string(e.name), e.start_us, e.dur_us, std::string(e.category));
+      };
     t = ChromeTrace::now_us();
     kiln::examples::Workload w = todo[i]->make();
     rows.push_back(kiln::bench_row(name, w.fn, w.inputs, bo));
@@ -485,10 +496,22 @@ int cmd_bench(const Args &o) {
   return 0;
 }
 
+// The CLI keeps compiled kernels on disk by default, so a second run compiles
+// nothing: $XDG_CACHE_HOME/kiln or ~/.cache/kiln. KILN_CACHE_DIR overrides it;
+// KILN_CACHE_DIR= (empty) turns the disk cache off.
+void set_default_cache_dir() {
+  if (std::getenv("KILN_CACHE_DIR")) return;
+  std::string dir;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) dir = std::string(xdg) + "/kiln";
+  else if (const char *home = std::getenv("HOME"); home && *home) dir = std::string(home) + "/.cache/kiln";
+  if (!dir.empty()) setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+}
+
 int run(int argc, char **argv) {
   Args o = parse_args(argc, argv);
-  // The global Jit reads KILN_DUMP when it is first used, which is after this.
+  // The global Jit reads KILN_DUMP and KILN_CACHE_DIR when it is first used, which is after this.
   if (!o.jit_dump.empty()) setenv("KILN_DUMP", o.jit_dump.c_str(), 1);
+  set_default_cache_dir();
   if (o.threads > 0) kiln::set_num_threads(o.threads);
   if (o.command == "list") return cmd_list();
   if (o.command == "run") return cmd_run(o);

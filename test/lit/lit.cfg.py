@@ -25,6 +25,9 @@ exec_root = lit_config.params.get("kiln_exec_root")
 if exec_root:
     config.test_exec_root = exec_root
 
+# The CLI caches kernels on disk by default; tests keep the disk cache off
+# unless a test sets KILN_CACHE_DIR itself.
+config.environment["KILN_CACHE_DIR"] = ""
 config.environment["PATH"] = os.pathsep.join([tools_dir, llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%kiln-opt", os.path.join(tools_dir, "kiln-opt")))
 # After %kiln-opt, so that the longer name is substituted first. The CLI binary

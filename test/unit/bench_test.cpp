@@ -2,6 +2,9 @@
 // CompiledFunction::kernels_per_call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <thread>
+
 #include <kiln/kiln.h>
 
 #include "frontend/bench.h"
@@ -33,6 +36,8 @@ TEST(Bench, RowOfAnAddHasEveryField) {
   EXPECT_DOUBLE_EQ(r.speedup, r.eager_us / r.compiled_us);
   EXPECT_GT(r.compile_ms_cold, 0);
   EXPECT_GT(r.compile_ms_warm, 0);
+  // The warm compile's fresh Jit found its one kernel in the cold one's disk cache.
+  EXPECT_EQ(r.warm_kernels_compiled, 0);
   EXPECT_EQ(r.kernels, 1);
   // Two inputs read, one output written, nothing in between.
   EXPECT_EQ(r.bytes_moved, 3 * 4096 * 4);
@@ -40,6 +45,50 @@ TEST(Bench, RowOfAnAddHasEveryField) {
   EXPECT_NEAR(r.bandwidth_fraction, r.achieved_gbps / 10, 1e-12);
   EXPECT_EQ(r.max_abs_diff, 0);
   EXPECT_EQ(r.max_rel_diff, 0);
+}
+
+// on_step sees one extra compiled call: one "kernel" event per kernel launch and
+// one "blas" event per contraction, in order, inside the bench_row call.
+TEST(Bench, OnStepReportsEachStepOfOneCompiledCall) {
+  manual_seed(0);
+  Tensor w = randn({32, 16});
+  auto fn = [w](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(matmul(in[0], w) * 2.0)}; };
+  BenchOptions o;
+  o.warmup = 0;
+  o.iters = 1;
+  std::vector<std::string> cats, names;
+  double last_end = 0;
+  o.on_step = [&](const codegen::StepEvent &e) {
+    cats.emplace_back(e.category);
+    names.emplace_back(e.name);
+    EXPECT_GE(e.dur_us, 0);
+    EXPECT_GE(e.start_us, last_end);
+    last_end = e.start_us + e.dur_us;
+  };
+  BenchRow r = bench_row("mm-relu", fn, {randn({8, 32})}, o);
+  ASSERT_EQ(r.kernels, int64_t(std::count(cats.begin(), cats.end(), "kernel")));
+  EXPECT_GE(r.kernels, 1);
+  EXPECT_EQ(std::count(cats.begin(), cats.end(), "blas"), 1);
+  for (size_t i = 0; i < cats.size(); ++i)
+    if (cats[i] == "kernel") {
+      EXPECT_EQ(names[i].rfind("kiln_k_", 0), 0u) << names[i];
+    }
+}
+
+// Without an observer, compiled calls report nothing (the observer is per thread and scoped).
+TEST(Bench, StepObserverIsScopedToItsThread) {
+  int events = 0;
+  CompiledFunction f = compile(add_fn);
+  std::vector<Tensor> in = {randn({64}), randn({64})};
+  {
+    codegen::ScopedStepObserver observe([&](const codegen::StepEvent &) { ++events; });
+    f(in);
+    EXPECT_EQ(events, 1);
+    std::thread([&] { f(in); }).join(); // another thread: not observed
+    EXPECT_EQ(events, 1);
+  }
+  f(in);
+  EXPECT_EQ(events, 1);
 }
 
 TEST(Bench, IntermediatesBetweenStepsCountTwice) {

@@ -132,3 +132,50 @@ TEST(Fuse, NodeBetweenMembersReadingAMemberMovesAfterTheGroup) {
   EXPECT_EQ(count(*g).groups, 1);
   expect_same_results(fn, *g, in);
 }
+
+// fuse-horizontal: sibling elementwise chains over one input become one group
+// with two results; the interpreter and the compiled kernel both match eager.
+TEST(FuseHorizontal, SiblingsReadingOneInputBecomeOneKernel) {
+  manual_seed(0);
+  Tensor r = randn({64});
+  Fn fn = [r](const std::vector<Tensor> &in) {
+    Tensor x = in[0];
+    return std::vector<Tensor>{exp(x) * in[1], tanh(x) + r, sigmoid(x)};
+  };
+  std::vector<Tensor> in = {randn({16, 64}), randn({16, 64})};
+  auto g = optimized(fn, in);
+  EXPECT_EQ(count(*g).groups, 3);
+  passes::PipelineOptions o;
+  o.verify_each = true;
+  EXPECT_TRUE(passes::run_pipeline(*g, "fuse-horizontal", o).at(0).changed);
+  Counts c = count(*g);
+  EXPECT_EQ(c.groups, 1);
+  EXPECT_EQ(c.others, 0);
+  expect_same_results(fn, *g, in);
+
+  CompiledFunction f = compile(fn);
+  std::vector<Tensor> got = f(in), want = fn(in);
+  EXPECT_EQ(f.kernels_per_call(in), 1);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(amax(abs(got[i].to(kFloat64) - want[i].to(kFloat64))).item<double>(), 1e-5) << "output " << i;
+}
+
+// A node between the two groups that reads the first one's result moves behind
+// the merged group; results stay correct.
+TEST(FuseHorizontal, ConsumerBetweenTheGroupsMovesBehindTheMerge) {
+  manual_seed(0);
+  Fn fn = [](const std::vector<Tensor> &in) {
+    Tensor a = exp(in[0]);
+    Tensor col = sum(a, {0}, true); // eager (not the last dim), between the groups
+    Tensor b = tanh(in[0]);
+    return std::vector<Tensor>{col, b};
+  };
+  std::vector<Tensor> in = {randn({8, 32})};
+  auto g = optimized(fn, in);
+  passes::PipelineOptions o;
+  o.verify_each = true;
+  EXPECT_TRUE(passes::run_pipeline(*g, "fuse-horizontal", o).at(0).changed);
+  EXPECT_EQ(count(*g).groups, 1);
+  expect_same_results(fn, *g, in);
+}
