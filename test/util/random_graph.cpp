@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "ir/printer.h"
