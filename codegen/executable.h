@@ -23,12 +23,17 @@ struct PlanStats {
   int64_t eager_steps = 0;  // eager op calls per call (views included)
   int64_t groups_fallen_back = 0; // fusion groups run eagerly because codegen could not lower them
   double compile_ms = 0;
+  int64_t arena_bytes = 0;   // the arena of the graph's memory plan (0 without one), one per running call
+  int64_t arena_values = 0;  // kernel outputs written in the arena
+  int64_t bytes_read = 0;    // per call, estimate: each non-view node reads each operand once
+  int64_t bytes_written = 0; // per call, estimate: each non-view node writes each result once
 };
 
 class Executable {
 public:
   virtual ~Executable() = default;
-  // Runs the plan; thread-safe (no mutable state shared between calls).
+  // Runs the plan; thread-safe: each running call takes its own arena and value
+  // table from a pool (steady state: no allocation but the outputs).
   virtual std::vector<Tensor> run(const std::vector<Tensor> &inputs) const = 0;
   virtual PlanStats stats() const = 0;
 };

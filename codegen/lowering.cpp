@@ -201,6 +201,47 @@ std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std:
   return out;
 }
 
+// Row-context strides: an operand read by a node whose result dropped the
+// domain's last dim ([M, N] in an [M, N, K] group, e.g. the bias added after a
+// reduction) broadcasts against the leading dims, numpy-style, and is constant
+// along the row.
+std::vector<int64_t> row_broadcast_strides(IntArrayRef s, IntArrayRef st, const std::vector<int64_t> &domain) {
+  std::vector<int64_t> lead(domain.begin(), domain.end() - 1);
+  std::vector<int64_t> out = broadcast_strides(s, st, lead);
+  out.push_back(0);
+  return out;
+}
+
+// Body nodes whose results are per-row values with the last dim dropped: a
+// reduction of the domain's last dim without keepdim, and any node of rank
+// D-1 reading such a value. (A rank D-1 node of plain elementwise inputs is
+// not one: numpy aligns it with the domain's trailing dims.)
+std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, size_t domain_rank) {
+  std::unordered_set<const ir::Node *> rows;
+  std::unordered_set<const ir::Value *> row_values;
+  for (const ir::Node *n : body.nodes()) {
+    if (domain_rank == 0 || n->results().size() != 1 || n->result()->type().shape.size() + 1 != domain_rank)
+      continue;
+    bool row = n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Reduction;
+    for (const ir::Value *v : n->operands()) row |= v && row_values.count(v);
+    if (!row) continue;
+    rows.insert(n);
+    row_values.insert(n->result());
+  }
+  return rows;
+}
+
+// Whether body input `in` is read only by row nodes. An input read both per
+// row and per element cannot be one load: throws (the group runs eagerly).
+bool read_per_row(const ir::Graph &body, const ir::Value *in, const std::unordered_set<const ir::Node *> &rows) {
+  bool row = false, full = false;
+  for (const ir::Use &u : body.uses(in)) (u.user && rows.count(u.user) ? row : full) = true;
+  bool scalar = in->type().numel() == 1;
+  KILN_CHECK(!(row && full) || scalar, "codegen: operand %", in->name(),
+             " is read both per element and per row of the group");
+  return row && !full && !scalar;
+}
+
 } // namespace
 
 bool has_lowering(OpId id) { return rules()[size_t(id)] != nullptr; }
@@ -241,6 +282,7 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
                " nor one of its rows");
 
   KernelBuilder k(domain);
+  const std::unordered_set<const ir::Node *> rows = row_nodes(body, domain.size());
   std::unordered_map<const ir::Value *, Expr> expr;
   std::unordered_set<const ir::Value *> wrapped;
   std::unordered_map<const ir::Value *, double> known;
@@ -257,7 +299,10 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
       if (c.impl().wrapped_number) wrapped.insert(in);
       continue;
     }
-    expr.emplace(in, k.input(t.dtype(), broadcast_strides(t.sizes(), t.strides(), domain)));
+    bool row = read_per_row(body, in, rows);
+    KILN_CHECK(!row || t.dim() < int64_t(domain.size()), "codegen: per-row operand ", i, " has too many dims");
+    expr.emplace(in, k.input(t.dtype(), row ? row_broadcast_strides(t.sizes(), t.strides(), domain)
+                                            : broadcast_strides(t.sizes(), t.strides(), domain)));
     buffer_operands.push_back(i);
   }
   for (const ir::Node *n : body.nodes()) {

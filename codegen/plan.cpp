@@ -1,5 +1,8 @@
 // The compiled executor: builds a plan from an optimized graph and runs it.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +12,8 @@
 #include "codegen/lowering.h"
 #include "ir/graph.h"
 #include "ir/interpreter.h"
+#include "ir/memory_plan.h"
+#include "runtime/allocator.h"
 #include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
@@ -33,13 +38,34 @@ const StepObserver *current_step_observer() { return t_step_observer; }
 namespace {
 
 struct Step {
-  enum class Kind { Eager, Kernel, EagerGroup } kind;
+  // Skip: a view that only kernels read; they address its base directly.
+  enum class Kind { Eager, Kernel, EagerGroup, Skip } kind;
   const ir::Node *node = nullptr;
   std::vector<int> in;  // env slots; -1 = absent optional operand
   std::vector<int> out; // env slots
   std::shared_ptr<const CompiledKernel> kernel;
   std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
+  // Kernel: per buffer (inputs, then outputs), the env slot it lies in and the
+  // byte offset from that slot's element 0 (a view resolved to its base).
+  std::vector<std::pair<int, int64_t>> buffer_refs;
   std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
+  // Eager: the arena slot its (single) result may be placed in, or -1.
+  int64_t place_offset = -1, place_bytes = 0;
+};
+
+// The mutable state of one running call: the arena and the value table. A plan
+// keeps a pool of them so that concurrent calls never share one and a
+// steady-state call allocates nothing for them.
+struct CallState {
+  void *arena = nullptr;
+  size_t arena_bytes = 0;
+  std::vector<Tensor> env;  // per slot: the value (arena slots hold fixed views)
+  std::vector<void *> ptr;  // per slot: address of element 0
+  std::vector<Tensor> ins;  // scratch operands of an eager step
+  ~CallState() {
+    env.clear();
+    if (arena) cached_free(arena, arena_bytes);
+  }
 };
 
 class Plan final : public Executable {
@@ -81,50 +107,145 @@ public:
         outs = run_op(n->op(), ins, n->attrs());
         ++stats_.eager_steps;
       }
+      count_bytes(*n);
       for (size_t i = 0; i < n->results().size(); ++i) {
         s.out.push_back(int(meta.size()));
         define(n->results()[i], outs.at(i));
       }
+      resolve_view(s, ins, meta);
       steps_.push_back(std::move(s));
     }
     num_slots_ = meta.size();
+    skip_unneeded_views();
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
     for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
+    use_memory_plan(graph);
     stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   std::vector<Tensor> run(const std::vector<Tensor> &inputs) const override {
-    const ir::Graph &graph = *g_;
-    std::vector<Tensor> env(num_slots_);
-    for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
-    size_t k = inputs.size();
-    for (const ir::Value *p : graph.params()) env[k++] = p->tensor();
-    for (const ir::Value *c : graph.consts()) env[k++] = c->tensor();
-    std::vector<Tensor> ins;
-    void *buffers[64];
-    const StepObserver *observer = t_step_observer;
-    for (const Step &s : steps_) {
-      const double t0 = observer ? steady_us() : 0;
-      run_step(s, env, ins, buffers);
-      if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
-    }
-    for (auto [target, value] : write_backs_) {
-      Tensor t = env[size_t(target)];
-      copy_(t, env[size_t(value)]);
-    }
+    KILN_CHECK(inputs.size() == num_inputs_, "compiled @", g_->name(), ": expected ", num_inputs_, " inputs, got ",
+               inputs.size());
+    std::unique_ptr<CallState> st = acquire();
     std::vector<Tensor> out;
-    out.reserve(outputs_.size());
-    for (int o : outputs_) out.push_back(env[size_t(o)]);
+    try {
+      out = run_with(*st, inputs);
+    } catch (...) {
+      clear(*st);
+      release(std::move(st));
+      throw;
+    }
+    clear(*st);
+    release(std::move(st));
     return out;
   }
 
   PlanStats stats() const override { return stats_; }
 
+  ~Plan() override { delete idle_.load(); }
+
 private:
+  std::vector<Tensor> run_with(CallState &st, const std::vector<Tensor> &inputs) const {
+    const ir::Graph &graph = *g_;
+    // Values only kernels read need just their address (no reference count traffic).
+    auto bind_fixed = [&](size_t slot, const Tensor &t) {
+      if (tensor_needed_[slot]) bind(st, slot, t);
+      else st.ptr[slot] = t.defined() && !t.is_meta() ? t.raw_data() : nullptr;
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) bind_fixed(i, inputs[i]);
+    size_t k = inputs.size();
+    for (const ir::Value *p : graph.params()) bind_fixed(k++, p->tensor());
+    for (const ir::Value *c : graph.consts()) bind_fixed(k++, c->tensor());
+    void *buffers[64];
+    const StepObserver *observer = t_step_observer;
+    for (const Step &s : steps_) {
+      if (s.kind == Step::Kind::Skip) continue;
+      const double t0 = observer ? steady_us() : 0;
+      run_step(s, st, buffers);
+      if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
+    }
+    for (auto [target, value] : write_backs_) {
+      Tensor t = st.env[size_t(target)];
+      copy_(t, st.env[size_t(value)]);
+    }
+    std::vector<Tensor> out;
+    out.reserve(outputs_.size());
+    for (int o : outputs_) {
+      // The memory plan keeps outputs out of the arena; should an eager op have
+      // returned a view of an arena value anyway, the caller gets a copy.
+      const Tensor &t = st.env[size_t(o)];
+      out.push_back(in_arena(st, t) ? t.clone() : t);
+    }
+    return out;
+  }
+
+  static void bind(CallState &st, size_t slot, const Tensor &t) {
+    st.env[slot] = t;
+    st.ptr[slot] = t.defined() && !t.is_meta() ? t.raw_data() : nullptr;
+  }
+
+  bool in_arena(const CallState &st, const Tensor &t) const {
+    if (!st.arena || !t.defined() || t.is_meta() || t.numel() == 0) return false;
+    auto *p = static_cast<const char *>(t.raw_data()), *a = static_cast<const char *>(st.arena);
+    return p >= a && p < a + st.arena_bytes;
+  }
+
+  // Drops the references a call took (inputs, eager results), keeping the
+  // arena's fixed views.
+  void clear(CallState &st) const {
+    for (int s : transient_slots_) st.env[size_t(s)] = Tensor();
+    for (Tensor &t : st.ins) t = Tensor();
+  }
+
+  std::unique_ptr<CallState> acquire() const {
+    // One state waits in an atomic slot: a call at a time needs no lock.
+    if (CallState *st = idle_.exchange(nullptr, std::memory_order_acquire)) return std::unique_ptr<CallState>(st);
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      if (!pool_.empty()) {
+        std::unique_ptr<CallState> st = std::move(pool_.back());
+        pool_.pop_back();
+        return st;
+      }
+    }
+    return make_state();
+  }
+
+  void release(std::unique_ptr<CallState> st) const {
+    CallState *expected = nullptr;
+    if (idle_.compare_exchange_strong(expected, st.get(), std::memory_order_release)) {
+      st.release();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    // Keep as many states as calls ever ran at once; with reserve() a steady
+    // state pushes back without allocating.
+    if (pool_.size() < kMaxPooledStates) pool_.push_back(std::move(st));
+  }
+
+  std::unique_ptr<CallState> make_state() const {
+    auto st = std::make_unique<CallState>();
+    st->env.resize(num_slots_);
+    st->ptr.assign(num_slots_, nullptr);
+    st->ins.reserve(max_operands_);
+    if (arena_bytes_ > 0) {
+      st->arena_bytes = size_t(arena_bytes_);
+      st->arena = cached_alloc(st->arena_bytes);
+      for (const auto &[slot, offset] : arena_slots_) {
+        const ir::TensorType &t = slot_types_[size_t(slot)];
+        void *p = static_cast<char *>(st->arena) + offset;
+        st->env[size_t(slot)] = from_blob(p, IntArrayRef(t.shape), TensorOptions(t.dtype));
+        st->ptr[size_t(slot)] = p;
+      }
+    }
+    return st;
+  }
+
   static std::string_view category(const Step &s) {
     switch (s.kind) {
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
+    case Step::Kind::Skip:
     case Step::Kind::Eager: break;
     }
     return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
@@ -135,32 +256,34 @@ private:
     return op_info(s.node->op()).mnemonic;
   }
 
-  static void run_step(const Step &s, std::vector<Tensor> &env, std::vector<Tensor> &ins, void **buffers) {
-    ins.clear();
-    for (int i : s.in) ins.push_back(i < 0 ? Tensor() : env[size_t(i)]);
-    switch (s.kind) {
-    case Step::Kind::Eager: {
-      std::vector<Tensor> outs = run_op(s.node->op(), ins, s.node->attrs());
-      for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
-      break;
-    }
-    case Step::Kind::EagerGroup: {
-      std::vector<Tensor> outs = ir::interpret(*s.node->body(), ins);
-      for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
-      break;
-    }
-    case Step::Kind::Kernel: {
+  void run_step(const Step &s, CallState &st, void **buffers) const {
+    if (s.kind == Step::Kind::Kernel) {
       size_t b = 0;
-      for (size_t i : s.buffer_operands) buffers[b++] = ins[i].raw_data();
+      for (auto [slot, off] : s.buffer_refs) buffers[b++] = static_cast<char *>(st.ptr[size_t(slot)]) + off;
+      // Outputs without an arena slot (graph outputs) are the call's only allocations.
       for (size_t i = 0; i < s.out.size(); ++i) {
-        Tensor o = kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype);
-        buffers[b++] = o.raw_data();
-        env[size_t(s.out[i])] = std::move(o);
+        const size_t slot = size_t(s.out[i]);
+        if (arena_slot_[slot]) continue;
+        bind(st, slot, kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype));
+        buffers[s.buffer_operands.size() + i] = st.ptr[slot];
       }
       s.kernel->run(buffers);
-      break;
+      return;
     }
+    st.ins.resize(s.in.size());
+    for (size_t i = 0; i < s.in.size(); ++i) st.ins[i] = s.in[i] < 0 ? Tensor() : st.env[size_t(s.in[i])];
+    std::vector<Tensor> outs;
+    if (s.kind == Step::Kind::EagerGroup) {
+      outs = ir::interpret(*s.node->body(), st.ins);
+    } else if (s.place_offset >= 0 && st.arena) {
+      // The op's result goes straight into its arena slot (no out= variants needed).
+      kiln::detail::ResultPlacement place(static_cast<char *>(st.arena) + s.place_offset, size_t(s.place_bytes),
+                                          s.node->result()->type().dtype);
+      outs = run_op(s.node->op(), st.ins, s.node->attrs());
+    } else {
+      outs = run_op(s.node->op(), st.ins, s.node->attrs());
     }
+    for (size_t i = 0; i < s.out.size(); ++i) bind(st, size_t(s.out[i]), std::move(outs[i]));
   }
 
   static Tensor as_meta(const Tensor &t) {
@@ -195,13 +318,148 @@ private:
     stats_.eager_steps += int64_t(n.body()->num_nodes());
   }
 
+  // A view that never copies (unlike reshape of strided data) and keeps the
+  // dtype lies at a fixed byte offset from its base's element 0 in every call
+  // of this specialization: kernels can read the base at that offset.
+  void resolve_view(const Step &s, const std::vector<Tensor> &ins, const std::vector<Tensor> &meta) {
+    const ir::Node &n = *s.node;
+    if (s.kind != Step::Kind::Eager || n.info().kind != OpKind::View || s.out.size() != 1 || s.in.empty() ||
+        s.in[0] < 0)
+      return;
+    const OpId id = n.op();
+    const bool never_copies = id == OpId::Unsqueeze || id == OpId::Squeeze || id == OpId::Transpose ||
+                              id == OpId::Permute || id == OpId::Slice || id == OpId::Select ||
+                              id == OpId::Expand || id == OpId::View ||
+                              (id == OpId::Reshape && ins[0].is_contiguous());
+    const Tensor &in = meta[size_t(s.in[0])], &out = meta[size_t(s.out[0])];
+    if (!never_copies || in.dtype() != out.dtype()) return;
+    auto [base, base_off] = view_ref(s.in[0]);
+    view_of_[s.out[0]] = {base, base_off + (out.storage_offset() - in.storage_offset()) * int64_t(out.element_size())};
+  }
+
+  std::pair<int, int64_t> view_ref(int slot) const {
+    auto it = view_of_.find(slot);
+    return it == view_of_.end() ? std::pair<int, int64_t>{slot, 0} : it->second;
+  }
+
+  // Views whose Tensor nothing but kernels reads are not run at all.
+  void skip_unneeded_views() {
+    std::vector<uint8_t> &needed = tensor_needed_;
+    needed.assign(num_slots_, 0);
+    for (const ir::Value *o : g_->outputs()) needed[size_t(slot_.at(o))] = 1;
+    for (const ir::WriteBack &w : g_->write_backs()) {
+      needed[size_t(slot_.at(w.value))] = 1;
+      needed[size_t(slot_.at(w.target))] = 1;
+    }
+    for (auto s = steps_.rbegin(); s != steps_.rend(); ++s) {
+      if (s->kind == Step::Kind::Kernel) continue;
+      bool resolved = s->out.size() == 1 && view_of_.count(s->out[0]);
+      if (resolved && !needed[size_t(s->out[0])]) {
+        s->kind = Step::Kind::Skip;
+        --stats_.eager_steps;
+        continue;
+      }
+      for (int i : s->in)
+        if (i >= 0) needed[size_t(i)] = 1;
+    }
+  }
+
+  void count_bytes(const ir::Node &n) {
+    bool view = n.kind() == ir::Node::Kind::Op && !n.results().empty() && ir::alias_source(n, 0);
+    if (view) return;
+    for (const ir::Value *v : n.operands())
+      if (v) stats_.bytes_read += ir::value_bytes(v);
+    for (const ir::Value *r : n.results()) stats_.bytes_written += ir::value_bytes(r);
+  }
+
+  // Resolves the graph's memory plan (if any) into arena slots: kernel outputs
+  // are written there, and a single-result eager op's result is placed there
+  // unless its slot overlaps an arena operand (an in-place slot: the op might
+  // write a temporary there before reading that operand). Everything else a
+  // step produces allocates per call.
+  void use_memory_plan(const ir::Graph &graph) {
+    num_inputs_ = graph.inputs().size();
+    slot_types_.resize(num_slots_);
+    for (const auto &[v, slot] : slot_) slot_types_[size_t(slot)] = v->type();
+    arena_slot_.assign(num_slots_, 0);
+    std::vector<int64_t> offset(num_slots_, -1), bytes(num_slots_, 0);
+    if (graph.memory_plan()) {
+      ir::verify_memory_plan(graph);
+      arena_bytes_ = graph.memory_plan()->peak_bytes;
+      for (const auto &[v, a] : graph.memory_plan()->entries) {
+        int slot = slot_.at(v);
+        offset[size_t(slot)] = a.offset;
+        bytes[size_t(slot)] = a.size;
+      }
+    }
+    for (Step &s : steps_) {
+      max_operands_ = std::max(max_operands_, s.in.size());
+      if (s.kind == Step::Kind::Kernel) {
+        for (size_t i : s.buffer_operands) s.buffer_refs.push_back(view_ref(s.in[i]));
+        for (int o : s.out) {
+          s.buffer_refs.push_back({o, 0});
+          if (offset[size_t(o)] < 0) {
+            transient_slots_.push_back(o);
+            continue;
+          }
+          arena_slot_[size_t(o)] = 1;
+          arena_slots_.emplace_back(o, offset[size_t(o)]);
+        }
+        continue;
+      }
+      for (int o : s.out) transient_slots_.push_back(o);
+      if (s.kind != Step::Kind::Eager || s.out.size() != 1 || offset[size_t(s.out[0])] < 0) continue;
+      const int64_t off = offset[size_t(s.out[0])], end = off + bytes[size_t(s.out[0])];
+      bool overlaps = false;
+      for (int i : s.in) {
+        // The operand and every value it may share memory with (through views).
+        for (const ir::Value *v = i < 0 ? nullptr : value_of(i); v; v = producer_alias(v)) {
+          const int slot = slot_.at(v);
+          if (offset[size_t(slot)] < 0) continue;
+          const int64_t o2 = offset[size_t(slot)], e2 = o2 + bytes[size_t(slot)];
+          overlaps |= off < e2 && o2 < end;
+        }
+      }
+      if (overlaps) continue;
+      s.place_offset = off;
+      s.place_bytes = ir::value_bytes(s.node->result());
+    }
+    for (size_t i = 0; i < num_fixed_; ++i) transient_slots_.push_back(int(i));
+    stats_.arena_values = int64_t(arena_slots_.size());
+    stats_.arena_bytes = arena_bytes_;
+    pool_.reserve(kMaxPooledStates);
+  }
+
+  const ir::Value *value_of(int slot) const {
+    for (const auto &[value, s] : slot_)
+      if (s == slot) return value;
+    return nullptr;
+  }
+
+  static const ir::Value *producer_alias(const ir::Value *v) {
+    if (v->kind() != ir::Value::Kind::Result) return nullptr;
+    return ir::alias_source(*v->producer(), v->result_index());
+  }
+
+  static constexpr size_t kMaxPooledStates = 64;
+
   std::shared_ptr<const ir::Graph> g_;
   std::unordered_map<const ir::Value *, int> slot_;
+  std::unordered_map<int, std::pair<int, int64_t>> view_of_; // view slot -> (base slot, byte offset)
   std::vector<Step> steps_;
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;
-  size_t num_fixed_ = 0, num_slots_ = 0;
+  size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
+  int64_t arena_bytes_ = 0;
+  std::vector<ir::TensorType> slot_types_;
+  std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena
+  std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those
+  std::vector<int> transient_slots_;                   // slots a call binds and clear() drops
   PlanStats stats_;
+  std::vector<uint8_t> tensor_needed_; // per slot: some eager step, output or write-back reads its Tensor
+  mutable std::atomic<CallState *> idle_{nullptr};
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<CallState>> pool_;
 };
 
 } // namespace

@@ -1,5 +1,7 @@
 #include "frontend/compile.h"
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -218,6 +220,8 @@ CompileStats CompiledFunction::stats() const {
   s.eager_calls = impl.eager_calls.load();
   std::shared_lock lock(impl.mu);
   s.specializations = int64_t(impl.specs.size());
+  for (const auto &spec : impl.specs)
+    if (spec->executable) s.peak_arena_bytes = std::max(s.peak_arena_bytes, spec->executable->stats().arena_bytes);
   s.last_fallback_reason = impl.last_fallback_reason;
   s.last_recompile_reason = impl.last_recompile_reason;
   return s;

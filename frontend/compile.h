@@ -49,6 +49,9 @@ struct CompileStats {
   int64_t compiles = 0;       // specializations built
   int64_t eager_calls = 0;    // calls that ran the model function eagerly
   int64_t specializations = 0;
+  // The largest arena (memory plan, bytes) of the specializations built; each
+  // running call of a specialization holds one.
+  int64_t peak_arena_bytes = 0;
   std::string last_fallback_reason;
   std::string last_recompile_reason;
 };

@@ -116,6 +116,7 @@ std::vector<std::unique_ptr<Node>>::iterator Graph::find(const Node *n) {
 
 Node *Graph::create(OpId op, std::vector<Value *> operands, Attrs attrs,
                     const std::vector<TensorType> &result_types, Node *before) {
+  memory_plan_.reset(); // the plan described the graph before this change
   auto n = std::make_unique<Node>();
   n->kind_ = Node::Kind::Op;
   n->op_ = op;
@@ -135,6 +136,7 @@ Node *Graph::create(OpId op, std::vector<Value *> operands, Attrs attrs,
 
 Node *Graph::create_group(std::vector<Value *> operands, const std::vector<TensorType> &result_types,
                           Node *before) {
+  memory_plan_.reset();
   Node *n = create(OpId{}, std::move(operands), {}, result_types, before);
   n->kind_ = Node::Kind::FusionGroup;
   n->body_ = std::make_unique<Graph>(name_ + ".group");
@@ -145,10 +147,12 @@ Node *Graph::create_group(std::vector<Value *> operands, const std::vector<Tenso
 void Graph::erase(Node *n) {
   for (Value *r : n->results_)
     KILN_CHECK(!has_uses(r), "ir: cannot erase ", n->mnemonic(), " while %", r->name(), " is still used");
+  memory_plan_.reset();
   nodes_.erase(find(n));
 }
 
 void Graph::move_before(Node *n, Node *before) {
+  memory_plan_.reset();
   auto it = find(n);
   std::unique_ptr<Node> owned = std::move(*it);
   nodes_.erase(it);
@@ -183,6 +187,7 @@ bool Graph::has_uses(const Value *v) const {
 }
 
 void Graph::replace_all_uses(Value *from, Value *to) {
+  memory_plan_.reset();
   for (auto &n : nodes_)
     for (Value *&o : n->operands_)
       if (o == from) o = to;
@@ -190,6 +195,15 @@ void Graph::replace_all_uses(Value *from, Value *to) {
     if (o == from) o = to;
   for (WriteBack &w : write_backs_)
     if (w.value == from) w.value = to;
+}
+
+} // namespace kiln::ir
+
+namespace kiln::ir {
+
+void Node::set_operand(size_t i, Value *v) {
+  operands_.at(i) = v;
+  if (graph_) graph_->memory_plan_.reset();
 }
 
 } // namespace kiln::ir

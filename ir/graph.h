@@ -20,6 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ir/memory_plan.h"
 #include "runtime/op_registry.h"
 #include "runtime/tensor.h"
 
@@ -83,7 +84,8 @@ public:
   // nullptr marks an absent optional operand (e.g. linear without bias).
   const std::vector<Value *> &operands() const { return operands_; }
   Value *operand(size_t i) const { return operands_.at(i); }
-  void set_operand(size_t i, Value *v) { operands_.at(i) = v; }
+  // Drops the graph's memory plan (it described the old operands).
+  void set_operand(size_t i, Value *v);
   const Attrs &attrs() const { return attrs_; }
   Attrs &attrs() { return attrs_; }
   // The attribute named `name` (per ops.def), or nullptr.
@@ -154,12 +156,25 @@ public:
   size_t num_nodes() const { return nodes_.size(); }
 
   // ---- outputs and effects
-  void set_outputs(std::vector<Value *> outs) { outputs_ = std::move(outs); }
+  void set_outputs(std::vector<Value *> outs) {
+    outputs_ = std::move(outs);
+    memory_plan_.reset();
+  }
   const std::vector<Value *> &outputs() const { return outputs_; }
   std::vector<Value *> &outputs() { return outputs_; }
-  void add_write_back(Value *target, Value *value) { write_backs_.push_back({target, value}); }
+  void add_write_back(Value *target, Value *value) {
+    write_backs_.push_back({target, value});
+    memory_plan_.reset();
+  }
   const std::vector<WriteBack> &write_backs() const { return write_backs_; }
   std::vector<WriteBack> &write_backs() { return write_backs_; }
+
+  // ---- the memory plan (plan-memory); printed after `return`. Creating,
+  // erasing or moving nodes, replacing uses, setting operands or outputs and
+  // adding write-backs drop it (it described the graph before); so does the
+  // pass manager after any other pass that reports a change.
+  const std::optional<MemoryPlan> &memory_plan() const { return memory_plan_; }
+  void set_memory_plan(std::optional<MemoryPlan> plan) { memory_plan_ = std::move(plan); }
 
   // ---- use-def
   std::vector<Use> uses(const Value *v) const;
@@ -172,6 +187,7 @@ public:
 
 private:
   friend class Value;
+  friend class Node;
   Value *new_value(Value::Kind kind, TensorType type, std::string name);
   std::vector<std::unique_ptr<Node>>::iterator find(const Node *n);
 
@@ -182,6 +198,7 @@ private:
   std::vector<Value *> outputs_;
   std::vector<WriteBack> write_backs_;
   std::unordered_set<std::string> used_names_;
+  std::optional<MemoryPlan> memory_plan_;
   int64_t next_id_ = 0;
 };
 

@@ -485,6 +485,7 @@ private:
     }
     take();
     parse_return(g, scope);
+    if (at_ident("memory_plan")) parse_memory_plan(g, scope);
     expect(Tok::RBrace, "'}' after return");
   }
 
@@ -624,6 +625,40 @@ private:
     expect(Tok::Arrow, "'<-'");
     Token value = expect(Tok::Percent, "the '%value' written back");
     g.add_write_back(lookup(scope, target), lookup(scope, value));
+  }
+
+  // memory_plan {peak_bytes = N} { %v {buffer = b, offset = o, size = s} ... }
+  // Consistency (alignment, overlap, liveness) is the verifier's job.
+  void parse_memory_plan(Graph &g, const Scope &scope) {
+    take();
+    MemoryPlan plan;
+    expect(Tok::LBrace, "'{' after memory_plan");
+    plan.peak_bytes = plan_field("peak_bytes");
+    expect(Tok::RBrace, "'}' after peak_bytes");
+    expect(Tok::LBrace, "'{' and the memory plan's entries");
+    while (!accept(Tok::RBrace)) {
+      if (at(Tok::Eof)) fail("unterminated memory_plan: expected '}'");
+      Token name = expect(Tok::Percent, "a planned '%value' or '}'");
+      Value *v = lookup(scope, name);
+      BufferAssignment a;
+      expect(Tok::LBrace, "'{' after the planned value");
+      a.buffer = plan_field("buffer");
+      expect(Tok::Comma, "','");
+      a.offset = plan_field("offset");
+      expect(Tok::Comma, "','");
+      a.size = plan_field("size");
+      expect(Tok::RBrace, "'}' after size");
+      plan.entries.emplace_back(v, a);
+    }
+    g.set_memory_plan(std::move(plan));
+  }
+  int64_t plan_field(std::string_view name) {
+    expect_ident(name);
+    expect(Tok::Equal, "'='");
+    Token t = take();
+    int64_t v = parse_int(t);
+    if (v < 0 || v > kMaxNumel * 8) fail_at(t, std::string(name) + " " + t.text + " is out of range");
+    return v;
   }
 
   void parse_return(Graph &g, const Scope &scope) {

@@ -108,11 +108,24 @@ public:
     os_ << "return";
     for (size_t i = 0; i < g.outputs().size(); ++i) os_ << (i ? ", " : " ") << value_ref(g.outputs()[i]);
     os_ << "\n";
+    if (g.memory_plan()) memory_plan(*g.memory_plan(), depth + 1);
     indent(depth);
     os_ << "}\n";
   }
 
 private:
+  // memory_plan {peak_bytes = N} { %v {buffer = b, offset = o, size = s} ... }
+  void memory_plan(const MemoryPlan &plan, int depth) {
+    indent(depth);
+    os_ << "memory_plan {peak_bytes = " << plan.peak_bytes << "} {\n";
+    for (const auto &[v, s] : plan.entries) {
+      indent(depth + 1);
+      os_ << value_ref(v) << " {buffer = " << s.buffer << ", offset = " << s.offset << ", size = " << s.size << "}\n";
+    }
+    indent(depth);
+    os_ << "}\n";
+  }
+
   void indent(int depth) {
     for (int i = 0; i < depth; ++i) os_ << "  ";
   }

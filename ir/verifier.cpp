@@ -227,6 +227,15 @@ private:
 
 } // namespace
 
-void verify(const Graph &g) { Verifier(g, g.name()).run(); }
+void verify(const Graph &g) {
+  Verifier(g, g.name()).run();
+  try {
+    verify_memory_plan(g);
+  } catch (const VerifyError &) {
+    throw;
+  } catch (const Error &e) {
+    throw VerifyError(e.what(), nullptr);
+  }
+}
 
 } // namespace kiln::ir

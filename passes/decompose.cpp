@@ -124,11 +124,30 @@ Values gelu(Emit e, const Node &n) {
 
 Values silu(Emit e, const Node &n) { return {e.mul(n.operand(0), e.unary(OpId::Sigmoid, n.operand(0)))}; }
 
+// Contractions up to this many multiply-adds become mul + sum so that the fuse
+// pass can put them in one JIT kernel with their bias and activation: for W6's
+// [1, 64] x [64, 64] layers a BLAS call and a separate epilogue kernel cost more
+// in call overhead than the arithmetic itself. Large GEMMs keep BLAS.
+constexpr int64_t kTinyContraction = 64 * 1024;
+
+// x[..., K] @ w[N, K]^T as sum(x[..., 1, K] * w, -1) when it is tiny.
+Value *tiny_linear(Emit e, Value *x, Value *w) {
+  if (rank(w) != 2 || rank(x) < 1) return nullptr;
+  const Dims &xs = x->type().shape, &ws = w->type().shape;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < xs.size(); ++i) rows *= xs[i];
+  int64_t n = ws[0], k = ws[1];
+  if (xs[xs.size() - 1] != k || k == 0 || rows * n * k > kTinyContraction) return nullptr;
+  if (!is_floating(x->type().dtype) || x->type().dtype != w->type().dtype) return nullptr;
+  Value *prod = e.mul(e.b.op(OpId::Unsqueeze, {x}, {rank(x) - 1}), w);
+  return e.b.op(OpId::Sum, {prod}, {std::vector<int64_t>{rank(x)}, false, kNone});
+}
+
 // x @ w^T (+ b)
 Values linear(Emit e, const Node &n) {
   Value *x = n.operand(0), *w = n.operand(1);
-  Value *wt = rank(w) == 2 ? e.transpose(w, 0, 1) : w;
-  Value *y = e.matmul(x, wt);
+  Value *y = tiny_linear(e, x, w);
+  if (!y) y = e.matmul(x, rank(w) == 2 ? e.transpose(w, 0, 1) : w);
   if (n.operands().size() > 2 && n.operand(2)) y = e.add(y, n.operand(2));
   return {y};
 }

@@ -149,7 +149,7 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string default_pipeline() { return "decompose,canonicalize,cse,dce,fuse,fuse-horizontal"; }
+std::string default_pipeline() { return "decompose,canonicalize,cse,dce,fuse,fuse-horizontal,plan-memory"; }
 
 PipelineOptions PipelineOptions::from_env() {
   PipelineOptions o;
@@ -202,6 +202,8 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     timings.push_back({name, ms, changed});
     log()->debug("pass {}: {:.3f} ms{}", name, ms, changed ? "" : " (unchanged)");
+    // A memory plan describes the graph it was made for: any other change drops it.
+    if (changed && name.rfind("plan-memory", 0) != 0) g.set_memory_plan(std::nullopt);
     if (opts.verify_each) verify_after(g, name);
     if (!changed) continue;
     if (want_before) dumper.dump(i + 1, "before " + name, before);

@@ -140,12 +140,13 @@ int default_threads() {
 }
 
 std::mutex g_pool_mu;
-int g_num_threads = default_threads();
+// Read on every parallel_for (each JIT kernel launch): atomic, so reads take no lock.
+std::atomic<int> g_num_threads{default_threads()};
 ThreadPool *g_pool = nullptr; // created on first use, never destroyed (workers may outlive statics)
 
 ThreadPool &pool() {
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) g_pool = new ThreadPool(g_num_threads);
+  if (!g_pool) g_pool = new ThreadPool(g_num_threads.load());
   return *g_pool;
 }
 
@@ -154,14 +155,11 @@ ThreadPool &pool() {
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "set_num_threads: n must be >= 1, got ", n);
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  g_num_threads = n;
+  g_num_threads.store(n, std::memory_order_relaxed);
   if (g_pool && g_pool->size() != n) g_pool->resize(n);
 }
 
-int get_num_threads() {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  return g_num_threads;
-}
+int get_num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 bool in_parallel_region() { return t_in_region; }
 

@@ -65,7 +65,14 @@ void Storage::operator delete(void *p, size_t n) { cached_free(p, n); }
 void *TensorImpl::operator new(size_t n) { return cached_alloc(n); }
 void TensorImpl::operator delete(void *p, size_t n) { cached_free(p, n); }
 
+namespace {
+thread_local uint64_t t_storage_allocations = 0;
+}
+
+uint64_t thread_storage_allocations() { return t_storage_allocations; }
+
 Ref<Storage> Storage::allocate(size_t nbytes) {
+  ++t_storage_allocations;
   auto *s = new Storage;
   Ref<Storage> ref(s);
   s->nbytes_ = nbytes;
@@ -168,8 +175,32 @@ bool any_meta(std::initializer_list<const Tensor *> inputs) {
   return false;
 }
 
+namespace {
+thread_local ResultPlacement *t_placement = nullptr;
+}
+
+ResultPlacement::ResultPlacement(void *data, size_t nbytes, DType dtype)
+    : data_(data), nbytes_(nbytes), dtype_(dtype), prev_(t_placement) {
+  t_placement = this;
+}
+
+ResultPlacement::~ResultPlacement() { t_placement = prev_; }
+
 Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs) {
-  return make_tensor(sizes, dtype, any_meta(inputs));
+  bool meta = any_meta(inputs);
+  ResultPlacement *p = t_placement;
+  if (!p || !p->data_ || meta || p->dtype_ != dtype) return make_tensor(sizes, dtype, meta);
+  int64_t n = checked_numel(sizes, "empty");
+  if (size_t(n) * itemsize(dtype) != p->nbytes_) return make_tensor(sizes, dtype, meta);
+  auto *impl = new TensorImpl;
+  Ref<TensorImpl> ref(impl);
+  impl->dtype = dtype;
+  impl->sizes = Dims(sizes);
+  impl->strides = contiguous_strides(sizes);
+  impl->numel = n;
+  impl->storage = Storage::borrow(p->data_, p->nbytes_);
+  p->data_ = nullptr; // once: later results of the op allocate
+  return Tensor(std::move(ref));
 }
 
 Tensor wrap_scalar(const Scalar &s) {

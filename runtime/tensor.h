@@ -113,6 +113,11 @@ private:
 
 // A block of memory shared by all views of it. Owning storage comes from the
 // caching allocator (64-byte aligned); from_blob storage borrows user memory.
+// Storages (tensor data buffers) allocated by the calling thread so far: a
+// test counts what one call allocates with it (thread-local: no contention,
+// other threads' work does not show up). Borrowed storage does not count.
+uint64_t thread_storage_allocations();
+
 class Storage {
 public:
   using Deleter = void (*)(void *data, void *ctx);
@@ -438,6 +443,25 @@ Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int
 // straight away when it is meta (that is the op's shape rule at work).
 Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs);
 bool any_meta(std::initializer_list<const Tensor *> inputs);
+// Lets the compiled executor give an eager op's result memory it owns (an
+// arena slot) without an out= variant of every op: while a ResultPlacement is
+// alive on this thread, the first make_result of exactly `nbytes` bytes of
+// `dtype` returns a contiguous tensor over `data` instead of allocating. The
+// memory must stay valid as long as the result is used (the caller's job).
+class ResultPlacement {
+public:
+  ResultPlacement(void *data, size_t nbytes, DType dtype);
+  ~ResultPlacement();
+  ResultPlacement(const ResultPlacement &) = delete;
+  ResultPlacement &operator=(const ResultPlacement &) = delete;
+
+private:
+  friend Tensor make_result(IntArrayRef, DType, std::initializer_list<const Tensor *>);
+  void *data_;
+  size_t nbytes_;
+  DType dtype_;
+  ResultPlacement *prev_;
+};
 // A 0-dim wrapped-number tensor holding `s` (int64, float64 or bool).
 Tensor wrap_scalar(const Scalar &s);
 // Broadcast shapes with numpy rules; `op` names the caller in the error.

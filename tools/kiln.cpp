@@ -28,6 +28,7 @@
 #include "example.h"
 #include "frontend/bench.h"
 #include "ir/printer.h"
+#include "passes/plan_memory.h"
 
 namespace {
 
@@ -347,7 +348,10 @@ void print_summary(std::ostream &os, const std::map<std::string, int> &before, c
   os << "  fusion groups: " << (after.count("fusion_group") ? after.at("fusion_group") : 0) << "\n";
   os << "  kernels per call: " << kernels << "\n";
   os << "  bytes moved per call (estimate): " << kiln::bytes_moved_estimate(g) << "\n";
-  os << "  peak arena bytes: n/a (no memory plan yet)\n";
+  kiln::passes::GraphStats st = kiln::passes::graph_stats(g);
+  os << "  bytes read/written per call (per node, estimate): " << st.bytes_read << " / " << st.bytes_written << "\n";
+  if (st.peak_arena_bytes < 0) os << "  peak arena bytes: n/a (no memory plan: plan-memory did not run)\n";
+  else os << "  peak arena bytes: " << st.peak_arena_bytes << " (" << st.planned_values << " intermediates)\n";
 }
 
 int cmd_dump(const Args &o) {

@@ -1,0 +1,173 @@
+// Liveness and aliasing rules of the memory plan, shared by the plan-memory
+// pass, the verifier and the executor.
+#include "ir/memory_plan.h"
+
+#include <algorithm>
+
+#include "ir/graph.h"
+#include "runtime/error.h"
+
+namespace kiln::ir {
+
+const BufferAssignment *MemoryPlan::find(const Value *v) const {
+  for (const auto &[value, slot] : entries)
+    if (value == v) return &slot;
+  return nullptr;
+}
+
+int64_t value_bytes(const Value *v) { return v->type().numel() * int64_t(itemsize(v->type().dtype)); }
+
+namespace {
+
+// The body input a fusion body's output shares memory with, or nullptr.
+const Value *body_alias(const Value *out) {
+  while (out && out->kind() == Value::Kind::Result) {
+    const Node *p = out->producer();
+    out = alias_source(*p, out->result_index());
+  }
+  return out && out->kind() == Value::Kind::Input ? out : nullptr;
+}
+
+bool elementwise_op(const Node &n) { return n.kind() == Node::Kind::Op && n.info().kind == OpKind::Elementwise; }
+
+bool same_layout(const Value *a, const Value *b) {
+  return IntArrayRef(a->type().shape) == IntArrayRef(b->type().shape) &&
+         itemsize(a->type().dtype) == itemsize(b->type().dtype) && !a->type().strides && !b->type().strides;
+}
+
+} // namespace
+
+Value *alias_source(const Node &n, size_t result) {
+  if (n.kind() == Node::Kind::FusionGroup) {
+    if (!n.body() || result >= n.body()->outputs().size()) return nullptr;
+    const Graph &body = *n.body();
+    const Value *in = body_alias(body.outputs()[result]);
+    if (!in) return nullptr;
+    for (size_t i = 0; i < body.inputs().size() && i < n.operands().size(); ++i)
+      if (body.inputs()[i] == in) return n.operand(i);
+    return nullptr;
+  }
+  if (n.operands().empty() || !n.operand(0)) return nullptr;
+  // The eager kernels of these may return their operand's storage.
+  if (n.info().kind == OpKind::View || n.op() == OpId::Contiguous) return n.operand(0);
+  if (n.op() == OpId::Cast && n.operand(0)->type().dtype == n.result(result)->type().dtype) return n.operand(0);
+  return nullptr;
+}
+
+bool may_copy(const Node &n) {
+  return n.kind() == Node::Kind::Op && (n.op() == OpId::Reshape || n.op() == OpId::Contiguous);
+}
+
+Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
+  const int64_t end = int64_t(nodes_.size());
+  // A read of v reads v and everything v may share memory with.
+  auto each_base = [&](const Value *v, auto &&fn) {
+    for (; v; v = parent(v)) {
+      auto it = ranges_.find(v);
+      if (it != ranges_.end()) fn(it->second);
+    }
+  };
+  for (int64_t i = 0; i < end; ++i) {
+    const Node &n = *nodes_[size_t(i)];
+    for (size_t r = 0; r < n.results().size(); ++r) {
+      Value *v = n.result(r);
+      const Value *src = alias_source(n, r);
+      if (src) parents_[v] = src;
+      if (src && !may_copy(n)) continue;
+      fresh_.push_back(v);
+      ranges_[v] = LiveRange{i, i, false};
+    }
+    for (const Value *v : n.operands())
+      each_base(v, [i](LiveRange &r) { r.last = std::max(r.last, i); });
+  }
+  for (const Value *o : g.outputs()) each_base(o, [](LiveRange &r) { r.escapes = true; });
+  for (const WriteBack &w : g.write_backs()) each_base(w.value, [end](LiveRange &r) { r.last = end; });
+}
+
+const LiveRange *Liveness::range(const Value *v) const {
+  auto it = ranges_.find(v);
+  return it == ranges_.end() ? nullptr : &it->second;
+}
+
+const Value *Liveness::parent(const Value *v) const {
+  auto it = parents_.find(v);
+  return it == parents_.end() ? nullptr : it->second;
+}
+
+bool Liveness::shares(const Value *v, const Value *base) const {
+  for (; v; v = parent(v))
+    if (v == base) return true;
+  return false;
+}
+
+bool Liveness::in_place_ok(int64_t i, size_t result, const Value *v) const {
+  if (i < 0 || i >= int64_t(nodes_.size())) return false;
+  const Node &n = *nodes_[size_t(i)];
+  if (result >= n.results().size() || !same_layout(n.result(result), v)) return false;
+  bool reads = false;
+  for (size_t k = 0; k < n.operands().size(); ++k) {
+    const Value *op = n.operand(k);
+    if (!op || !shares(op, v)) continue;
+    if (op != v) return false; // a view of v reads other indices
+    reads = true;
+  }
+  if (!reads) return false;
+  if (elementwise_op(n)) return true;
+  if (n.kind() != Node::Kind::FusionGroup || !n.body()) return false;
+  const Graph &body = *n.body();
+  for (const Node *b : body.nodes())
+    if (!elementwise_op(*b)) return false;
+  // Each body input standing for v must be read at the index the result is written.
+  for (size_t k = 0; k < n.operands().size() && k < body.inputs().size(); ++k)
+    if (n.operand(k) == v && !same_layout(body.inputs()[k], n.result(result))) return false;
+  return true;
+}
+
+namespace {
+
+std::string slot_str(const Value *v, const BufferAssignment &s) {
+  return detail::concat("%", v->name(), " {buffer = ", s.buffer, ", offset = ", s.offset, ", size = ", s.size, "}");
+}
+
+} // namespace
+
+void verify_memory_plan(const Graph &g) {
+  if (!g.memory_plan()) return;
+  const MemoryPlan &plan = *g.memory_plan();
+  auto fail = [&](const std::string &msg) { KILN_FAIL("verify: @", g.name(), ": memory plan: ", msg); };
+  if (plan.peak_bytes < 0) fail(detail::concat("negative peak bytes ", plan.peak_bytes));
+  Liveness live(g);
+  std::unordered_map<const Value *, const BufferAssignment *> seen;
+  for (const auto &[v, s] : plan.entries) {
+    const LiveRange *r = live.range(v);
+    if (!r) fail(detail::concat(slot_str(v, s), ": not a fresh result of a node of @", g.name(),
+                                " (views share their base's buffer)"));
+    if (r->escapes) fail(detail::concat(slot_str(v, s), ": a graph output is or views it; outputs are not in the arena"));
+    if (!seen.emplace(v, &s).second) fail(detail::concat("%", v->name(), " is planned twice"));
+    if (s.offset < 0 || s.offset % kArenaAlignment)
+      fail(detail::concat(slot_str(v, s), ": offset is not a multiple of ", kArenaAlignment));
+    if (s.size < value_bytes(v))
+      fail(detail::concat(slot_str(v, s), ": ", v->type().str(), " needs ", value_bytes(v), " bytes"));
+    if (s.offset + s.size > plan.peak_bytes)
+      fail(detail::concat(slot_str(v, s), ": ends past the arena's ", plan.peak_bytes, " bytes"));
+  }
+  for (size_t a = 0; a < plan.entries.size(); ++a) {
+    for (size_t b = a + 1; b < plan.entries.size(); ++b) {
+      auto [va, sa] = plan.entries[a];
+      auto [vb, sb] = plan.entries[b];
+      if (sa.offset >= sb.offset + sb.size || sb.offset >= sa.offset + sa.size) continue;
+      const LiveRange &ra = *live.range(va), &rb = *live.range(vb);
+      if (ra.last < rb.def || rb.last < ra.def) continue;
+      // In place: the later value is written over the earlier one by the node that reads it last.
+      const Value *first = ra.def <= rb.def ? va : vb, *second = first == va ? vb : va;
+      const LiveRange &rf = *live.range(first), &rs = *live.range(second);
+      const BufferAssignment &sf = first == va ? sa : sb, &ss = first == va ? sb : sa;
+      if (rf.last == rs.def && sf.offset == ss.offset && live.in_place_ok(rs.def, second->result_index(), first))
+        continue;
+      fail(detail::concat(slot_str(va, sa), " and ", slot_str(vb, sb), " overlap while both are live (nodes ", ra.def,
+                          "..", ra.last, " and ", rb.def, "..", rb.last, ")"));
+    }
+  }
+}
+
+} // namespace kiln::ir

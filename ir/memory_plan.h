@@ -1,0 +1,91 @@
+// The memory plan of a graph (written by the plan-memory pass): where each
+// intermediate buffer lives in one arena whose size is known at compile time,
+// and the liveness rules the pass, the verifier and the executor share.
+//
+// A planned value is a result of a top-level node that owns fresh memory (not a
+// view or other alias of an operand) and never escapes (no graph output aliases
+// it). It is live from its producer to the last node that reads it or any view
+// of it (a write-back reads it at the end of the graph). Two planned values may
+// share bytes only when their live ranges are disjoint, or when the later one is
+// computed in place: an elementwise node overwrites an operand it reads for the
+// last time, element for element.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::ir {
+
+class Graph;
+class Node;
+class Value;
+
+inline constexpr int64_t kArenaAlignment = 64;
+
+struct BufferAssignment {
+  int64_t buffer = 0; // values with the same buffer reuse the same bytes at different times
+  int64_t offset = 0; // from the arena start, a multiple of kArenaAlignment
+  int64_t size = 0;   // bytes reserved (>= the value's bytes)
+};
+
+struct MemoryPlan {
+  int64_t peak_bytes = 0; // the arena size
+  std::vector<std::pair<Value *, BufferAssignment>> entries; // in definition order
+  const BufferAssignment *find(const Value *v) const;
+};
+
+// The operand whose memory result `result` of `n` may share (views, contiguous,
+// a no-op cast, a fusion group returning a view of a body input), or nullptr
+// when the result is fresh memory.
+Value *alias_source(const Node &n, size_t result);
+// Whether `n` may either alias its operand or copy it, depending on strides the
+// graph does not fix (reshape, contiguous): its result gets its own slot (used
+// when it copies) and also keeps the operand alive (when it is a view).
+bool may_copy(const Node &n);
+
+struct LiveRange {
+  int64_t def = 0;      // index of the producing node
+  int64_t last = 0;     // last node index reading it or a view of it; num_nodes for a write-back
+  bool escapes = false; // a graph output is it or a view of it
+};
+
+// Bytes a value of this type occupies (dense).
+int64_t value_bytes(const Value *v);
+inline int64_t align_arena(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// Liveness of g's top level: node indices, alias roots and the live ranges of
+// the fresh results of its nodes.
+class Liveness {
+public:
+  explicit Liveness(const Graph &g);
+  const std::vector<Node *> &nodes() const { return nodes_; }
+  // Plannable results (escaping ones included), in definition order.
+  const std::vector<Value *> &fresh() const { return fresh_; }
+  // nullptr for a value that is not a plannable result of a top-level node.
+  const LiveRange *range(const Value *v) const;
+  // The operand whose memory v may share, or nullptr.
+  const Value *parent(const Value *v) const;
+  // Whether v is `base` or may share its memory (through views).
+  bool shares(const Value *v, const Value *base) const;
+  // Whether node `i` may write its result `result` over operand value v, which
+  // it reads for the last time: an elementwise op, or a fusion group of
+  // elementwise ops only, that reads v (and no view of it) at exactly the index
+  // it writes (same shape and element size).
+  bool in_place_ok(int64_t i, size_t result, const Value *v) const;
+
+private:
+  std::vector<Node *> nodes_;
+  std::vector<Value *> fresh_;
+  std::unordered_map<const Value *, LiveRange> ranges_;
+  std::unordered_map<const Value *, const Value *> parents_;
+};
+
+// Throws kiln::Error naming the problem when g's memory plan is inconsistent:
+// a value that is not a fresh, non-escaping intermediate of g, a misaligned or
+// out-of-arena slot, a slot smaller than its value, or two simultaneously live
+// values whose bytes overlap (other than a safe in-place update).
+void verify_memory_plan(const Graph &g);
+
+} // namespace kiln::ir

@@ -1,0 +1,336 @@
+// The plan-memory pass and the executor's arena: the plan's reuse decisions on
+// small graphs (against hand-computed lifetimes), the verifier's overlap check,
+// the text round trip, compiled results with reused buffers against eager (one
+// thread and four at once), and allocations per steady-state call of the
+// workloads (only the outputs allocate).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <kiln/kiln.h>
+
+#include "codegen/executable.h"
+#include "example.h"
+#include "frontend/compile.h"
+#include "ir/graph.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "passes/pass_manager.h"
+#include "passes/plan_memory.h"
+#include "runtime/allocator.h"
+
+using namespace kiln;
+
+namespace {
+
+std::unique_ptr<ir::Graph> planned(const std::string &text, const char *pass = "plan-memory-inplace") {
+  auto g = ir::parse(text);
+  passes::run_pipeline(*g, pass, {});
+  ir::verify(*g);
+  return g;
+}
+
+const ir::BufferAssignment *slot(const ir::Graph &g, const std::string &name) {
+  for (const auto &[v, s] : g.memory_plan()->entries)
+    if (v->name() == name) return &s;
+  return nullptr;
+}
+
+bool overlap(const ir::BufferAssignment &a, const ir::BufferAssignment &b) {
+  return a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+}
+
+double max_abs_diff(const Tensor &a, const Tensor &b) {
+  EXPECT_EQ(a.sizes().vec(), b.sizes().vec());
+  return amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
+}
+
+void expect_close(const std::vector<Tensor> &got, const std::vector<Tensor> &want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    double scale = amax(abs(want[i].to(kFloat64))).item<double>();
+    EXPECT_LE(max_abs_diff(got[i], want[i]), 1e-5 + 1e-4 * scale) << "output " << i;
+  }
+}
+
+// f32[16, 32] intermediates (2048 bytes each) and two small ones; %3 is the output.
+const char *kChain = R"(graph @chain(%x: f32[16, 32]) {
+  %0 = exp(%x) : f32[16, 32]
+  %1 = sum(%0) {dims = [1], keepdim = true, dtype = none} : f32[16, 1]
+  %2 = div(%0, %1) {rounding_mode = none} : f32[16, 32]
+  %4 = neg(%2) : f32[16, 32]
+  %5 = sum(%4) {dims = [0], keepdim = true, dtype = none} : f32[1, 32]
+  %6 = sub(%2, %5) {alpha = 1} : f32[16, 32]
+  %7 = tanh(%x) : f32[16, 32]
+  %3 = mul(%6, %7) : f32[16, 32]
+  return %3
+}
+)";
+
+} // namespace
+
+TEST(PlanMemory, DeadBufferIsReusedAndOutputsStayOut) {
+  auto g = planned(kChain);
+  ASSERT_TRUE(g->memory_plan());
+  EXPECT_EQ(slot(*g, "3"), nullptr) << "a graph output is not in the arena";
+  for (const char *v : {"0", "1", "2", "4", "5", "6", "7"}) ASSERT_TRUE(slot(*g, v)) << v;
+  // %0 dies at %2 (div reads it last, elementwise, same shape): %2 takes its buffer in place.
+  EXPECT_EQ(slot(*g, "2")->offset, slot(*g, "0")->offset);
+  // %2 is still live when %4 is made: no overlap. %6 is computed in place over %2.
+  EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "4")));
+  EXPECT_EQ(slot(*g, "6")->offset, slot(*g, "2")->offset);
+  // %4 is dead after %5: %7 (not an elementwise reader of it) reuses its buffer.
+  EXPECT_EQ(slot(*g, "7")->offset, slot(*g, "4")->offset);
+  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "4")->buffer);
+  // ... but not %5's or %1's small ones, nor %6's, which is live.
+  EXPECT_FALSE(overlap(*slot(*g, "7"), *slot(*g, "6")));
+  for (const auto &[v, s] : g->memory_plan()->entries) EXPECT_EQ(s.offset % 64, 0) << v->name();
+  // Two 2048-byte buffers, f32[16, 1] rounded up to 64 bytes and f32[1, 32] (128).
+  EXPECT_EQ(g->memory_plan()->peak_bytes, 2 * 2048 + 64 + 128);
+}
+
+TEST(PlanMemory, DefaultPassNeverComputesInPlace) {
+  // Same graph through "plan-memory": %2 is made while %0 is read, so they get
+  // different buffers; %4 dies at %5, so %6 reuses it, and %2 dies at %6, so %7 reuses that.
+  auto g = planned(kChain, "plan-memory");
+  EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "0")));
+  EXPECT_FALSE(overlap(*slot(*g, "6"), *slot(*g, "2")));
+  EXPECT_EQ(slot(*g, "4")->buffer, slot(*g, "0")->buffer);
+  EXPECT_EQ(slot(*g, "6")->buffer, slot(*g, "4")->buffer);
+  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "2")->buffer);
+}
+
+TEST(PlanMemory, ViewKeepsItsBaseAlive) {
+  // %1 is only read through the transpose %2, which %5 reads after %3 and %4
+  // were made: %1 must stay live (no reuse) until %5.
+  auto g = planned(R"(graph @v(%x: f32[16, 32]) {
+  %1 = exp(%x) : f32[16, 32]
+  %2 = transpose(%1) {dim0 = 0, dim1 = 1} : f32[32, 16]
+  %3 = neg(%x) : f32[16, 32]
+  %4 = sum(%3) {dims = [1], keepdim = false, dtype = none} : f32[16]
+  %5 = sum(%2) {dims = [1], keepdim = false, dtype = none} : f32[32]
+  %6 = add(%4, %4) {alpha = 1} : f32[16]
+  return %5, %6
+}
+)");
+  ASSERT_TRUE(slot(*g, "1") && slot(*g, "3"));
+  EXPECT_EQ(slot(*g, "2"), nullptr) << "views are not planned";
+  EXPECT_FALSE(overlap(*slot(*g, "1"), *slot(*g, "3")));
+}
+
+TEST(PlanMemory, ValueViewedByAnOutputIsNotPlanned) {
+  auto g = planned(R"(graph @o(%x: f32[16, 32]) {
+  %1 = exp(%x) : f32[16, 32]
+  %2 = reshape(%1) {shape = [512]} : f32[512]
+  return %2
+}
+)");
+  EXPECT_TRUE(g->memory_plan()->entries.empty());
+  EXPECT_EQ(g->memory_plan()->peak_bytes, 0);
+}
+
+TEST(PlanMemory, PrintsAndParsesBack) {
+  auto g = planned(kChain);
+  std::string text = ir::print(*g);
+  EXPECT_NE(text.find("memory_plan {peak_bytes = 4288} {"), std::string::npos) << text;
+  auto again = ir::parse(text);
+  ir::verify(*again);
+  EXPECT_EQ(ir::print(*again), text);
+}
+
+TEST(PlanMemory, VerifierRejectsOverlapOfLiveBuffers) {
+  auto g = planned(kChain);
+  auto &entries = const_cast<ir::MemoryPlan &>(*g->memory_plan()).entries;
+  // Put %4 on %2's bytes while %2 is still live.
+  for (auto &[v, s] : entries)
+    if (v->name() == "4") s.offset = slot(*g, "2")->offset;
+  try {
+    ir::verify(*g);
+    FAIL() << "verify accepted overlapping live buffers";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("overlap while both are live"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanMemory, OtherPassesDropAStalePlan) {
+  auto g = ir::parse(kChain);
+  passes::run_pipeline(*g, "plan-memory,fuse", {});
+  EXPECT_FALSE(g->memory_plan()) << "fuse changed the graph; the plan described the old one";
+  passes::run_pipeline(*g, "plan-memory", {});
+  EXPECT_TRUE(g->memory_plan());
+}
+
+TEST(PlanMemory, GraphStats) {
+  auto g = planned(kChain);
+  passes::GraphStats s = passes::graph_stats(*g);
+  EXPECT_EQ(s.peak_arena_bytes, 4288);
+  EXPECT_EQ(s.planned_values, 7);
+  EXPECT_EQ(s.fusion_groups, 0);
+  EXPECT_EQ(s.other_nodes, 8);
+  // exp, div, neg, sub, tanh, mul write 2048 bytes each, the two sums 64 and 128.
+  EXPECT_EQ(s.bytes_written, 6 * 2048 + 64 + 128);
+}
+
+namespace {
+
+// Intermediates that die at different times, a view of one read late, and a
+// multi-output tail: exercises reuse in the compiled executor.
+ModelFn reuse_model(Tensor w) {
+  return [w](const std::vector<Tensor> &in) {
+    Tensor x = in[0];
+    Tensor a = exp(x * 0.1);
+    Tensor at = a.transpose(0, 1);
+    Tensor b = softmax(a * 2.0, 1);
+    Tensor c = matmul(b, w);          // eager BLAS, result in the arena
+    Tensor d = layer_norm(c, {c.size(1)});
+    Tensor e = tanh(d) + sum(at, {1}).unsqueeze(0).narrow(1, 0, 1);
+    return std::vector<Tensor>{e, relu(d) * 3.0};
+  };
+}
+
+} // namespace
+
+TEST(ArenaExecutor, ReusedBuffersGiveEagerResults) {
+  manual_seed(3);
+  Tensor w = randn({48, 40});
+  ModelFn fn = reuse_model(w);
+  // The default pipeline, and the same with in-place reuse.
+  std::string inplace = passes::default_pipeline();
+  inplace.replace(inplace.find("plan-memory"), std::string("plan-memory").size(), "plan-memory-inplace");
+  for (const std::string &pipeline : {passes::default_pipeline(), inplace}) {
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    o.pipeline = pipeline;
+    CompiledFunction f = compile(fn, o);
+    for (int call = 0; call < 3; ++call) {
+      Tensor x = randn({24, 48});
+      expect_close(f({x}), fn({x}));
+    }
+    auto g = f.graph_for({randn({24, 48})});
+    ASSERT_TRUE(g && g->memory_plan());
+    EXPECT_GT(g->memory_plan()->peak_bytes, 0);
+    EXPECT_GT(f.stats().peak_arena_bytes, 0);
+  }
+}
+
+TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
+  manual_seed(4);
+  Tensor w = randn({48, 40});
+  ModelFn fn = reuse_model(w);
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  f({randn({24, 48})}); // compile once up front
+  std::vector<Tensor> xs;
+  std::vector<std::vector<Tensor>> want;
+  for (int t = 0; t < 4; ++t) {
+    xs.push_back(randn({24, 48}));
+    want.push_back(fn({xs.back()}));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        std::vector<Tensor> got = f({xs[size_t(t)]});
+        for (size_t k = 0; k < got.size(); ++k) {
+          double scale = amax(abs(want[size_t(t)][k])).item<double>();
+          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale) ++bad;
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+namespace {
+
+// Tensor storages one steady-state compiled call allocates on this thread.
+int64_t allocations_per_call(const CompiledFunction &f, const std::vector<Tensor> &in) {
+  for (int i = 0; i < 3; ++i) f(in); // compile, then warm the arena pool
+  uint64_t before = thread_storage_allocations();
+  std::vector<Tensor> out = f(in);
+  return int64_t(thread_storage_allocations() - before);
+}
+
+} // namespace
+
+class SteadyStateAllocations : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
+  const examples::Example *ex = examples::find_example(GetParam());
+  ASSERT_TRUE(ex);
+  examples::Workload w = ex->make();
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(w.fn, o);
+  std::vector<Tensor> out = f(w.inputs);
+  expect_close(out, w.fn(w.inputs));
+  EXPECT_EQ(allocations_per_call(f, w.inputs), int64_t(out.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
+                         ::testing::Values("w1-gelu-chain", "w3-layernorm", "w5-gpt2-block", "w6-tiny-mlp"),
+                         [](const auto &info) {
+                           std::string n = info.param;
+                           for (char &c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
+// activation into one JIT kernel; the bias is read per row of that kernel.
+TEST(TinyLinear, FusesWithBiasAndReluIntoOneKernel) {
+  manual_seed(5);
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{1, 64}, {3, 16}, {2, 3, 16}, {16}}) {
+    Tensor w = randn({24, 16}), b = randn({24});
+    if (shape.back() == 64) w = randn({24, 64});
+    ModelFn fn = [w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(linear(in[0], w, b))}; };
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    Tensor x = randn(IntArrayRef(shape));
+    expect_close(f({x}), fn({x}));
+    EXPECT_EQ(f.kernels_per_call({x}), 1) << shape_str(IntArrayRef(shape));
+  }
+}
+
+TEST(TinyLinear, LargeLinearKeepsBlas) {
+  manual_seed(6);
+  Tensor w = randn({256, 128}), b = randn({256});
+  ModelFn fn = [w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(linear(in[0], w, b))}; };
+  CompiledFunction f = compile(fn);
+  Tensor x = randn({64, 128});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g);
+  bool has_matmul = false;
+  for (const ir::Node *n : g->nodes()) has_matmul |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Matmul;
+  EXPECT_TRUE(has_matmul);
+}
+
+// Rank D-1 values in a rank-D group: a plain elementwise one aligns with the
+// domain's trailing dims (numpy); one computed from a last-dim reduction is
+// per row. Square shapes make the two readings differ only in the numbers.
+TEST(TinyLinear, RankDropsInAGroupFollowNumpy) {
+  manual_seed(7);
+  Tensor a = randn({8, 8}), b = randn({8, 8}), c = randn({8, 8, 8});
+  ModelFn plain = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{(in[0] + in[1]) * in[2]}; };
+  ModelFn row = [](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{relu(sum(exp(in[2]), {2}) + in[0]) * in[1]};
+  };
+  for (const ModelFn &fn : {plain, row}) {
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    expect_close(f({a, b, c}), fn({a, b, c}));
+    // Every fusion group compiled (none fell back to the interpreter).
+    auto g = f.graph_for({a, b, c});
+    ASSERT_TRUE(g);
+    int64_t groups = passes::graph_stats(*g).fusion_groups;
+    EXPECT_GE(groups, 1);
+    EXPECT_EQ(f.kernels_per_call({a, b, c}), groups);
+  }
+}
