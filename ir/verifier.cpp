@@ -120,13 +120,19 @@ private:
     check_inferred_types(n, a);
   }
 
-  // A META tensor standing for `v` (keeping a constant's wrapped-number flag,
-  // which changes type promotion).
-  static Tensor meta_of(const Value *v) {
+  // Whether `v` is a wrapped number: a wrapped constant, or a body input that
+  // receives one (the executors pass the constant itself into the body).
+  bool is_wrapped(const Value *v) const {
+    if (v->kind() == Value::Kind::Const && v->tensor().defined()) return v->tensor().impl().wrapped_number;
+    return wrapped_inputs_.count(v) > 0;
+  }
+
+  // A META tensor standing for `v` (keeping the wrapped-number flag, which
+  // changes type promotion).
+  Tensor meta_of(const Value *v) const {
     if (!v) return Tensor();
     Tensor t = detail::make_tensor(v->type().shape, v->type().dtype, /*meta=*/true);
-    if (v->kind() == Value::Kind::Const && v->tensor().defined())
-      t.impl().wrapped_number = v->tensor().impl().wrapped_number;
+    t.impl().wrapped_number = is_wrapped(v);
     return t;
   }
 
@@ -175,6 +181,8 @@ private:
     }
     Verifier inner(*body, path_ + "/" + body->name());
     inner.is_body_ = true;
+    for (size_t i = 0; i < n.operands().size(); ++i)
+      if (is_wrapped(n.operands()[i])) inner.wrapped_inputs_.insert(body->inputs()[i]);
     try {
       inner.run();
     } catch (const VerifyError &e) {
@@ -213,6 +221,7 @@ private:
   std::string path_;
   bool is_body_ = false;
   std::unordered_set<const Value *> defined_;
+  std::unordered_set<const Value *> wrapped_inputs_; // body inputs that receive wrapped numbers
   std::unordered_set<std::string> names_;
 };
 

@@ -316,7 +316,15 @@ private:
     Node *before = (pos + 1 == order.end()) ? nullptr : *(pos + 1);
     // Nodes between the members that read a member's result (and so must run after
     // the group) move behind it, in order; they cannot feed the group (no cycles).
+    // A node reading a mover's result moves too (a group formed earlier can be a
+    // mover, and its readers come after it).
     std::vector<Node *> movers;
+    std::set<const Node *> moving;
+    auto reads_mover = [&](const Node *n) {
+      for (const Value *v : n->operands())
+        if (v && v->producer() && moving.count(v->producer())) return true;
+      return false;
+    };
     bool after_first = false;
     for (Node *n : order) {
       if (n == last) break;
@@ -324,7 +332,10 @@ private:
         after_first = true;
         continue;
       }
-      if (after_first && depends_on(n, grp)) movers.push_back(n);
+      if (after_first && (depends_on(n, grp) || reads_mover(n))) {
+        movers.push_back(n);
+        moving.insert(n);
+      }
     }
     Node *group = g_.create_group(ext_in, out_types, before);
     for (Node *m : movers) g_.move_before(m, before);

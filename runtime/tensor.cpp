@@ -165,6 +165,8 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta) {
 }
 
 Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  // An expand can ask for any sizes: their product must still fit int64 (refresh_numel below).
+  checked_numel(sizes, "view");
   auto *impl = new TensorImpl;
   Ref<TensorImpl> ref(impl);
   const TensorImpl &b = base.impl();
@@ -312,6 +314,7 @@ namespace {
 Dims infer_shape(IntArrayRef shape, int64_t numel, const char *op, IntArrayRef from) {
   Dims out(shape);
   int64_t known = 1, infer = -1;
+  bool overflow = false, zero = false; // a huge shape (from a graph's attribute) must not overflow
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       KILN_CHECK(infer < 0, op, ": only one dimension can be inferred (-1) in shape ", shape_str(shape));
@@ -319,8 +322,12 @@ Dims infer_shape(IntArrayRef shape, int64_t numel, const char *op, IntArrayRef f
       continue;
     }
     KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in shape ", shape_str(shape));
-    known *= out[i];
+    zero |= out[i] == 0;
+    overflow |= __builtin_mul_overflow(known, out[i], &known);
   }
+  if (zero) known = 0;
+  KILN_CHECK(zero || !overflow, op, ": shape ", shape_str(shape), " is invalid for input of size ", numel,
+             " (shape ", shape_str(from), ")");
   if (infer >= 0) {
     KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape),
                " is invalid for input of size ", numel, " (shape ", shape_str(from), ")");
@@ -437,8 +444,8 @@ Tensor slice(const Tensor &x, int64_t dim, std::optional<int64_t> start_opt, std
   end = std::clamp<int64_t>(end, start, len);
   KILN_TRACE(Slice, {x}, d, start, end, step);
   Dims sz(x.sizes()), st(x.strides());
-  sz[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  sz[d] = end == start ? 0 : (end - start - 1) / step + 1; // no overflow for a huge step
+  if (sz[d] > 1) st[d] *= step;                             // step < len here
   return detail::make_view(x, sz, st, x.storage_offset() + start * x.strides()[d]);
 }
 

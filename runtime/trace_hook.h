@@ -31,7 +31,8 @@ struct TraceHooks {
   // `self` (and what it aliases) follow the result. fill_(v) records Full.
   void (*record_inplace)(Tensor &self, OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs) = nullptr;
   // Called when traced code reads data (item, data_ptr, printing): throws TraceError.
-  [[noreturn]] void (*data_read)(const char *what) = nullptr;
+  // (Not declared [[noreturn]]: on a function pointer that is a GCC extension clang rejects.)
+  void (*data_read)(const char *what) = nullptr;
 };
 void set_trace_hooks(const TraceHooks &hooks);
 const TraceHooks &trace_hooks();

@@ -6,7 +6,11 @@
 // skips im2col: the image itself is the GEMM operand. Several images run in
 // parallel with single-threaded BLAS; one image uses OpenBLAS's threads.
 #include <algorithm>
+<<<<<<< HEAD
 #include <memory>
+=======
+#include <cstdint>
+>>>>>>> relci
 #include <vector>
 
 #include "runtime/kernels/linalg_internal.h"
@@ -205,6 +209,12 @@ ConvGeom conv_geometry(const Tensor &input, const Tensor &weight, const Tensor &
     KILN_CHECK(bias.dim() == 1 && bias.size(0) == g.O, "conv2d: expected bias of shape [", g.O, "], got ",
                shape_str(bias.sizes()));
   }
+  // Sizes and attributes can come from a hand-written or fuzzed graph: keep the geometry in range.
+  const __int128 big = INT64_MAX / 4;
+  KILN_CHECK(__int128(g.dh) * g.kH < big && __int128(g.dw) * g.kW < big && g.ph < big && g.pw < big &&
+                 g.H < big && g.W < big,
+             "conv2d: dilation ", shape_str(dl), " and padding ", shape_str(pd), " are too large for input ",
+             shape_str(input.sizes()), " and weight ", shape_str(weight.sizes()));
   const int64_t eh = g.dh * (g.kH - 1) + 1, ew = g.dw * (g.kW - 1) + 1; // dilated kernel extent
   KILN_CHECK(g.H + 2 * g.ph >= eh && g.W + 2 * g.pw >= ew, "conv2d: padded input size per channel (",
              g.H + 2 * g.ph, " x ", g.W + 2 * g.pw, ") is smaller than the dilated kernel size (", eh, " x ", ew,

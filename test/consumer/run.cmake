@@ -11,8 +11,14 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${KILN_BUILD_DIR} --prefix ${
 if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
+# The consumer builds with kiln's compiler (a sanitized kiln needs that compiler's sanitizer runtime).
+set(compiler_arg)
+if(DEFINED KILN_CXX_COMPILER)
+  set(compiler_arg -DCMAKE_CXX_COMPILER=${KILN_CXX_COMPILER})
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${KILN_SOURCE_DIR}/test/consumer -B ${WORK_DIR}/build -G Ninja
-                        -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+                        -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix ${compiler_arg}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc)
   message(FATAL_ERROR "configuring the consumer failed:\n${out}\n${err}")
 endif()

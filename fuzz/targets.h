@@ -1,0 +1,25 @@
+// The fuzz targets' entry functions, shared by the libFuzzer executables
+// (fuzz_ir_parser, fuzz_random_graph: clang, -fsanitize=fuzzer) and by
+// fuzz_regression_test, which replays every committed input under
+// test/fuzz-regressions/<target>/ in the normal test suite (any compiler).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kiln::fuzz {
+
+// Each returns "" when the input upholds the target's property, else what went
+// wrong. Inputs the target rejects (kiln::Error) are fine; a crash, a leak, a
+// hang or any other exception is a bug.
+
+// Parses the bytes as IR text and verifies it: kiln::Error or success. A graph
+// that parses prints, and its printed text parses back and prints the same.
+std::string ir_parser(const uint8_t *data, size_t size);
+
+// The bytes choose a random graph (test/util/random_graph.h); kiln::compile
+// (no eager fallback) must equal the interpreter on the traced graph.
+std::string random_graph(const uint8_t *data, size_t size);
+
+} // namespace kiln::fuzz
