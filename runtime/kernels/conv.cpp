@@ -6,11 +6,8 @@
 // skips im2col: the image itself is the GEMM operand. Several images run in
 // parallel with single-threaded BLAS; one image uses OpenBLAS's threads.
 #include <algorithm>
-<<<<<<< HEAD
-#include <memory>
-=======
 #include <cstdint>
->>>>>>> relci
+#include <memory>
 #include <vector>
 
 #include "runtime/kernels/linalg_internal.h"
