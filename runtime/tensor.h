@@ -27,10 +27,14 @@ class IntArrayRef {
 public:
   constexpr IntArrayRef() = default;
   constexpr IntArrayRef(const int64_t *data, size_t n) : data_(data), size_(n) {}
+#if defined(__GNUC__) && !defined(__clang__) // a GCC-only warning; clang has no such group
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime" // the list outlives the call, as torch's IntArrayRef
+#endif
   IntArrayRef(std::initializer_list<int64_t> il) : data_(il.begin()), size_(il.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
   IntArrayRef(const std::vector<int64_t> &v) : data_(v.data()), size_(v.size()) {}
   IntArrayRef(const int64_t &one) : data_(&one), size_(1) {}
 

@@ -15,7 +15,7 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 cmake --build "$dir" -j "$(nproc)" --target fuzz_ir_parser fuzz_random_graph
 export OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 run() { # target seed-dirs...
