@@ -14,27 +14,16 @@
 
 #include <kiln/kiln.h>
 
+#include "expect_error.h"
+
 using namespace kiln;
+using kiln::testing::expect_error;
 
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-// Runs fn and checks that it throws kiln::Error mentioning every part of `want`.
-void expect_error(const std::function<void()> &fn, const std::vector<std::string> &want) {
-  try {
-    fn();
-  } catch (const Error &e) {
-    std::string msg = e.what();
-    for (const std::string &w : want) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-    return;
-  } catch (const std::exception &e) {
-    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "did not throw; expected an error mentioning '" << want.front() << "'";
-}
 
 std::vector<double> values(const Tensor &t) {
   Tensor c = t.to(kFloat64).contiguous();

@@ -15,6 +15,8 @@
 
 #include <kiln/kiln.h>
 
+#include "expect_error.h"
+
 #include "codegen/executable.h"
 #include "frontend/compile.h"
 #include "frontend/trace.h"
@@ -23,25 +25,13 @@
 #include "passes/pass_manager.h"
 
 using namespace kiln;
+using kiln::testing::expect_error;
 
 namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
-void expect_error(const std::function<void()> &fn, const std::vector<std::string> &want) {
-  try {
-    fn();
-  } catch (const Error &e) {
-    std::string msg = e.what();
-    for (const std::string &w : want) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-    return;
-  } catch (const std::exception &e) {
-    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "did not throw; expected an error mentioning '" << want.front() << "'";
-}
 
 std::vector<double> values(const Tensor &t) {
   Tensor c = t.to(kFloat64).contiguous();

@@ -27,28 +27,18 @@
 
 #include <kiln/kiln.h>
 
+#include "expect_error.h"
+
 #include "codegen/jit.h"
 #include "codegen/kernel.h"
 #include "frontend/compile.h"
 
 using namespace kiln;
+using kiln::testing::expect_error;
 namespace fs = std::filesystem;
 
 namespace {
 
-void expect_error(const std::function<void()> &fn, const std::vector<std::string> &want) {
-  try {
-    fn();
-  } catch (const Error &e) {
-    std::string msg = e.what();
-    for (const std::string &w : want) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-    return;
-  } catch (const std::exception &e) {
-    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "did not throw; expected an error mentioning '" << want.front() << "'";
-}
 
 // Everything written to file descriptor 2 while fn runs (spdlog's default sink).
 std::string capture_stderr(const std::function<void()> &fn) {

@@ -13,6 +13,7 @@
 
 #include <kiln/kiln.h>
 
+#include "expect_error.h"
 #include "runtime/op_registry.h"
 #include "runtime/trace_hook.h"
 
@@ -99,15 +100,7 @@ inline double as_dtype(double v, DType dt) {
 }
 
 // Runs `fn` and checks it throws kiln::Error whose message contains every part.
-template <class F> void expect_error(F &&fn, const std::vector<std::string> &parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error containing \"" << parts.at(0) << "\"";
-  } catch (const Error &e) {
-    std::string msg = e.what();
-    for (const std::string &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
-  }
-}
+using kiln::testing::expect_error;
 
 // The same tensor values (same shape, dtype) in two tensors.
 inline void expect_same(const Tensor &a, const Tensor &b) {
