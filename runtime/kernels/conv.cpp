@@ -38,13 +38,15 @@ std::vector<int64_t> pair_arg(IntArrayRef v, const char *arg, int64_t min) {
   return r;
 }
 
-// Rows [r0, r1) of image `in` ([C_g, H, W], contiguous) unfolded into col.
-template <class T> void im2col(const ConvGeom &g, const T *in, T *col, int64_t r0, int64_t r1) {
-  const int64_t hw = g.Ho * g.Wo;
+// Unfolds image `in` ([C_g, H, W], contiguous) for output rows [oh0, oh1) into
+// col ([C_g * kH * kW, (oh1 - oh0) * Wo]), filling col's rows [r0, r1) only.
+template <class T>
+void im2col(const ConvGeom &g, const T *in, T *col, int64_t r0, int64_t r1, int64_t oh0, int64_t oh1) {
+  const int64_t np = (oh1 - oh0) * g.Wo;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t c = r / (g.kH * g.kW), kh = (r / g.kW) % g.kH, kw = r % g.kW;
-    for (int64_t oh = 0; oh < g.Ho; ++oh) {
-      T *dst = col + r * hw + oh * g.Wo;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      T *dst = col + r * np + (oh - oh0) * g.Wo;
       const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
       if (ih < 0 || ih >= g.H) {
         std::fill(dst, dst + g.Wo, T(0));
@@ -72,9 +74,9 @@ void conv_image(const ConvGeom &g, int64_t n, const T *x, const T *w, const T *b
     if (!g.direct()) {
       if (inner_parallel)
         parallel_for(0, ckk, std::max<int64_t>(1, 32768 / std::max<int64_t>(hw, 1)),
-                     [&](int64_t lo, int64_t hi) { im2col(g, xin, col, lo, hi); });
+                     [&](int64_t lo, int64_t hi) { im2col(g, xin, col, lo, hi, 0, g.Ho); });
       else
-        im2col(g, xin, col, 0, ckk);
+        im2col(g, xin, col, 0, ckk, 0, g.Ho);
       b = col;
     }
     if (bias)
@@ -106,27 +108,6 @@ template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tenso
 
 // ---- blocked: output rows [oh0, oh1) of an image at a time (conv2d_into)
 
-// im2col of output rows [oh0, oh1): col is [Cg * kH * kW, (oh1 - oh0) * Wo].
-template <class T> void im2col_rows(const ConvGeom &g, const T *in, T *col, int64_t oh0, int64_t oh1) {
-  const int64_t np = (oh1 - oh0) * g.Wo, ckk = g.C / g.groups * g.kH * g.kW;
-  for (int64_t r = 0; r < ckk; ++r) {
-    const int64_t c = r / (g.kH * g.kW), kh = (r / g.kW) % g.kH, kw = r % g.kW;
-    for (int64_t oh = oh0; oh < oh1; ++oh) {
-      T *dst = col + r * np + (oh - oh0) * g.Wo;
-      const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-      if (ih < 0 || ih >= g.H) {
-        std::fill(dst, dst + g.Wo, T(0));
-        continue;
-      }
-      const T *src = in + (c * g.H + ih) * g.W;
-      for (int64_t ow = 0; ow < g.Wo; ++ow) {
-        const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-        dst[ow] = iw >= 0 && iw < g.W ? src[iw] : T(0);
-      }
-    }
-  }
-}
-
 // Output rows [oh0, oh1) of image n, every group, then after(ctx, n, p0, np).
 template <class T>
 void conv_block(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T *x, const T *w, const T *bias, T *y,
@@ -139,7 +120,7 @@ void conv_block(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T 
     const T *b = xin + p0; // direct: the image's pixels [p0, p0 + np) of [Cg, H*W]
     int64_t ldb = hw;
     if (!g.direct()) {
-      im2col_rows(g, xin, col, oh0, oh1);
+      im2col(g, xin, col, 0, ckk, oh0, oh1);
       b = col, ldb = np;
     }
     if (bias)
