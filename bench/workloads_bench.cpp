@@ -20,16 +20,24 @@ void run_compiled(benchmark::State &state, const examples::Example *ex) {
   for (auto _ : state) benchmark::DoNotOptimize(f(w.inputs));
 }
 
-const bool registered = [] {
+// Registered from main, not from a static initializer: the examples register
+// themselves in static initializers of another library, which may run later.
+void register_workloads() {
   for (const examples::Example &ex : examples::all_examples()) {
     benchmark::RegisterBenchmark((ex.name + "/eager").c_str(), run_eager, &ex)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((ex.name + "/compiled").c_str(), run_compiled, &ex)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }
-  return true;
-}();
+}
 
 } // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char **argv) {
+  register_workloads();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
