@@ -150,6 +150,7 @@ struct State {
     if (disk && disk->prefetch(m)) return;
     auto t0 = Clock::now();
     optimize(m);
+    mark_streamed_stores(m);
     capture.opt_ms = ms_since(t0);
     if (!opts.capture_ir) return;
     llvm::raw_string_ostream os(capture.ir);

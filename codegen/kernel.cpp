@@ -1,7 +1,10 @@
 #include "codegen/kernel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -36,6 +39,60 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
   return strides;
+}
+
+int64_t output_bytes(const KernelDesc &desc) {
+  int64_t rows = desc.shape.empty() ? 1 : desc.numel() / std::max<int64_t>(1, desc.shape.back());
+  int64_t bytes = 0;
+  for (const OutputSpec &o : desc.outputs) {
+    bool per_row = !o.buffer.strides.empty() && o.buffer.strides.back() == 0;
+    bytes += (per_row ? rows : desc.numel()) * int64_t(itemsize(o.buffer.dtype));
+  }
+  return bytes;
+}
+
+namespace {
+
+// "32768K" -> bytes; 0 when unreadable.
+int64_t parse_cache_size(const std::string &text) {
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (v <= 0 || end == text.c_str()) return 0;
+  if (*end == 'K') return v << 10;
+  if (*end == 'M') return v << 20;
+  return v;
+}
+
+std::string read_line(const std::string &path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The largest cache of cpu0 (the last level), from sysfs.
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t best = 0;
+    for (int i = 0; i < 8; ++i) {
+      std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      best = std::max(best, parse_cache_size(read_line(dir + "size")));
+    }
+    return best > 0 ? best : int64_t(32) << 20;
+  }();
+  return bytes;
+}
+
+} // namespace
+
+bool streaming_stores_pay_off(const KernelDesc &desc) {
+  static const int forced = [] {
+    const char *v = std::getenv("KILN_STREAM_STORES");
+    if (!v || !*v) return -1;
+    return std::string(v) == "0" ? 0 : 1;
+  }();
+  if (forced >= 0) return forced == 1;
+  return output_bytes(desc) >= last_level_cache_bytes() / 2;
 }
 
 int64_t KernelDesc::numel() const {
@@ -167,9 +224,10 @@ void KernelDesc::validate() const {
 
 std::string KernelDesc::key() const {
   KeyWriter w;
-  w.put<uint32_t>(2); // key format version (2: Reduce nodes and their combine)
+  w.put<uint32_t>(3); // key format version (2: Reduce nodes and their combine; 3: stream_stores)
   w.put_vec(shape);
   w.put(grain);
+  w.put(stream_stores);
   w.put<uint64_t>(inputs.size());
   for (const auto &b : inputs) {
     w.put(b.dtype);
@@ -213,7 +271,7 @@ std::string KernelDesc::to_string() const {
   };
   os << "kernel shape=";
   vec(shape);
-  os << " grain=" << grain << '\n';
+  os << " grain=" << grain << (stream_stores ? " stream_stores" : "") << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";
     vec(inputs[i].strides);

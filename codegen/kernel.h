@@ -146,6 +146,13 @@ struct KernelDesc {
   std::vector<Node> nodes;
   std::vector<OutputSpec> outputs;
   int64_t grain = 0; // elements per parallel chunk, at least; 0 = codegen's default
+  // Write the outputs with non-temporal (streaming) stores, which skip reading
+  // each written line into the cache first. Only worth it when the outputs are
+  // too large to be re-read from cache (streaming_stores_pay_off). The caller
+  // promises that every output's element 0 is 64-byte aligned (kiln's allocator
+  // and arena slots are); codegen streams only the outputs whose rows keep that
+  // alignment (contiguous last dim, outer strides multiples of 64 bytes).
+  bool stream_stores = false;
 
   int64_t numel() const;
   size_t num_buffers() const { return inputs.size() + outputs.size(); }
@@ -167,6 +174,15 @@ struct KernelDesc {
 };
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape);
+
+// Bytes the kernel's outputs write per run (per-row outputs count once per row).
+int64_t output_bytes(const KernelDesc &desc);
+
+// Whether `desc`'s outputs are large enough for non-temporal stores to pay off:
+// at least half the last-level cache (sysfs; 32 MiB if unknown), where written
+// lines would evict the inputs and be gone before anyone re-reads them.
+// KILN_STREAM_STORES=0 / 1 forces the answer (for measurements).
+bool streaming_stores_pay_off(const KernelDesc &desc);
 
 class KernelBuilder;
 
@@ -206,6 +222,7 @@ public:
   // a [d0, ..., d(k-2)] tensor). Same as output(value, outer_strides + {0}).
   void output_per_row(Expr value, std::vector<int64_t> outer_strides = {});
   void set_grain(int64_t elements) { desc_.grain = elements; }
+  void set_stream_stores(bool on) { desc_.stream_stores = on; }
 
   // Validates and returns the description. The builder stays usable.
   KernelDesc build() const;

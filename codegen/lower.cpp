@@ -10,13 +10,16 @@
 #include <algorithm>
 #include <limits>
 
+#include <llvm/Analysis/ValueTracking.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Triple.h>
 
 #include "codegen/kernel.h"
 #include "codegen/row_plan.h"
@@ -35,6 +38,12 @@ constexpr int64_t kDefaultGrain = 16384; // elements; below this a chunk is not 
 // expensive values are recomputed instead: 64K float32 rows keep two scratch rows.
 constexpr int64_t kMaxScratchBytes = 512 * 1024;
 constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch_next_row
+// A rank-1 kernel with streamed outputs is split into blocks of this many
+// elements, so that every chunk starts 64-byte aligned in every output.
+constexpr int64_t kStreamBlock = 64;
+constexpr unsigned kStreamAlign = 64;
+// Marks the load of a streamed output's pointer (see mark_streamed_stores).
+constexpr const char *kStreamedBufferMD = "kiln.streamed";
 
 llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   switch (t) {
@@ -83,6 +92,9 @@ public:
   Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t)
       : k_(k), m_(m), c_(m.getContext()), target_(t) {
     shape_ = k.shape.empty() ? std::vector<int64_t>{1} : k.shape; // rank 0 = one element
+    streamed_.assign(k.outputs.size(), 0);
+    for (size_t o = 0; o < k.outputs.size(); ++o) streamed_[o] = k.stream_stores && rows_stay_aligned(o);
+    any_streamed_ = std::any_of(streamed_.begin(), streamed_.end(), [](uint8_t s) { return s != 0; });
   }
 
   void run(const std::string &symbol) {
@@ -100,7 +112,20 @@ private:
     return k_.shape.empty() ? std::vector<int64_t>{0} : s.strides;
   }
 
+  // Whether output o's rows start where its element 0 does, modulo 64 bytes
+  // (given rank-1 blocks of kStreamBlock): then, with a 64-byte aligned
+  // element 0, LLVM can prove the vector stores of the row aligned, which
+  // non-temporal vector stores need. Per-row outputs are single stores: never.
+  bool rows_stay_aligned(size_t o) const {
+    std::vector<int64_t> st = strides_of(k_.inputs.size() + o);
+    if (st.back() != 1) return false;
+    int64_t size = int64_t(itemsize(k_.outputs[o].buffer.dtype));
+    return std::all_of(st.begin(), st.end() - 1, [&](int64_t s) { return s * size % kStreamAlign == 0; });
+  }
+  bool blocked() const { return rank() == 1 && any_streamed_; }
+
   int64_t outer_count() const {
+    if (blocked()) return (shape_[0] + kStreamBlock - 1) / kStreamBlock;
     if (rank() == 1) return shape_[0];
     int64_t n = 1;
     for (size_t d = 0; d + 1 < rank(); ++d) n *= shape_[d];
@@ -108,6 +133,7 @@ private:
   }
   int64_t outer_grain() const {
     int64_t grain = k_.grain > 0 ? k_.grain : kDefaultGrain;
+    if (blocked()) return (grain + kStreamBlock - 1) / kStreamBlock;
     if (rank() == 1) return grain;
     return std::max<int64_t>(1, grain / std::max<int64_t>(1, inner_size()));
   }
@@ -144,6 +170,11 @@ private:
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
     load_buffers(b, f);
     Value *begin = f->getArg(1), *end = f->getArg(2);
+    if (blocked()) { // [begin, end) counts blocks
+      begin = b.CreateMul(begin, b.getInt64(kStreamBlock), "lo", true, true);
+      end = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateMul(end, b.getInt64(kStreamBlock)),
+                                    b.getInt64(shape_[0]), nullptr, "hi");
+    }
     if (rank() == 1) {
       std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));
       emit_loop(b, begin, end, "i", [&](IRBuilder<> &lb, Value *i) { emit_element(lb, zero, i); });
@@ -154,16 +185,39 @@ private:
                   [&](IRBuilder<> &ib, Value *j) { emit_element(ib, bases, j); });
       });
     }
+    fence_streamed_stores(b);
     b.CreateRetVoid();
     return f;
   }
+
+  // Non-temporal stores are weakly ordered: without a fence, the thread that
+  // joins this chunk (the pool's done counter is a locked RMW, which x86 does
+  // order them by, but the C++ model says nothing about them) could read stale
+  // lines. One sfence per chunk, on the thread that stored.
+  void fence_streamed_stores(IRBuilder<> &b) {
+    if (!any_streamed_) return;
+    llvm::Triple triple(target_.triple);
+    if (triple.isX86()) b.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
+    else b.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+  }
+
 
   // The buffer pointers, loaded once per chunk.
   void load_buffers(IRBuilder<> &b, llvm::Function *f) {
     auto *ptr = llvm::PointerType::getUnqual(c_);
     for (size_t i = 0; i < k_.num_buffers(); ++i) {
       Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
-      bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
+      llvm::LoadInst *p = b.CreateLoad(ptr, slot, "buf" + std::to_string(i));
+      // The caller's promise (KernelDesc::stream_stores) lets LLVM prove the
+      // streamed rows' vector stores aligned; mark_streamed_stores finds them
+      // by this pointer after vectorization.
+      if (i >= k_.inputs.size() && streamed_[i - k_.inputs.size()]) {
+        llvm::Metadata *align = llvm::ConstantAsMetadata::get(b.getInt64(kStreamAlign));
+        p->setMetadata(llvm::LLVMContext::MD_align, llvm::MDNode::get(c_, align));
+        p->setMetadata(llvm::LLVMContext::MD_noundef, llvm::MDNode::get(c_, {}));
+        p->setMetadata(kStreamedBufferMD, llvm::MDNode::get(c_, {}));
+      }
+      bufs_.push_back(p);
     }
   }
 
@@ -243,6 +297,7 @@ private:
     load_buffers(b, f);
     allocate_scratch(b, f);
     emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
+    fence_streamed_stores(b);
     b.CreateRetVoid();
     return f;
   }
@@ -290,7 +345,10 @@ private:
       std::vector<int64_t> st = strides_of(i);
       bool moves = std::any_of(st.begin(), st.end() - 1, [](int64_t s) { return s != 0; });
       int64_t bytes = inner_size() * int64_t(itemsize(buffer_dtype(i)));
-      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes)
+      // A non-temporal store of a line brought in by a prefetch writes it back
+      // and drops it: the prefetch would only add traffic.
+      bool nt = i >= k_.inputs.size() && streamed_[i - k_.inputs.size()];
+      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes && !nt)
         streamed.emplace_back(i, i >= k_.inputs.size());
     }
     if (streamed.empty()) return;
@@ -539,6 +597,8 @@ private:
   const LowerTarget &target_;
   std::vector<int64_t> shape_;
   std::vector<Value *> bufs_;
+  std::vector<uint8_t> streamed_; // per output: stored non-temporally
+  bool any_streamed_ = false;
   RowPlan plan_;                   // kernels with reductions only
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
@@ -604,6 +664,20 @@ KernelDesc collapse_outer_dims(const KernelDesc &in) {
 }
 
 } // namespace
+
+void mark_streamed_stores(llvm::Module &m) {
+  unsigned kind = m.getContext().getMDKindID(kStreamedBufferMD);
+  llvm::MDNode *one = llvm::MDNode::get(
+      m.getContext(), llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(m.getContext()), 1)));
+  for (llvm::Function &f : m)
+    for (llvm::BasicBlock &bb : f)
+      for (llvm::Instruction &inst : bb) {
+        auto *st = llvm::dyn_cast<llvm::StoreInst>(&inst);
+        if (!st) continue;
+        auto *base = llvm::dyn_cast<llvm::LoadInst>(llvm::getUnderlyingObject(st->getPointerOperand()));
+        if (base && base->getMetadata(kind)) st->setMetadata(llvm::LLVMContext::MD_nontemporal, one);
+      }
+}
 
 std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::string &symbol,
                                            const LowerTarget &target, llvm::LLVMContext &ctx) {

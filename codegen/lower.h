@@ -30,4 +30,11 @@ inline constexpr const char *kLibmSymbolPrefix = "kiln_libm_"; // + exp, expm1, 
 std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::string &symbol,
                                            const LowerTarget &target, llvm::LLVMContext &ctx);
 
+// Run after the optimizer: marks the stores into streamed outputs
+// (KernelDesc::stream_stores) non-temporal. Before vectorization, the loop
+// vectorizer would refuse to widen them (a scalar float store is not aligned
+// enough for a vector non-temporal store), so lower_kernel only tags the
+// outputs' pointers and this pass tags the widened stores.
+void mark_streamed_stores(llvm::Module &m);
+
 } // namespace kiln::codegen
