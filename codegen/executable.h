@@ -36,7 +36,15 @@ public:
   // Runs the plan; thread-safe: each running call takes its own arena and value
   // table from a pool (steady state: no allocation but the outputs).
   virtual std::vector<Tensor> run(const std::vector<Tensor> &inputs) const = 0;
+  // run() for inputs the caller has already checked against the signature the
+  // plan was built for (dtype, sizes and strides of each; kiln::compile's
+  // guards do): skips that check, which costs as much as the guards on tiny calls.
+  virtual std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const = 0;
   virtual PlanStats stats() const = 0;
+  // Per graph output: true when every call returns it in memory the call
+  // allocated for it alone (a kernel's result outside the arena), so it can
+  // share memory with no input, parameter, constant or other output.
+  virtual std::vector<bool> outputs_allocated_per_call() const = 0;
 };
 
 // One step of a compiled call, as `kiln bench --trace` shows it.

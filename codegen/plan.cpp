@@ -52,6 +52,7 @@ struct Step {
   // byte offset from that slot's element 0 (a view resolved to its base).
   std::vector<std::pair<int, int64_t>> buffer_refs;
   std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
+  bool stream_stores = false;             // Kernel: compiled with KernelDesc::stream_stores
   // Eager: the arena slot its (single) result may be placed in, or -1.
   int64_t place_offset = -1, place_bytes = 0;
 };
@@ -130,6 +131,10 @@ public:
 
   std::vector<Tensor> run(const std::vector<Tensor> &inputs) const override {
     check_inputs(inputs);
+    return run_matched(inputs);
+  }
+
+  std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
     std::unique_ptr<CallState> st = acquire();
     std::vector<Tensor> out;
     try {
@@ -145,6 +150,10 @@ public:
   }
 
   PlanStats stats() const override { return stats_; }
+
+  std::vector<bool> outputs_allocated_per_call() const override {
+    return std::vector<bool>(output_owned_.begin(), output_owned_.end());
+  }
 
   ~Plan() override { delete idle_.load(); }
 
@@ -205,10 +214,14 @@ private:
     }
     std::vector<Tensor> out;
     out.reserve(outputs_.size());
-    for (int o : outputs_) {
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      Tensor &t = st.env[size_t(outputs_[i])];
+      if (output_owned_[i]) { // the call's own allocation, returned once: hand it over
+        out.push_back(std::move(t));
+        continue;
+      }
       // The memory plan keeps outputs out of the arena; should an eager op have
       // returned a view of an arena value anyway, the caller gets a copy.
-      const Tensor &t = st.env[size_t(o)];
       out.push_back(in_arena(st, t) || is_constant(t) ? t.clone() : t);
     }
     return out;
@@ -305,6 +318,7 @@ private:
         bind(st, slot, kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype));
         buffers[s.buffer_operands.size() + i] = st.ptr[slot];
       }
+      if (s.stream_stores) check_stream_alignment(s, buffers);
       s.kernel->run(buffers);
       return;
     }
@@ -325,6 +339,16 @@ private:
       outs = run_op(s.node->op(), st.ins, s.node->attrs());
     }
     for (size_t i = 0; i < s.out.size(); ++i) bind(st, size_t(s.out[i]), std::move(outs[i]));
+  }
+
+  // A streaming kernel's aligned vector stores would fault on a misaligned
+  // output: should a future placement break the promise, say so instead.
+  static void check_stream_alignment(const Step &s, void *const *buffers) {
+    for (size_t i = 0; i < s.out.size(); ++i) {
+      const auto addr = reinterpret_cast<uintptr_t>(buffers[s.buffer_operands.size() + i]);
+      KILN_CHECK(addr % 64 == 0, "internal: kernel ", s.kernel->symbol(), " streams output ", i,
+                 " but its buffer is not 64-byte aligned");
+    }
   }
 
   // Results in their arena slots when the memory plan gave them one, else fresh.
@@ -360,6 +384,10 @@ private:
     }
     try {
       KernelDesc desc = lower_group(n, ins, s.buffer_operands);
+      // Every output of a kernel step starts 64-byte aligned: a fresh tensor
+      // (kiln's allocator) or an arena slot (kArenaAlignment).
+      desc.stream_stores = streaming_stores_pay_off(desc);
+      s.stream_stores = desc.stream_stores;
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) s.out_types.push_back(r->type());
@@ -500,9 +528,24 @@ private:
       s.place_bytes = ir::value_bytes(s.node->result());
     }
     for (size_t i = 0; i < num_fixed_; ++i) transient_slots_.push_back(int(i));
+    find_owned_outputs();
     stats_.arena_values = int64_t(arena_slots_.size());
     stats_.arena_bytes = arena_bytes_;
     pool_.reserve(kMaxPooledStates);
+  }
+
+  // Outputs a kernel step allocates in every call (no arena slot) and that no
+  // other output or write-back names: nothing else holds their memory.
+  void find_owned_outputs() {
+    std::vector<uint8_t> fresh(num_slots_, 0);
+    for (const Step &s : steps_)
+      if (s.kind == Step::Kind::Kernel)
+        for (int o : s.out) fresh[size_t(o)] = !arena_slot_[size_t(o)];
+    for (auto [target, value] : write_backs_) fresh[size_t(target)] = fresh[size_t(value)] = 0;
+    for (int o : outputs_) {
+      bool once = std::count(outputs_.begin(), outputs_.end(), o) == 1;
+      output_owned_.push_back(fresh[size_t(o)] && once);
+    }
   }
 
   // An epilogue writes its results tile by tile while still reading its
@@ -553,6 +596,7 @@ private:
   std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena
   std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those
   std::vector<int> transient_slots_;                   // slots a call binds and clear() drops
+  std::vector<uint8_t> output_owned_;                  // per output: see find_owned_outputs
   PlanStats stats_;
   std::vector<uint8_t> tensor_needed_; // per slot: some eager step, output or write-back reads its Tensor
   mutable std::atomic<CallState *> idle_{nullptr};

@@ -1,7 +1,7 @@
 #include "frontend/compile.h"
 
 #include <algorithm>
-
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -32,12 +32,21 @@ Fallback fallback_from_env() {
   return Fallback::Allow;
 }
 
+// a == b, inline: every call compares a few short shapes, where an
+// out-of-line compare and its memcmp cost more than the loop.
+inline bool same_dims(IntArrayRef a, const Dims &b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // The part of an input a specialization depends on.
 struct InputGuard {
   DType dtype;
   Dims sizes, strides;
   bool matches(const Tensor &t) const {
-    return t.defined() && t.dtype() == dtype && t.sizes() == IntArrayRef(sizes) && t.strides() == IntArrayRef(strides);
+    return t.defined() && t.dtype() == dtype && same_dims(t.sizes(), sizes) && same_dims(t.strides(), strides);
   }
 };
 
@@ -47,7 +56,7 @@ struct ParamGuard {
   Tensor live;
   DType dtype;
   Dims sizes;
-  bool holds() const { return live.dtype() == dtype && live.sizes() == IntArrayRef(sizes); }
+  bool holds() const { return live.dtype() == dtype && same_dims(live.sizes(), sizes); }
 };
 
 // For each input, the first tensor among the inputs and captured tensors that
@@ -109,7 +118,7 @@ struct Specialization {
   int threads = 1;
   std::vector<ParamGuard> params;
   std::vector<int> aliases; // alias_pattern(inputs, params) at compile time
-  std::vector<bool> fresh;  // fresh_outputs of the traced graph
+  std::vector<bool> fresh;  // fresh_outputs of the traced graph, false where the plan allocates the output itself
 
   // Copies each result that eager returns as a tensor of its own but the plan
   // returns as (a view of) an input, a captured tensor, a constant or an
@@ -198,10 +207,25 @@ struct CompiledFunction::Impl {
 
   mutable std::shared_mutex mu; // guards specs and stats strings
   std::vector<std::shared_ptr<Specialization>> specs;
+  // The first specializations again, for calls to look up without a lock or a
+  // reference count. An entry is published once (after its Specialization is
+  // complete) and never changes; `specs` owns what it points to and only grows.
+  static constexpr size_t kFastSpecs = 8;
+  std::array<std::atomic<const Specialization *>, kFastSpecs> fast{};
   std::mutex compile_mu; // one compile at a time per function
   std::atomic<int64_t> calls{0}, compiles{0}, eager_calls{0};
   std::string last_fallback_reason, last_recompile_reason;
   bool warned_cache_limit = false;
+
+  // Same answer as find() when the match is among the first kFastSpecs; null otherwise.
+  const Specialization *find_fast(const std::vector<Tensor> &in, int threads) const {
+    for (const auto &slot : fast) {
+      const Specialization *s = slot.load(std::memory_order_acquire);
+      if (!s) return nullptr;
+      if (s->matches(in, threads)) return s;
+    }
+    return nullptr;
+  }
 
   std::shared_ptr<Specialization> find(const std::vector<Tensor> &in, int threads) const {
     std::shared_lock lock(mu);
@@ -245,6 +269,10 @@ struct CompiledFunction::Impl {
                                           " and the function updates tensors in place"));
       spec->executable = codegen::make_executable(g, in);
       spec->graph = g;
+      // An output the plan allocates in every call is a tensor of its own already.
+      std::vector<bool> owned = spec->executable->outputs_allocated_per_call();
+      for (size_t i = 0; i < spec->fresh.size() && i < owned.size(); ++i)
+        if (owned[i]) spec->fresh[i] = false;
     } catch (const Error &e) {
       if (fallback == Fallback::Off) throw Error(detail::concat("compile @", options.name, ": ", e.what()));
       spec->eager_reason = e.what();
@@ -288,6 +316,7 @@ struct CompiledFunction::Impl {
     if (!spec->executable) note_fallback(spec->eager_reason);
     std::unique_lock lock(mu);
     specs.push_back(spec);
+    if (specs.size() <= kFastSpecs) fast[specs.size() - 1].store(spec.get(), std::memory_order_release);
     return spec;
   }
 };
@@ -311,9 +340,15 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   if (detail::tracing()) return impl.fn(inputs);
   impl.calls.fetch_add(1, std::memory_order_relaxed);
   if (impl.fallback == Fallback::Force) return impl.run_eager(inputs);
-  std::shared_ptr<Specialization> spec = impl.select(inputs);
+  const Specialization *spec = impl.find_fast(inputs, get_num_threads());
+  std::shared_ptr<Specialization> held; // a specialization found or built the slow way
+  if (!spec) {
+    held = impl.select(inputs);
+    spec = held.get();
+  }
   if (!spec || !spec->executable) return impl.run_eager(inputs);
-  std::vector<Tensor> out = spec->executable->run(inputs);
+  // The guards above checked every input against the plan's signature.
+  std::vector<Tensor> out = spec->executable->run_matched(inputs);
   spec->own_outputs(out, inputs);
   return out;
 }
