@@ -196,6 +196,10 @@ TEST(StreamStoresDecision, ByOutputBytes) {
   if (std::getenv("KILN_STREAM_STORES")) GTEST_SKIP() << "KILN_STREAM_STORES forces the decision";
   EXPECT_FALSE(streaming_stores_pay_off(desc(128, 768)));    // W5's activations: stay in cache
   EXPECT_TRUE(streaming_stores_pay_off(desc(65536, 1024)));  // 256 MiB: beyond any cache
+  // Compute-bound: per-element transcendentals keep ordinary stores.
+  KernelBuilder g({65536, 1024});
+  g.output(gelu_tanh(g.input(kiln::kFloat32)));
+  EXPECT_FALSE(streaming_stores_pay_off(g.build()));
   // Per-row outputs count one element per row.
   KernelBuilder k({4096, 1024});
   k.output_per_row(reduce_sum(k.input(kiln::kFloat32)));
