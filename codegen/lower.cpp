@@ -546,6 +546,15 @@ private:
     return b.CreateICmp(t == DType::Bool ? ui[i] : si[i], x, y); // bool: false < true
   }
 
+  // An element divided by a per-row value that comes from a reduction
+  // (softmax's e / sum(e)): multiplied by its reciprocal instead, which LICM
+  // computes once per row. A vector division costs as much as the exp on
+  // AVX-512; eager softmax also multiplies by 1 / sum (at most 1 ulp apart).
+  bool divides_by_row_statistic(const Node &n) const {
+    if (plan_.per_row.empty()) return false; // not a row kernel
+    return plan_.per_row[size_t(n.args[1])] && plan_.level[size_t(n.args[1])] >= 1 && !plan_.per_row[size_t(n.args[0])];
+  }
+
   Value *emit_node(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals) {
     Value *x = n.args[0] >= 0 ? vals[n.args[0]] : nullptr;
     Value *y = n.args[1] >= 0 ? vals[n.args[1]] : nullptr;
@@ -558,7 +567,9 @@ private:
     case KOp::Add: return fp ? b.CreateFAdd(x, y) : b.CreateAdd(x, y);
     case KOp::Sub: return fp ? b.CreateFSub(x, y) : b.CreateSub(x, y);
     case KOp::Mul: return fp ? b.CreateFMul(x, y) : b.CreateMul(x, y);
-    case KOp::Div: return fp ? b.CreateFDiv(x, y) : safe_sdiv(b, x, y);
+    case KOp::Div:
+      if (fp && divides_by_row_statistic(n)) return b.CreateFMul(x, b.CreateFDiv(llvm::ConstantFP::get(y->getType(), 1.0), y));
+      return fp ? b.CreateFDiv(x, y) : safe_sdiv(b, x, y);
     case KOp::Min: return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::minimum) : I(llvm::Intrinsic::smin), x, y);
     case KOp::Max: return b.CreateBinaryIntrinsic(fp ? I(llvm::Intrinsic::maximum) : I(llvm::Intrinsic::smax), x, y);
     case KOp::Eq: case KOp::Ne: case KOp::Lt: case KOp::Le: case KOp::Gt: case KOp::Ge:
