@@ -54,6 +54,8 @@ struct Step {
   std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
   // Eager: the arena slot its (single) result may be placed in, or -1.
   int64_t place_offset = -1, place_bytes = 0;
+  // Epilogue: bytes of per-call scratch, at scratch_offset_ in the arena.
+  int64_t scratch_bytes = 0;
 };
 
 // The mutable state of one running call: the arena and the value table. A plan
@@ -335,7 +337,8 @@ private:
       if (!arena_slot_[slot]) bind(st, slot, allocate_like(slot));
       outs[i] = st.env[slot];
     }
-    s.epilogue->run_into(st.ins, outs);
+    void *scratch = s.scratch_bytes > 0 ? static_cast<char *>(st.arena) + scratch_offset_ : nullptr;
+    s.epilogue->run_into(st.ins, outs, scratch);
   }
 
   Tensor allocate_like(size_t slot) const {
@@ -500,9 +503,25 @@ private:
       s.place_bytes = ir::value_bytes(s.node->result());
     }
     for (size_t i = 0; i < num_fixed_; ++i) transient_slots_.push_back(int(i));
+    reserve_step_scratch();
     stats_.arena_values = int64_t(arena_slots_.size());
     stats_.arena_bytes = arena_bytes_;
     pool_.reserve(kMaxPooledStates);
+  }
+
+  // Steps run one after another, so their scratch shares one region after the
+  // memory plan's values: each call's arena carries it, and a steady-state call
+  // allocates none (concurrent calls have their own arenas).
+  void reserve_step_scratch() {
+    int64_t need = 0;
+    for (Step &s : steps_) {
+      if (s.kind != Step::Kind::Epilogue) continue;
+      s.scratch_bytes = int64_t(s.epilogue->scratch_bytes());
+      need = std::max(need, s.scratch_bytes);
+    }
+    if (need == 0) return;
+    scratch_offset_ = (arena_bytes_ + 63) / 64 * 64;
+    arena_bytes_ = scratch_offset_ + need;
   }
 
   // An epilogue writes its results tile by tile while still reading its
@@ -548,7 +567,7 @@ private:
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;
   size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
-  int64_t arena_bytes_ = 0;
+  int64_t arena_bytes_ = 0, scratch_offset_ = 0;
   std::vector<ir::TensorType> slot_types_;
   std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena
   std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those
