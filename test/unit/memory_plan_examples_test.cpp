@@ -247,6 +247,36 @@ TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// max(x, dim) has two results (f32 values, int64 indices), both intermediates:
+// the eager step places both in their arena slots, so a call allocates only its
+// output.
+TEST(ArenaExecutor, MultiResultEagerOpWritesIntoTheArena) {
+  manual_seed(8);
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    auto [values, indices] = max(exp(in[0] * 0.5), 1);
+    return std::vector<Tensor>{values * 2.0 + indices.to(kFloat32)};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({64, 96});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  const ir::Node *max_node = nullptr;
+  for (const ir::Node *n : g->nodes())
+    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::MaxDim) max_node = n;
+  ASSERT_TRUE(max_node) << ir::print(*g);
+  ASSERT_EQ(max_node->results().size(), 2u);
+  for (const ir::Value *r : max_node->results())
+    EXPECT_TRUE(slot(*g, r->name())) << "result %" << r->name() << " has no arena slot";
+  for (int i = 0; i < 3; ++i) f({x});
+  uint64_t before = thread_storage_allocations();
+  std::vector<Tensor> out = f({x});
+  EXPECT_EQ(thread_storage_allocations() - before, 1u);
+  expect_close(out, fn({x}));
+}
+
 namespace {
 
 // Heap blocks of at least kLargeHeapBytes that operator new hands out on any
