@@ -247,36 +247,6 @@ TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
   EXPECT_EQ(bad.load(), 0);
 }
 
-// max(x, dim) has two results (f32 values, int64 indices), both intermediates:
-// the eager step places both in their arena slots, so a call allocates only its
-// output.
-TEST(ArenaExecutor, MultiResultEagerOpWritesIntoTheArena) {
-  manual_seed(8);
-  ModelFn fn = [](const std::vector<Tensor> &in) {
-    auto [values, indices] = max(exp(in[0] * 0.5), 1);
-    return std::vector<Tensor>{values * 2.0 + indices.to(kFloat32)};
-  };
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  Tensor x = randn({64, 96});
-  expect_close(f({x}), fn({x}));
-  auto g = f.graph_for({x});
-  ASSERT_TRUE(g && g->memory_plan());
-  const ir::Node *max_node = nullptr;
-  for (const ir::Node *n : g->nodes())
-    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::MaxDim) max_node = n;
-  ASSERT_TRUE(max_node) << ir::print(*g);
-  ASSERT_EQ(max_node->results().size(), 2u);
-  for (const ir::Value *r : max_node->results())
-    EXPECT_TRUE(slot(*g, r->name())) << "result %" << r->name() << " has no arena slot";
-  for (int i = 0; i < 3; ++i) f({x});
-  uint64_t before = thread_storage_allocations();
-  std::vector<Tensor> out = f({x});
-  EXPECT_EQ(thread_storage_allocations() - before, 1u);
-  expect_close(out, fn({x}));
-}
-
 namespace {
 
 // Heap blocks of at least kLargeHeapBytes that operator new hands out on any
@@ -324,6 +294,89 @@ SteadyState steady_state_allocations(const CompiledFunction &f, const std::vecto
 }
 
 } // namespace
+
+// A conv epilogue whose raw conv output is no result (it lives in the call's
+// arena scratch) and a GEMM epilogue whose product is no result (its tiles live
+// in per-thread scratch), called from four threads at once: no call may see
+// another's scratch. Runs under TSan (the `concurrency` label).
+TEST(ArenaExecutor, ConcurrentEpilogueScratch) {
+  manual_seed(9);
+  Tensor cw = randn({16, 8, 3, 3}) * 0.2, scale = randn({16, 1, 1}), shift = randn({16, 1, 1});
+  Tensor lw = randn({64, 3200}) * 0.02, lb = randn({64});
+  ModelFn fn = [=](const std::vector<Tensor> &in) {
+    Tensor y = relu(conv2d(in[0], cw, {}, 1, 1) * scale + shift);
+    Tensor z = gelu(linear(in[0].reshape({4, 3200}), lw, lb), "tanh");
+    return std::vector<Tensor>{y, z};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  std::vector<Tensor> xs;
+  std::vector<std::vector<Tensor>> want;
+  for (int t = 0; t < 4; ++t) {
+    xs.push_back(randn({4, 8, 20, 20}));
+    want.push_back(fn({xs.back()}));
+  }
+  expect_close(f({xs[0]}), want[0]); // compiles once up front
+  // Both contractions carry their epilogue, and neither product is a result.
+  auto g = f.graph_for({xs[0]});
+  ASSERT_TRUE(g);
+  int conv_groups = 0, gemm_groups = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (n->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Node *m : n->body()->nodes()) {
+      conv_groups += m->op() == OpId::Conv2d;
+      gemm_groups += m->op() == OpId::Matmul;
+    }
+  }
+  EXPECT_EQ(conv_groups, 1) << ir::print(*g);
+  EXPECT_EQ(gemm_groups, 1) << ir::print(*g);
+  EXPECT_EQ(steady_state_allocations(f, {xs[0]}).storages, 2 * kCalls);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::vector<Tensor> got = f({xs[size_t(t)]});
+        for (size_t k = 0; k < got.size(); ++k) {
+          double scale_k = amax(abs(want[size_t(t)][k])).item<double>();
+          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale_k) ++bad;
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// max(x, dim) has two results (f32 values, int64 indices), both intermediates:
+// the eager step places both in their arena slots, so a call allocates only its
+// output.
+TEST(ArenaExecutor, MultiResultEagerOpWritesIntoTheArena) {
+  manual_seed(8);
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    auto [values, indices] = max(exp(in[0] * 0.5), 1);
+    return std::vector<Tensor>{values * 2.0 + indices.to(kFloat32)};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({64, 96});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  const ir::Node *max_node = nullptr;
+  for (const ir::Node *n : g->nodes())
+    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::MaxDim) max_node = n;
+  ASSERT_TRUE(max_node) << ir::print(*g);
+  ASSERT_EQ(max_node->results().size(), 2u);
+  for (const ir::Value *r : max_node->results())
+    EXPECT_TRUE(slot(*g, r->name())) << "result %" << r->name() << " has no arena slot";
+  for (int i = 0; i < 3; ++i) f({x});
+  uint64_t before = thread_storage_allocations();
+  std::vector<Tensor> out = f({x});
+  EXPECT_EQ(thread_storage_allocations() - before, 1u);
+  expect_close(out, fn({x}));
+}
 
 class SteadyStateAllocations : public ::testing::TestWithParam<std::string> {};
 
