@@ -407,6 +407,30 @@ INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
                            return n;
                          });
 
+// On one thread the epilogue and conv blocks run on the calling thread (no
+// pool): the same steady state.
+TEST(SteadyStateAllocationsOneThread, ContractionWorkloads) {
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{saved};
+  for (const char *name : {"w4-mlp-block", "w7-resnet-block", "small-cnn"}) {
+    const examples::Example *ex = examples::find_example(name);
+    ASSERT_TRUE(ex) << name;
+    examples::Workload w = ex->make();
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(w.fn, o);
+    std::vector<Tensor> out = f(w.inputs);
+    expect_close(out, w.fn(w.inputs));
+    SteadyState s = steady_state_allocations(f, w.inputs);
+    EXPECT_EQ(s.storages, int64_t(out.size()) * kCalls) << name;
+    EXPECT_EQ(s.large_heap, 0u) << name;
+  }
+}
+
 // A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
 // activation into one JIT kernel; the bias is read per row of that kernel.
 TEST(TinyLinear, FusesWithBiasAndReluIntoOneKernel) {
