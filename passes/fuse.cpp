@@ -102,6 +102,7 @@ public:
     auto it = group_of_.find(&n);
     return it == group_of_.end() ? -1 : it->second;
   }
+  const Dims &domain(int group) const override { return groups_.at(group).domain; }
   const Node *contraction_of(int group) const override { return groups_.at(group).contraction; }
   std::string misfit(const Node &n, int group, size_t extra) const override {
     const Group &grp = groups_.at(group);

@@ -107,6 +107,9 @@ private:
   struct Target {
     int group;
     std::vector<ir::Use> uses; // in graph order
+    // The copy is computed over the group's domain (operands broadcast by
+    // expand views) because P's own shape, a broadcast of it, does not fit.
+    bool widen = false;
   };
 
   void refuse(const Node &p, const std::string &why) { log()->debug("fuse: not duplicating {}: {}", name_of(p), why); }
@@ -156,7 +159,7 @@ private:
     if (!collect_targets(p, home, targets)) return false;
     std::vector<Node *> expr;
     if (!collect_expression(p, home, targets, expr)) return false;
-    for (const Target &t : targets)
+    for (Target &t : targets)
       if (!fits(p, expr, t)) return false;
     std::vector<int> ids;
     for (const Target &t : targets) ids.push_back(t.group);
@@ -227,11 +230,25 @@ private:
     return true;
   }
 
-  // The copy joins t.group: shapes, size bound, and the new reads it brings.
-  bool fits(const Node &p, const std::vector<Node *> &expr, const Target &t) {
-    for (const Node *n : expr)
-      if (std::string why = groups_.misfit(*n, t.group, expr.size()); !why.empty())
-        return refuse(p, t.group, "%" + n->result()->name() + ": " + why), false;
+  // The copy joins t.group: shapes (widened to the domain if need be), size
+  // bound, and the new reads it brings.
+  bool fits(const Node &p, const std::vector<Node *> &expr, Target &t) {
+    for (const Node *n : expr) {
+      std::string why = groups_.misfit(*n, t.group, expr.size());
+      if (why.empty()) continue;
+      if (std::string no = widen_misfit(*n, expr, t); !no.empty())
+        return refuse(p, t.group, "%" + n->result()->name() + ": " + why + " (" + no + ")"), false;
+      t.widen = true;
+    }
+    // Widened, the copy computes each value of P once per element of the
+    // domain it broadcasts to: only cheap ops are worth that.
+    if (t.widen)
+      for (const Node *n : expr)
+        if (!is_cheap(n->op()))
+          return refuse(p, t.group,
+                        "expensive transcendental (" + std::string(n->mnemonic()) + ") widened to the group domain " +
+                            shape_str(groups_.domain(t.group))),
+                 false;
     std::unordered_set<const Value *> read, inside(expr.size());
     for (const Node *n : expr) inside.insert(n->result());
     for (const Node *n : g_.nodes())
@@ -249,6 +266,44 @@ private:
     return true;
   }
 
+  // Why a copy of `n` cannot be computed over t's domain D instead, or "":
+  // n's shape broadcasts to D; the readers of P in t are D-shaped already (so
+  // reading a D-shaped P changes nothing for them); each node of the copy has
+  // an operand of rank >= 1 to expand (a 0-dim one would change type promotion).
+  std::string widen_misfit(const Node &n, const std::vector<Node *> &expr, const Target &t) const {
+    const Dims &d = groups_.domain(t.group);
+    if (!broadcasts_to(n.result()->type().shape, d)) return "does not broadcast to it";
+    for (const ir::Use &u : t.uses)
+      if (IntArrayRef(u.user->result()->type().shape) != IntArrayRef(d)) return "a reader is not over the whole domain";
+    for (const Node *m : expr)
+      if (std::none_of(m->operands().begin(), m->operands().end(),
+                       [](const Value *v) { return v && !v->type().shape.empty(); }))
+        return "%" + m->result()->name() + " has only 0-dim operands";
+    return "";
+  }
+
+  static bool broadcasts_to(IntArrayRef s, IntArrayRef d) {
+    if (s.size() > d.size()) return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t a = s[s.size() - 1 - i], b = d[d.size() - 1 - i];
+      if (a != b && a != 1) return false;
+    }
+    return true;
+  }
+
+  // For a widened copy: `ops` with one of rank >= 1 expanded to `d` (before
+  // `before`) unless one has shape d already.
+  void widen_operands(std::vector<Value *> &ops, const Dims &d, Node *before) {
+    for (Value *v : ops)
+      if (v && IntArrayRef(v->type().shape) == IntArrayRef(d)) return;
+    for (Value *&v : ops) {
+      if (!v || v->type().shape.empty()) continue;
+      ir::TensorType type{v->type().dtype, d, std::nullopt};
+      v = g_.create(OpId::Expand, {v}, {AttrValue(IntArrayRef(d))}, {type}, before)->result();
+      return;
+    }
+  }
+
   // Copies `expr` before t's first reader of P, into t's group, and rewires the readers.
   void copy_into(const std::vector<Node *> &expr, const Target &t) {
     Node *before = t.uses.front().user;
@@ -259,7 +314,12 @@ private:
         auto it = v ? map.find(v) : map.end();
         ops.push_back(it == map.end() ? v : it->second);
       }
-      Node *copy = g_.create(n->op(), ops, n->attrs(), {n->result()->type()}, before);
+      ir::TensorType type = n->result()->type();
+      if (t.widen) {
+        type = {type.dtype, groups_.domain(t.group), std::nullopt};
+        widen_operands(ops, type.shape, before);
+      }
+      Node *copy = g_.create(n->op(), ops, n->attrs(), {type}, before);
       groups_.add(*copy, t.group);
       map[n->result()] = copy->result();
     }

@@ -3,6 +3,8 @@
 // two groups is computed in both instead of stored.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <kiln/kiln.h>
 
 #include "frontend/trace.h"
@@ -298,4 +300,45 @@ TEST(FuseDuplicate, ExpensiveProducerOnALargeInputIsStored) {
   EXPECT_EQ(where_is(*dup, OpId::Exp), std::make_pair(1, 0));
   EXPECT_EQ(group_to_group_values(*dup), 1);
   expect_same_results(fn, *dup, in);
+}
+
+// t = x * a + b feeds a softmax over [16, 64] and a product over [4, 16, 64]:
+// the second group computes t over its own domain (x read through an expand).
+TEST(FuseDuplicate, ProducerReadOverAWiderDomainIsComputedThere) {
+  manual_seed(0);
+  Tensor a = randn({64}), b = randn({64});
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor t = in[0] * a + b;
+    return std::vector<Tensor>{softmax(t, -1), t * in[1]};
+  };
+  std::vector<Tensor> in = {randn({16, 64}), randn({4, 16, 64})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(count(*dup).groups, 2);
+  EXPECT_EQ(group_to_group_values(*plain), 1);
+  EXPECT_EQ(group_to_group_values(*dup), 0);
+  EXPECT_EQ(where_is(*dup, OpId::Expand), std::make_pair(0, 1));
+  EXPECT_EQ(passes::graph_stats(*plain).bytes_written - passes::graph_stats(*dup).bytes_written, 16 * 64 * 4);
+  expect_same_results(fn, *dup, in);
+  expect_compiled_equals_eager(fn, in);
+}
+
+// Causal attention scores (as in W5): the mask's negation is no longer a group
+// of its own; the scores' epilogue negates the broadcast mask per tile.
+TEST(FuseDuplicate, CausalMaskNegationJoinsTheScoresEpilogue) {
+  manual_seed(0);
+  Tensor causal = tril(ones({32, 32}, kBool));
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor att = matmul(in[0], in[1].transpose(-2, -1)) * 0.25;
+    att = att.masked_fill(causal.logical_not(), -INFINITY);
+    return std::vector<Tensor>{softmax(att, -1)};
+  };
+  std::vector<Tensor> in = {randn({2, 4, 32, 16}), randn({2, 4, 32, 16})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(count(*plain).groups - count(*dup).groups, 1);
+  EXPECT_EQ(where_is(*plain, OpId::LogicalNot), std::make_pair(1, 0));
+  EXPECT_EQ(where_is(*dup, OpId::LogicalNot), std::make_pair(1, 0));
+  EXPECT_EQ(where_is(*dup, OpId::Matmul), std::make_pair(1, 0));
+  EXPECT_EQ(passes::graph_stats(*plain).bytes_written - passes::graph_stats(*dup).bytes_written, 32 * 32);
+  expect_same_results(fn, *dup, in);
+  expect_compiled_equals_eager(fn, in);
 }
