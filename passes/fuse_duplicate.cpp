@@ -14,7 +14,10 @@
 //   (kMaxExpensiveElements), cheap ones (add, mul, compare, where, cast, ...)
 //   on any size;
 // - each receiving group takes the copy: its shape fits the group's domain and
-//   the group stays under fuse's size bound;
+//   the group stays under fuse's size bound. A copy whose shape only
+//   broadcasts to the domain (a [T, T] mask read by a [B, H, T, T] group) is
+//   computed over the domain, an operand read through an expand view, when
+//   its readers there are over the whole domain and every op in it is cheap;
 // - the copy reads at most kMaxReadRatio times P's elements that its group did
 //   not read already (else recomputing costs more traffic than the buffer).
 // Cycles cannot appear: the copy reads only values its group already depends

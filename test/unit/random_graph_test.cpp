@@ -207,7 +207,7 @@ TEST(RandomGraphGenerator, SomeGraphsShareACheapProducerBetweenGroups) {
     EXPECT_LE(written[1], written[0]) << "seed " << seed;
     saved += written[1] < written[0];
   }
-  EXPECT_GE(saved, 5);
+  EXPECT_GE(saved, 15); // 29 of these 400 graphs when this test was written
 }
 
 } // namespace
