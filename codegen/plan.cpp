@@ -360,6 +360,7 @@ private:
     }
     try {
       KernelDesc desc = lower_group(n, ins, s.buffer_operands);
+      alias_in_place_outputs(n, s.buffer_operands, desc);
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) s.out_types.push_back(r->type());
@@ -368,6 +369,29 @@ private:
       fall_back(n, e.what(), s);
     }
     return outs;
+  }
+
+  // A result the memory plan puts at the arena offset of one of the group's
+  // operands is computed in place over it (the plan's verifier allows no other
+  // overlap): the kernel is told, so that it writes through that operand's
+  // pointer and still vectorizes. If the kernel cannot honour it (different
+  // strides, a row pass reading the operand after the store), compiling throws
+  // and the group runs eagerly into fresh memory.
+  void alias_in_place_outputs(const ir::Node &n, const std::vector<size_t> &buffer_operands, KernelDesc &desc) const {
+    if (!g_->memory_plan()) return;
+    const ir::MemoryPlan &plan = *g_->memory_plan();
+    for (size_t o = 0; o < n.results().size() && o < desc.outputs.size(); ++o) {
+      const ir::BufferAssignment *out = plan.find(n.result(o));
+      for (size_t b = 0; out && b < buffer_operands.size(); ++b) {
+        const ir::BufferAssignment *in = plan.find(n.operand(buffer_operands[b]));
+        if (!in || in->offset != out->offset) continue;
+        desc.output_aliases_input.resize(desc.outputs.size(), -1);
+        desc.output_aliases_input[o] = int32_t(b);
+        kiln::log()->debug("codegen: %{} is computed in place over %{}", n.result(o)->name(),
+                           n.operand(buffer_operands[b])->name());
+        break;
+      }
+    }
   }
 
   std::vector<Tensor> plan_epilogue(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {

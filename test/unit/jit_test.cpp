@@ -18,6 +18,7 @@
 
 #include "codegen/interpret.h"
 #include "codegen/jit.h"
+#include "expect_error.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
 
@@ -507,6 +508,123 @@ TEST(KernelBuilder, RejectsTypeErrors) {
   k.output(f + k.cast(i, kiln::kFloat32));
   EXPECT_NO_THROW(k.build());
   EXPECT_NE(k.build().to_string().find("Cast.f32"), std::string::npos);
+}
+
+// ---- in-place outputs (KernelDesc::output_aliases_input)
+
+namespace {
+
+// LLVM's runtime pointer-overlap check before a vector loop (value names of
+// the loop vectorizer: "diff.check", "found.conflict" in "vector.memcheck").
+bool has_overlap_check(const std::string &ir) {
+  for (const char *name : {"diff.check", "found.conflict", "vector.memcheck"})
+    if (ir.find(name) != std::string::npos) return true;
+  return false;
+}
+
+KernelDesc gelu_in_place_desc(int64_t rows, int64_t cols) {
+  KernelDesc d = gelu_desc(rows, cols);
+  d.output_aliases_input = {0}; // y over x
+  d.validate();
+  return d;
+}
+
+} // namespace
+
+TEST(JitInPlace, AliasedKernelMatchesSeparateBuffersAndReference) {
+  const int64_t rows = 67, cols = 1000; // a vector loop plus a remainder per row
+  Jit jit;
+  auto separate = jit.compile(gelu_desc(rows, cols));
+  auto in_place = jit.compile(gelu_in_place_desc(rows, cols));
+  EXPECT_NE(separate.get(), in_place.get()) << "the alias is part of the kernel's key";
+  auto x = random_floats(rows * cols, -6.f, 6.f, 11);
+  auto a = random_floats(cols, -1.5f, 1.5f, 12);
+  auto b = random_floats(cols, -1.f, 1.f, 13);
+  std::vector<float> y(rows * cols, -1.f);
+  void *sep_bufs[] = {x.data(), a.data(), b.data(), y.data()};
+  separate->run(sep_bufs);
+  // The aliased kernel writes through x's pointer and ignores its output slot.
+  std::vector<float> xy = x, untouched(rows * cols, -7.f);
+  void *inp_bufs[] = {xy.data(), a.data(), b.data(), untouched.data()};
+  in_place->run(inp_bufs);
+  EXPECT_EQ(xy, y) << "same code per element: bit-identical results";
+  EXPECT_EQ(untouched, std::vector<float>(rows * cols, -7.f));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double want = gelu_ref(double(x[r * cols + c]) * a[c] + b[c]);
+      if (!(std::abs(xy[r * cols + c] - want) <= 1e-6 + 2e-6 * std::abs(want))) ++bad;
+    }
+  EXPECT_EQ(bad, 0);
+  // The interpreter follows the same contract.
+  std::vector<float> ixy = x;
+  void *int_bufs[] = {ixy.data(), a.data(), b.data(), nullptr};
+  interpret(gelu_in_place_desc(rows, cols), int_bufs);
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_NEAR(ixy[i], xy[i], 1e-5) << i;
+}
+
+// Two pointers to one buffer need LLVM's runtime overlap check, which in-place
+// data fails (the scalar loop runs); one pointer needs none. (With other
+// inputs, the check between them and the output remains, and passes.)
+TEST(JitInPlace, AliasedKernelIsVectorCodeWithoutAnOverlapCheck) {
+  JitOptions opts;
+  opts.capture_ir = opts.capture_asm = true;
+  Jit jit(opts);
+  auto one_input = [](bool alias) {
+    KernelBuilder k({64, 1024});
+    k.output(gelu_tanh(k.input(kiln::kFloat32) * 3.0 + 1.0));
+    if (alias) k.alias_output(0, 0);
+    return k.build();
+  };
+  auto separate = jit.compile(one_input(false));
+  auto in_place = jit.compile(one_input(true));
+  EXPECT_TRUE(has_overlap_check(separate->llvm_ir())) << "expected a runtime check";
+  EXPECT_FALSE(has_overlap_check(in_place->llvm_ir())) << in_place->llvm_ir();
+  EXPECT_NE(in_place->llvm_ir().find("x float>"), std::string::npos) << "no vector IR";
+  EXPECT_TRUE(has_packed_float_op(in_place->assembly())) << in_place->assembly().substr(0, 4000);
+  auto broadcast = jit.compile(gelu_in_place_desc(64, 1024)); // W1's kernel, in place
+  EXPECT_TRUE(has_packed_float_op(broadcast->assembly())) << broadcast->assembly().substr(0, 4000);
+}
+
+TEST(JitInPlace, BuilderAndValidationRejectUnsafeAliases) {
+  using kiln::testing::expect_error;
+  auto elementwise = [](std::vector<int64_t> out_strides, DType out_type) {
+    KernelBuilder k({8, 16});
+    Expr x = k.input(kiln::kFloat32);
+    k.output(k.cast(x * 2.0, out_type), std::move(out_strides));
+    k.alias_output(0, 0);
+    return k;
+  };
+  EXPECT_NO_THROW(elementwise({}, kiln::kFloat32).build());
+  EXPECT_NO_THROW(elementwise({}, kiln::kInt32).build()); // same element size
+  expect_error([&] { elementwise({1, 8}, kiln::kFloat32).build(); }, {"output 0", "strides differ in dim 0"});
+  expect_error([&] { elementwise({}, kiln::kFloat64).build(); }, {"element sizes differ"});
+  expect_error([&] { elementwise({0, 1}, kiln::kFloat32).build(); }, {"strides differ"});
+  KernelBuilder broadcast({8, 16}); // every row stored over the same 16 elements
+  Expr row = broadcast.input(kiln::kFloat32, {0, 1});
+  broadcast.output(row + 1.0, {0, 1});
+  broadcast.alias_output(0, 0);
+  expect_error([&] { broadcast.build(); }, {"stores dim 0 with stride 0"});
+  KernelBuilder twice({8});
+  Expr x = twice.input(kiln::kFloat32);
+  twice.output(x + 1.0);
+  twice.output(x + 2.0);
+  twice.alias_output(0, 0);
+  twice.alias_output(1, 0);
+  expect_error([&] { twice.build(); }, {"outputs 0 and 1 both overwrite input 0"});
+  KernelBuilder missing({8});
+  missing.output(missing.input(kiln::kFloat32) + 1.0);
+  missing.alias_output(0, 3);
+  expect_error([&] { missing.build(); }, {"aliases missing input 3"});
+  EXPECT_THROW(missing.alias_output(1, 0), kiln::Error);
+  // The alias changes the key; a kernel without one keeps its old key.
+  KernelDesc plain = gelu_desc(4, 8), aliased = gelu_desc(4, 8);
+  aliased.output_aliases_input = {0};
+  KernelDesc none = gelu_desc(4, 8);
+  none.output_aliases_input = {-1};
+  EXPECT_NE(plain.key(), aliased.key());
+  EXPECT_EQ(plain.key(), none.key());
+  EXPECT_NE(aliased.to_string().find("in place of in0"), std::string::npos) << aliased.to_string();
 }
 
 // Prints (does not assert) compile latency and kernel throughput.
