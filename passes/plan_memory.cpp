@@ -14,8 +14,9 @@
 // both and still vectorizes: two pointers to the same bytes fail LLVM's
 // runtime overlap check and run the scalar loop (a 256x1024 bias+relu kernel:
 // 46 us with separate buffers, 204 us in place before that). Only fusion
-// groups compute in place: the executor runs a plain node eagerly, and an eager
-// op never writes over its operand (its slot would go unused).
+// groups compute in place, over the result of another group: the executor
+// runs a plain node eagerly, and an eager op never writes over its operand
+// (its slot would go unused).
 // A buffer is free once the last reader of its value and of every view of it
 // has run. Graph outputs (and values a graph output views) stay out of the
 // arena: the caller keeps them after the call.
@@ -77,7 +78,12 @@ private:
   int64_t in_place(int64_t i, const ir::Node &n, size_t r, int64_t want) {
     if (n.kind() != ir::Node::Kind::FusionGroup) return -1;
     for (const Value *op : n.operands()) {
-      const ir::LiveRange *range = op ? live_.range(op) : nullptr;
+      // Only over another group's result: the executor writes that into its
+      // slot and can give the kernel one pointer for both. An eager result
+      // placed in its slot would be read and written through two pointers (the
+      // scalar loop), and a reshape may be a view of a parameter, not its slot.
+      if (!op || op->kind() != Value::Kind::Result || op->producer()->kind() != ir::Node::Kind::FusionGroup) continue;
+      const ir::LiveRange *range = live_.range(op);
       if (!range || range->last != i) continue;
       for (size_t b = 0; b < buffers_.size(); ++b) {
         const Buffer &buf = buffers_[b];
