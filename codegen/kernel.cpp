@@ -1,5 +1,6 @@
 #include "codegen/kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -44,6 +45,18 @@ int64_t KernelDesc::numel() const {
   return n;
 }
 
+int64_t KernelDesc::row_length() const {
+  int64_t n = 1;
+  for (size_t d = shape.size() - std::min(shape.size(), size_t(row_rank)); d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+bool KernelDesc::constant_along_row(const std::vector<int64_t> &strides) const {
+  for (size_t d = strides.size() - std::min(strides.size(), size_t(row_rank)); d < strides.size(); ++d)
+    if (strides[d] != 0) return false;
+  return true;
+}
+
 bool KernelDesc::has_reductions() const {
   for (const Node &n : nodes)
     if (n.op == KOp::Reduce) return true;
@@ -56,7 +69,7 @@ std::vector<uint8_t> KernelDesc::per_row_nodes() const {
     const Node &n = nodes[i];
     if (n.op == KOp::Reduce) continue; // one value per row by definition
     if (n.op == KOp::Load) {
-      per_row[i] = shape.empty() || inputs[n.input].strides.back() == 0;
+      per_row[i] = shape.empty() || constant_along_row(inputs[n.input].strides);
       continue;
     }
     for (int a = 0; a < op_arity(n.op); ++a) per_row[i] &= per_row[n.args[a]];
@@ -153,6 +166,8 @@ void KernelDesc::validate() const {
   KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
              kMaxKernelRank);
   for (int64_t s : shape) KILN_CHECK(s >= 0, "kernel: negative size ", s);
+  KILN_CHECK(row_rank >= 1 && size_t(row_rank) <= std::max<size_t>(shape.size(), 1), "kernel: row rank ", row_rank,
+             " for an iteration space of rank ", shape.size());
   KILN_CHECK(!outputs.empty(), "kernel: no outputs");
   for (size_t i = 0; i < inputs.size(); ++i) check_buffer(inputs[i], shape.size(), "input", i);
   for (size_t i = 0; i < nodes.size(); ++i) check_node(*this, i);
@@ -191,6 +206,9 @@ std::string KernelDesc::key() const {
     w.put(o.buffer.dtype);
     w.put_vec(o.buffer.strides);
   }
+  // Appended (not versioned) so that row_rank 1 keys are unchanged; a longer key
+  // never equals a shorter one, so the two kinds cannot collide.
+  if (row_rank != 1) w.put(row_rank);
   return w.take();
 }
 
@@ -213,7 +231,9 @@ std::string KernelDesc::to_string() const {
   };
   os << "kernel shape=";
   vec(shape);
-  os << " grain=" << grain << '\n';
+  os << " grain=" << grain;
+  if (row_rank != 1) os << " row_rank=" << row_rank;
+  os << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";
     vec(inputs[i].strides);
@@ -246,10 +266,13 @@ DType Expr::dtype() const {
   return builder->node(id).dtype;
 }
 
-KernelBuilder::KernelBuilder(std::vector<int64_t> shape) {
+KernelBuilder::KernelBuilder(std::vector<int64_t> shape, int32_t row_rank) {
   KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
              kMaxKernelRank);
+  KILN_CHECK(row_rank >= 1 && size_t(row_rank) <= std::max<size_t>(shape.size(), 1), "kernel: row rank ", row_rank,
+             " for an iteration space of rank ", shape.size());
   desc_.shape = std::move(shape);
+  desc_.row_rank = row_rank;
 }
 
 const Node &KernelBuilder::node(int32_t id) const {
@@ -375,13 +398,13 @@ Expr KernelBuilder::reduce(KOp combine, Expr value) {
 
 void KernelBuilder::output_per_row(Expr value, std::vector<int64_t> outer_strides) {
   KILN_CHECK(!desc_.shape.empty(), "kernel: output_per_row needs rank >= 1");
-  std::vector<int64_t> outer(desc_.shape.begin(), desc_.shape.end() - 1);
+  std::vector<int64_t> outer(desc_.shape.begin(), desc_.shape.end() - desc_.row_rank);
   if (outer_strides.empty()) outer_strides = contiguous_strides(outer);
   KILN_CHECK(outer_strides.size() == outer.size(), "kernel: output_per_row takes ", outer.size(),
-             " strides (all dims but the last), got ", outer_strides.size());
+             " strides (all dims but the ", desc_.row_rank, " row dims), got ", outer_strides.size());
   KILN_CHECK(desc_.per_row_nodes()[own(this, value)], "kernel: output_per_row of node ", value.id,
-             ", which varies along the last dim");
-  outer_strides.push_back(0);
+             ", which varies along the row");
+  outer_strides.resize(desc_.shape.size(), 0);
   output(value, std::move(outer_strides));
 }
 
@@ -439,7 +462,9 @@ Expr reduce_mean(Expr a) {
   KILN_CHECK(is_floating(a.dtype()), "kernel: reduce_mean of ", a.dtype(), "; cast to a float first");
   KILN_CHECK(!k.shape().empty(), "kernel: reduce_mean needs rank >= 1");
   // An empty row gives 0 * inf = NaN, as torch.mean of nothing.
-  return reduce_sum(a) * (1.0 / double(k.shape().back()));
+  int64_t len = 1;
+  for (size_t d = k.shape().size() - size_t(k.row_rank()); d < k.shape().size(); ++d) len *= k.shape()[d];
+  return reduce_sum(a) * (1.0 / double(len));
 }
 
 Expr gelu_tanh(Expr x) {

@@ -83,6 +83,7 @@ public:
   Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t)
       : k_(k), m_(m), c_(m.getContext()), target_(t) {
     shape_ = k.shape.empty() ? std::vector<int64_t>{1} : k.shape; // rank 0 = one element
+    row_rank_ = k.has_reductions() ? size_t(k.row_rank) : 1;
   }
 
   void run(const std::string &symbol) {
@@ -94,6 +95,16 @@ public:
 private:
   size_t rank() const { return shape_.size(); }
   int64_t inner_size() const { return shape_.back(); }
+  // Dims walked by the outer (parallel) loop: all but the row's (all but the
+  // last one for element-wise kernels). collapse_outer_dims leaves at least one.
+  size_t outer_rank() const { return rank() - row_rank_; }
+  int64_t row_length() const {
+    int64_t n = 1;
+    for (size_t d = outer_rank(); d < rank(); ++d) n *= shape_[d];
+    return n;
+  }
+  // Inner-loop runs per row: a row of several dims is walked as sub-rows of its last dim.
+  int64_t sub_rows() const { return inner_size() == 0 ? 0 : row_length() / inner_size(); }
   std::vector<int64_t> strides_of(size_t buf) const {
     const BufferSpec &s =
         buf < k_.inputs.size() ? k_.inputs[buf] : k_.outputs[buf - k_.inputs.size()].buffer;
@@ -103,13 +114,13 @@ private:
   int64_t outer_count() const {
     if (rank() == 1) return shape_[0];
     int64_t n = 1;
-    for (size_t d = 0; d + 1 < rank(); ++d) n *= shape_[d];
+    for (size_t d = 0; d < outer_rank(); ++d) n *= shape_[d];
     return n;
   }
   int64_t outer_grain() const {
     int64_t grain = k_.grain > 0 ? k_.grain : kDefaultGrain;
     if (rank() == 1) return grain;
-    return std::max<int64_t>(1, grain / std::max<int64_t>(1, inner_size()));
+    return std::max<int64_t>(1, grain / std::max<int64_t>(1, row_length()));
   }
 
   void stamp(llvm::Function *f) {
@@ -185,24 +196,31 @@ private:
     b.SetInsertPoint(exit);
   }
 
-  // Element offset of row `o`'s first element in every buffer (dims 0..rank-2).
+  // Element offset of row `o`'s first element in every buffer (dims 0..outer_rank()-1).
   std::vector<Value *> row_bases(IRBuilder<> &b, Value *o) {
-    std::vector<Value *> idx(rank() - 1);
-    Value *rest = o;
-    for (size_t d = rank() - 1; d-- > 0;) {
+    std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));
+    return offset_bases(b, zero, o, 0, outer_rank());
+  }
+
+  // `bases` moved to the point whose flat index over dims [from, to) is `flat`.
+  std::vector<Value *> offset_bases(IRBuilder<> &b, const std::vector<Value *> &bases, Value *flat, size_t from,
+                                    size_t to) {
+    std::vector<Value *> idx(to - from);
+    Value *rest = flat;
+    for (size_t d = to; d-- > from;) {
       Value *size = b.getInt64(shape_[d]);
-      idx[d] = d == 0 ? rest : b.CreateURem(rest, size);
-      if (d > 0) rest = b.CreateUDiv(rest, size);
+      idx[d - from] = d == from ? rest : b.CreateURem(rest, size);
+      if (d > from) rest = b.CreateUDiv(rest, size);
     }
-    std::vector<Value *> bases;
+    std::vector<Value *> out;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
       std::vector<int64_t> st = strides_of(buf);
-      Value *base = b.getInt64(0);
-      for (size_t d = 0; d + 1 < rank(); ++d)
-        if (st[d] != 0) base = b.CreateAdd(base, b.CreateMul(idx[d], b.getInt64(st[d])));
-      bases.push_back(base);
+      Value *base = bases[buf];
+      for (size_t d = from; d < to; ++d)
+        if (st[d] != 0) base = b.CreateAdd(base, b.CreateMul(idx[d - from], b.getInt64(st[d])));
+      out.push_back(base);
     }
-    return bases;
+    return out;
   }
 
   Value *element_ptr(IRBuilder<> &b, size_t buf, DType t, Value *base, Value *j) {
@@ -255,7 +273,7 @@ private:
     f->addFnAttr("probe-stack", "inline-asm");
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       if (!plan_.materialized(int32_t(i))) continue;
-      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(inner_size()), "scratch");
+      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(row_length()), "scratch");
       a->setAlignment(llvm::Align(64));
       scratch_[i] = a;
     }
@@ -267,7 +285,7 @@ private:
     emit_stage(b, 0, bases, row);
     for (int p = 0; p < plan_.passes; ++p) {
       emit_pass(b, p, bases, row);
-      if (p == 0 && plan_.passes >= 2) {
+      if (p == 0 && plan_.passes >= 2 && row_rank_ == 1) {
         prefetch_next_row(b, o, false);
         if (!plan_.transcendental) prefetch_next_row(b, o, true);
       }
@@ -329,59 +347,95 @@ private:
   // One walk over the row: folds the reductions of pass p (vector partial sums:
   // the combines carry `reassoc`, nothing else does), writes scratch rows and
   // element-wise outputs. The row length is a constant, so an empty row
-  // simply has no loop.
+  // simply has no loop. A row of several dims is walked as sub-rows of its last
+  // dim, the accumulators carried from one to the next.
   void emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row) {
     std::vector<int32_t> reductions;
     for (size_t i = 0; i < k_.nodes.size(); ++i)
       if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
         reductions.push_back(int32_t(i));
-    if (inner_size() == 0) {
-      for (int32_t r : reductions) row[r] = finish(b, k_.nodes[r], reduce_identity(k_.nodes[r]));
+    std::vector<Value *> acc;
+    for (int32_t r : reductions) acc.push_back(reduce_identity(k_.nodes[r]));
+    if (row_length() == 0) {
+      for (size_t a = 0; a < reductions.size(); ++a) row[reductions[a]] = finish(b, k_.nodes[reductions[a]], acc[a]);
       return;
     }
-    llvm::Function *f = b.GetInsertBlock()->getParent();
-    llvm::BasicBlock *pre = b.GetInsertBlock();
-    auto *loop = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p), f);
-    auto *exit = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p) + ".exit", f);
-    b.CreateBr(loop);
-    b.SetInsertPoint(loop);
-    llvm::PHINode *j = b.CreatePHI(b.getInt64Ty(), 2, "j");
-    j->addIncoming(b.getInt64(0), pre);
-    std::vector<llvm::PHINode *> acc;
-    for (int32_t r : reductions) {
-      acc.push_back(b.CreatePHI(value_type(c_, k_.nodes[r].dtype), 2, "acc"));
-      acc.back()->addIncoming(reduce_identity(k_.nodes[r]), pre);
+    if (row_rank_ == 1) {
+      acc = emit_sub_row(b, p, bases, nullptr, reductions, acc, row);
+    } else {
+      emit_carried_loop(b, b.getInt64(sub_rows()), "r", acc, [&](IRBuilder<> &rb, Value *r, std::vector<Value *> &a) {
+        std::vector<Value *> sub = offset_bases(rb, bases, r, outer_rank(), rank() - 1);
+        Value *first = rb.CreateMul(r, rb.getInt64(inner_size()), "r.first", true, true);
+        a = emit_sub_row(rb, p, sub, first, reductions, a, row);
+      });
     }
-    std::vector<Value *> cur = row; // element values of this pass at j
-    std::vector<Value *> next;
-    for (size_t a = 0; a < reductions.size(); ++a) {
-      const Node &r = k_.nodes[reductions[a]];
-      next.push_back(combine(b, r, acc[a], element_value(b, r.args[0], p, bases, j, cur)));
-    }
-    for (size_t o = 0; o < k_.outputs.size(); ++o)
-      if (plan_.output_pass[o] == p)
-        store_output(b, o, bases, j, element_value(b, k_.outputs[o].value, p, bases, j, cur));
-    Value *j_next = b.CreateAdd(j, b.getInt64(1), "j.next", true, true);
-    j->addIncoming(j_next, b.GetInsertBlock());
-    for (size_t a = 0; a < acc.size(); ++a) acc[a]->addIncoming(next[a], b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(j_next, b.getInt64(inner_size())), loop, exit);
-    b.SetInsertPoint(exit);
-    for (size_t a = 0; a < reductions.size(); ++a)
-      row[reductions[a]] = finish(b, k_.nodes[reductions[a]], next[a]);
+    for (size_t a = 0; a < reductions.size(); ++a) row[reductions[a]] = finish(b, k_.nodes[reductions[a]], acc[a]);
   }
 
-  // Node `id` at element j of pass p: per-row values are in `cur` already;
-  // materialized nodes are computed once (their first pass) and read back after.
-  Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j,
+  // for (iv = 0; iv < count; ++iv) body(iv, values), where `values` are carried
+  // from one iteration to the next (in: their start; out: after the last).
+  // count > 0. Leaves `b` after the loop.
+  template <class Body>
+  void emit_carried_loop(IRBuilder<> &b, Value *count, const std::string &name, std::vector<Value *> &values,
+                         Body &&body) {
+    llvm::Function *f = b.GetInsertBlock()->getParent();
+    llvm::BasicBlock *pre = b.GetInsertBlock();
+    auto *loop = llvm::BasicBlock::Create(c_, name, f);
+    auto *exit = llvm::BasicBlock::Create(c_, name + ".exit", f);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    llvm::PHINode *iv = b.CreatePHI(b.getInt64Ty(), 2, name);
+    iv->addIncoming(b.getInt64(0), pre);
+    std::vector<llvm::PHINode *> phis;
+    for (Value *v : values) {
+      phis.push_back(b.CreatePHI(v->getType(), 2, "acc"));
+      phis.back()->addIncoming(v, pre);
+    }
+    std::vector<Value *> next(phis.begin(), phis.end());
+    body(b, iv, next);
+    Value *iv_next = b.CreateAdd(iv, b.getInt64(1), name + ".next", true, true);
+    iv->addIncoming(iv_next, b.GetInsertBlock());
+    for (size_t a = 0; a < phis.size(); ++a) phis[a]->addIncoming(next[a], b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(iv_next, count), loop, exit);
+    b.SetInsertPoint(exit);
+    values = next;
+  }
+
+  // The inner loop of pass p over one run of the last dim, from `bases`;
+  // `first` is the run's first element within the row (its scratch index; null
+  // = 0). Returns the accumulators of `reductions` after it (not finished).
+  std::vector<Value *> emit_sub_row(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
+                                    const std::vector<int32_t> &reductions, std::vector<Value *> acc,
+                                    const std::vector<Value *> &row) {
+    emit_carried_loop(b, b.getInt64(inner_size()), "pass" + std::to_string(p), acc,
+                      [&](IRBuilder<> &lb, Value *j, std::vector<Value *> &a) {
+                        std::vector<Value *> cur = row; // element values of this pass at j
+                        Value *slot = first ? lb.CreateAdd(first, j, "slot", true, true) : j;
+                        for (size_t i = 0; i < reductions.size(); ++i) {
+                          const Node &r = k_.nodes[reductions[i]];
+                          a[i] = combine(lb, r, a[i], element_value(lb, r.args[0], p, bases, j, slot, cur));
+                        }
+                        for (size_t o = 0; o < k_.outputs.size(); ++o)
+                          if (plan_.output_pass[o] == p)
+                            store_output(lb, o, bases, j,
+                                         element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
+                      });
+    return acc;
+  }
+
+  // Node `id` at element j of pass p (element `slot` of the row's scratch):
+  // per-row values are in `cur` already; materialized nodes are computed once
+  // (their first pass) and read back after.
+  Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j, Value *slot,
                        std::vector<Value *> &cur) {
     if (cur[id]) return cur[id];
     const Node &n = k_.nodes[id];
     llvm::Type *ty = value_type(c_, n.dtype);
     int home = plan_.scratch_pass[id];
-    if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], j));
-    for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, cur);
+    if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], slot));
+    for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, slot, cur);
     cur[id] = n.op == KOp::Load ? load_element(b, n, bases, j) : emit_node(b, n, cur);
-    if (home == p) b.CreateStore(cur[id], b.CreateInBoundsGEP(ty, scratch_[id], j));
+    if (home == p) b.CreateStore(cur[id], b.CreateInBoundsGEP(ty, scratch_[id], slot));
     return cur[id];
   }
 
@@ -538,6 +592,7 @@ private:
   llvm::LLVMContext &c_;
   const LowerTarget &target_;
   std::vector<int64_t> shape_;
+  size_t row_rank_ = 1;            // dims of a row (kernels with reductions), see collapse_outer_dims
   std::vector<Value *> bufs_;
   RowPlan plan_;                   // kernels with reductions only
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
@@ -576,30 +631,42 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   return k;
 }
 
-// For row reductions the last dim is the row and must stay as it is (even of
-// size 1); the outer dims are collapsed as above, and a rank-1 kernel becomes
-// one row [1, L], so that the row code always has an outer loop.
-KernelDesc collapse_outer_dims(const KernelDesc &in) {
-  KernelDesc outer = in;
-  size_t rank = in.shape.size();
-  outer.shape.pop_back();
-  for (auto &b : outer.inputs) b.strides.pop_back();
-  for (auto &o : outer.outputs) o.buffer.strides.pop_back();
-  outer = collapse_dims(outer);
+// The kernel restricted to dims [from, to) of its iteration space.
+KernelDesc dims_slice(const KernelDesc &in, size_t from, size_t to) {
   KernelDesc k = in;
+  auto cut = [&](std::vector<int64_t> &v) { v = std::vector<int64_t>(v.begin() + from, v.begin() + to); };
+  cut(k.shape);
+  for (auto &b : k.inputs) cut(b.strides);
+  for (auto &o : k.outputs) cut(o.buffer.strides);
+  k.row_rank = 1;
+  return k;
+}
+
+// For row reductions the row dims stay apart from the outer ones. A row of one
+// dim stays as it is (even of size 1); a row of several dims is collapsed as
+// above among itself (batch norm's [N, H, W] row of an NCHW x becomes [N, H*W]),
+// and may become a one-dim row. The outer dims are collapsed as above, and a
+// kernel without outer dims gets an outer [1], so that the row code always has
+// an outer loop.
+KernelDesc collapse_outer_dims(const KernelDesc &in) {
+  size_t rank = in.shape.size(), first_row = rank - size_t(in.row_rank);
+  KernelDesc outer = collapse_dims(dims_slice(in, 0, first_row));
+  KernelDesc row = dims_slice(in, first_row, rank);
+  if (in.row_rank > 1) row = collapse_dims(row);
+  KernelDesc k = in;
+  size_t outer_rank = std::max<size_t>(outer.shape.size(), 1); // the [1] of a kernel without outer dims
   k.shape = outer.shape;
-  k.shape.push_back(in.shape.back());
-  if (k.shape.size() == 1) k.shape.insert(k.shape.begin(), 1);
-  size_t rows_rank = k.shape.size() - 1;
-  auto fix = [&](std::vector<int64_t> &strides, const std::vector<int64_t> &collapsed) {
-    int64_t last = strides[rank - 1];
-    strides = collapsed;
-    strides.resize(rows_rank, 0); // the [1] of a rank-1 kernel
-    strides.push_back(last);
+  k.shape.resize(outer_rank, 1);
+  k.shape.insert(k.shape.end(), row.shape.begin(), row.shape.end());
+  k.row_rank = int32_t(row.shape.size());
+  auto fix = [&](std::vector<int64_t> &strides, const std::vector<int64_t> &o, const std::vector<int64_t> &r) {
+    strides = o;
+    strides.resize(outer_rank, 0);
+    strides.insert(strides.end(), r.begin(), r.end());
   };
-  for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides);
+  for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides, row.inputs[b].strides);
   for (size_t o = 0; o < k.outputs.size(); ++o)
-    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides);
+    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides, row.outputs[o].buffer.strides);
   return k;
 }
 

@@ -5,8 +5,9 @@
 
 namespace kiln::passes {
 
-// Groups elementwise chains and last-dim reductions with their prologue and
-// epilogue into FusionGroup nodes. Returns whether the graph changed.
+// Groups elementwise chains and reductions (all of a group over the same dims)
+// with their prologue and epilogue into FusionGroup nodes. Returns whether the
+// graph changed.
 bool fuse(ir::Graph &g);
 
 } // namespace kiln::passes

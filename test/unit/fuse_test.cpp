@@ -1,5 +1,5 @@
 // The fuse pass: W1-W3 become one group each; results are unchanged; cycles,
-// non-last-dim reductions and contractions stay out.
+// full reductions of matrices and contractions stay out.
 #include <gtest/gtest.h>
 
 #include <kiln/kiln.h>
@@ -71,8 +71,20 @@ TEST(Fuse, SoftmaxAndLayerNormAreOneRowGroupEach) {
   }
 }
 
-TEST(Fuse, ReductionOverFirstDimStaysOut) {
+TEST(Fuse, ReductionOverFirstDimJoinsItsPrologueAndEpilogue) {
   Fn fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{sum(exp(x[0]), {0}) + 1.0}; };
+  std::vector<Tensor> in = {randn({8, 16})};
+  auto g = optimized(fn, in);
+  bool sum_outside = false;
+  for (const ir::Node *n : g->nodes())
+    sum_outside |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Sum;
+  EXPECT_FALSE(sum_outside);
+  EXPECT_EQ(count(*g).groups, 1);
+  expect_same_results(fn, *g, in);
+}
+
+TEST(Fuse, FullReductionOfAMatrixStaysOut) {
+  Fn fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{sum(exp(x[0])) + 1.0}; };
   std::vector<Tensor> in = {randn({8, 16})};
   auto g = optimized(fn, in);
   bool sum_outside = false;
@@ -167,7 +179,7 @@ TEST(FuseHorizontal, ConsumerBetweenTheGroupsMovesBehindTheMerge) {
   manual_seed(0);
   Fn fn = [](const std::vector<Tensor> &in) {
     Tensor a = exp(in[0]);
-    Tensor col = sum(a, {0}, true); // eager (not the last dim), between the groups
+    Tensor col = sum(a); // eager (a full reduction of a matrix), between the groups
     Tensor b = tanh(in[0]);
     return std::vector<Tensor>{col, b};
   };
