@@ -259,9 +259,11 @@ struct Space {
   // reduced dims ([M, N] in an [M, N, K] group, e.g. the bias added after a
   // reduction) broadcasts against the kept dims, numpy-style, and is constant
   // along the row.
+  // Returned in the domain's order, like broadcast_strides.
   std::vector<int64_t> row_strides(IntArrayRef s, IntArrayRef st) const {
-    std::vector<int64_t> out = broadcast_strides(s, st, kept_shape());
-    out.resize(domain.size(), 0);
+    std::vector<int64_t> kept = broadcast_strides(s, st, kept_shape());
+    std::vector<int64_t> out(domain.size(), 0);
+    for (size_t i = 0; i < kept.size(); ++i) out[perm[i]] = kept[i];
     return out;
   }
 };
