@@ -35,6 +35,10 @@ constexpr int64_t kDefaultGrain = 16384; // elements; below this a chunk is not 
 // expensive values are recomputed instead: 64K float32 rows keep two scratch rows.
 constexpr int64_t kMaxScratchBytes = 512 * 1024;
 constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch_next_row
+// Rows evaluated side by side when rows are columns (see wants_tiles): enough
+// for several vectors of the widest ISA, small enough for L1 (one element per
+// row per per-row value).
+constexpr int64_t kTileRows = 64;
 
 llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   switch (t) {
@@ -120,7 +124,8 @@ private:
   int64_t outer_grain() const {
     int64_t grain = k_.grain > 0 ? k_.grain : kDefaultGrain;
     if (rank() == 1) return grain;
-    return std::max<int64_t>(1, grain / std::max<int64_t>(1, row_length()));
+    int64_t rows = std::max<int64_t>(1, grain / std::max<int64_t>(1, row_length()));
+    return tiled_ ? std::max<int64_t>(rows, 16) : rows; // tiles want neighbouring rows together
   }
 
   void stamp(llvm::Function *f) {
@@ -254,15 +259,154 @@ private:
   // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
   // and passes of the plan.
   llvm::Function *build_row_body(const std::string &name) {
-    plan_ = plan_rows(k_, kMaxScratchBytes);
+    tiled_ = wants_tiles();
+    plan_ = plan_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
     load_buffers(b, f);
+    if (tiled_) {
+      allocate_tile(b);
+      emit_tiles(b, f->getArg(1), f->getArg(2));
+      b.CreateRetVoid();
+      return f;
+    }
     allocate_scratch(b, f);
     emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
     b.CreateRetVoid();
     return f;
+  }
+
+  // ---- tiles: rows that are columns. When an input's rows run across memory
+  // (row stride != 1) while neighbouring rows are neighbours in memory (outer
+  // stride 1) -- batch-norm statistics of an [N, C] input, or of channels-last
+  // NCHW -- walking one row at a time touches a cache line per element and
+  // never vectorizes. Instead kTileRows rows advance together: every loop over
+  // a row's elements gets an innermost loop over the tile's rows, contiguous
+  // in memory and vectorized, with per-row values (accumulators included) in
+  // small arrays of one element per row. The same passes and stages as
+  // emit_row, in the same order per row; no scratch rows (plan without them).
+  bool wants_tiles() const {
+    if (outer_rank() != 1 || shape_[0] < 2 || inner_size() < 2) return false;
+    for (size_t i = 0; i < k_.inputs.size(); ++i) {
+      std::vector<int64_t> st = strides_of(i);
+      if (st[0] == 1 && st.back() != 0 && st.back() != 1) return true;
+    }
+    return false;
+  }
+
+  void allocate_tile(IRBuilder<> &b) {
+    tile_.assign(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      if (!plan_.per_row[i]) continue;
+      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(kTileRows), "tile");
+      a->setAlignment(llvm::Align(64));
+      tile_[i] = a;
+    }
+  }
+
+  // for (t = begin; t < end; t += kTileRows) tile of min(kTileRows, end - t) rows.
+  void emit_tiles(IRBuilder<> &b, Value *begin, Value *end) {
+    Value *count = b.CreateSub(end, begin);
+    Value *tiles = b.CreateUDiv(b.CreateAdd(count, b.getInt64(kTileRows - 1)), b.getInt64(kTileRows));
+    emit_loop(b, b.getInt64(0), tiles, "tile", [&](IRBuilder<> &tb, Value *t) {
+      Value *first = tb.CreateAdd(begin, tb.CreateMul(t, tb.getInt64(kTileRows)));
+      Value *left = tb.CreateSub(end, first);
+      Value *n = tb.CreateSelect(tb.CreateICmpSLT(left, tb.getInt64(kTileRows)), left, tb.getInt64(kTileRows));
+      emit_tile(tb, first, n);
+    });
+  }
+
+  void emit_tile(IRBuilder<> &b, Value *first, Value *n) {
+    std::vector<Value *> bases = row_bases(b, first);
+    known_.assign(k_.nodes.size(), 0);
+    emit_tile_stage(b, 0, bases, n);
+    for (int p = 0; p < plan_.passes; ++p) {
+      emit_tile_pass(b, p, bases, n);
+      emit_tile_stage(b, p + 1, bases, n);
+    }
+  }
+
+  // Row r of the tile: bases moved along the (single) outer dim.
+  std::vector<Value *> tile_row(IRBuilder<> &b, const std::vector<Value *> &bases, Value *r) {
+    std::vector<Value *> out = bases;
+    for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
+      int64_t s = strides_of(buf)[0];
+      if (s != 0) out[buf] = b.CreateAdd(bases[buf], b.CreateMul(r, b.getInt64(s)));
+    }
+    return out;
+  }
+
+  Value *tile_slot(IRBuilder<> &b, size_t node, Value *r) {
+    return b.CreateInBoundsGEP(value_type(c_, k_.nodes[node].dtype), tile_[node], r);
+  }
+
+  // The per-row values known so far, for row r.
+  std::vector<Value *> load_known(IRBuilder<> &b, Value *r) {
+    std::vector<Value *> cur(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (known_[i]) cur[i] = b.CreateLoad(value_type(c_, k_.nodes[i].dtype), tile_slot(b, i, r));
+    return cur;
+  }
+
+  // emit_stage for every row of the tile.
+  void emit_tile_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, Value *n) {
+    std::vector<size_t> nodes, outs;
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (plan_.per_row[i] && plan_.level[i] == s && k_.nodes[i].op != KOp::Reduce) nodes.push_back(i);
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      if (plan_.output_pass[o] < 0 && plan_.level[k_.outputs[o].value] == s) outs.push_back(o);
+    if (nodes.empty() && outs.empty()) return;
+    emit_loop(b, b.getInt64(0), n, "stage.r", [&](IRBuilder<> &lb, Value *r) {
+      std::vector<Value *> br = tile_row(lb, bases, r);
+      std::vector<Value *> cur = load_known(lb, r);
+      for (size_t i : nodes) {
+        const Node &node = k_.nodes[i];
+        cur[i] = node.op == KOp::Load ? load_element(lb, node, br, lb.getInt64(0)) : emit_node(lb, node, cur);
+        lb.CreateStore(cur[i], tile_slot(lb, i, r));
+      }
+      for (size_t o : outs) store_output(lb, o, br, lb.getInt64(0), cur[size_t(k_.outputs[o].value)]);
+    });
+    for (size_t i : nodes) known_[i] = 1;
+  }
+
+  // emit_pass for every row of the tile: the tile's rows innermost.
+  void emit_tile_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *n) {
+    std::vector<int32_t> reductions;
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
+    auto over_rows = [&](const char *name, auto &&body) { emit_loop(b, b.getInt64(0), n, name, body); };
+    over_rows("init.r", [&](IRBuilder<> &lb, Value *r) {
+      for (int32_t red : reductions) lb.CreateStore(reduce_identity(k_.nodes[red]), tile_slot(lb, size_t(red), r));
+    });
+    if (row_length() > 0) {
+      emit_loop(b, b.getInt64(0), b.getInt64(sub_rows()), "sub", [&](IRBuilder<> &sb, Value *rr) {
+        std::vector<Value *> sub = offset_bases(sb, bases, rr, outer_rank(), rank() - 1);
+        emit_loop(sb, sb.getInt64(0), sb.getInt64(inner_size()), "j", [&](IRBuilder<> &jb, Value *j) {
+          emit_loop(jb, jb.getInt64(0), n, "r", [&](IRBuilder<> &lb, Value *r) {
+            std::vector<Value *> br = tile_row(lb, sub, r);
+            std::vector<Value *> cur = load_known(lb, r);
+            for (int32_t red : reductions) {
+              const Node &node = k_.nodes[size_t(red)];
+              Value *slot = tile_slot(lb, size_t(red), r);
+              Value *acc = lb.CreateLoad(value_type(c_, node.dtype), slot);
+              lb.CreateStore(combine(lb, node, acc, element_value(lb, node.args[0], p, br, j, j, cur)), slot);
+            }
+            for (size_t o = 0; o < k_.outputs.size(); ++o)
+              if (plan_.output_pass[o] == p)
+                store_output(lb, o, br, j, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
+          });
+        });
+      });
+    }
+    over_rows("finish.r", [&](IRBuilder<> &lb, Value *r) {
+      for (int32_t red : reductions) {
+        const Node &node = k_.nodes[size_t(red)];
+        Value *slot = tile_slot(lb, size_t(red), r);
+        lb.CreateStore(finish(lb, node, lb.CreateLoad(value_type(c_, node.dtype), slot)), slot);
+      }
+    });
+    for (int32_t red : reductions) known_[size_t(red)] = 1;
   }
 
   // Static allocas in the entry block: one row per materialized node, reused by
@@ -595,6 +739,9 @@ private:
   size_t row_rank_ = 1;            // dims of a row (kernels with reductions), see collapse_outer_dims
   std::vector<Value *> bufs_;
   RowPlan plan_;                   // kernels with reductions only
+  bool tiled_ = false;             // rows evaluated in tiles (see wants_tiles)
+  std::vector<Value *> tile_;      // tiles: per per-row node, its value for each row of the tile
+  std::vector<uint8_t> known_;     // tiles: per node, whether tile_ holds it already
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
 

@@ -146,6 +146,19 @@ TEST(MultiDimReduce, StridedRowsThatDoNotCollapse) {
   check_batch_norm<double>(channels_last, DType::Float64, 1e-12, "NHWC f64");
 }
 
+TEST(MultiDimReduce, ColumnRowsRunInTilesOfNeighbouringRows) {
+  // [N, C] batch norm: each channel's row runs down a column (stride C) while
+  // neighbouring channels are neighbours in memory: codegen evaluates tiles of
+  // channels side by side. 150 channels = two full tiles and a partial one.
+  check_batch_norm<float>(contiguous(33, 150, 1, 1), DType::Float32, 2e-5, "[33, 150]");
+  check_batch_norm<double>(contiguous(33, 150, 1, 1), DType::Float64, 1e-12, "[33, 150] f64");
+  check_batch_norm<float>(contiguous(5, 3, 1, 1), DType::Float32, 2e-5, "[5, 3]: less than a tile");
+  check_batch_norm<float>(contiguous(0, 70, 1, 1), DType::Float32, 0, "[0, 70]: empty columns");
+  // Channels-last with more channels than a tile.
+  Nchw nhwc{3, 80, 2, 5, /*sn=*/2 * 5 * 80, /*sc=*/1, /*sh=*/5 * 80, /*sw=*/80};
+  check_batch_norm<float>(nhwc, DType::Float32, 2e-5, "NHWC 80 channels");
+}
+
 TEST(MultiDimReduce, EmptyReducedDimsGiveIdentitiesAndNaNMeans) {
   // N = 0: every channel's row is empty; mean and var are 0 * inf = NaN as torch's.
   Nchw empty = contiguous(0, 3, 4, 5);
@@ -305,6 +318,20 @@ TEST(MultiDimReduceCompile, BatchNormTrainingOnAStridedInput) {
   manual_seed(5);
   Tensor x = randn({4, 6, 7, 8}).permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); // channels-last
   expect_one_kernel(batch_norm_training(6), {x}, 1e-5);
+}
+
+TEST(MultiDimReduceCompile, BatchNormTrainingOverSeveralTiles) {
+  manual_seed(8);
+  expect_one_kernel(batch_norm_training(100), {randn({37, 100}) * 2.0 + 3.0}, 2e-5);
+  expect_one_kernel(batch_norm_training(256), {randn({512, 256})}, 5e-5);
+}
+
+TEST(MultiDimReduceCompile, SoftmaxOverTheFirstDim) {
+  manual_seed(9);
+  Tensor x = randn({40, 70}) * 3.0;
+  expect_one_kernel([](const std::vector<Tensor> &in) { return std::vector<Tensor>{softmax(in[0], 0)}; }, {x}, 1e-6);
+  expect_one_kernel([](const std::vector<Tensor> &in) { return std::vector<Tensor>{log_softmax(in[0], 0)}; }, {x},
+                    1e-5);
 }
 
 TEST(MultiDimReduceCompile, MeanAndSumOverLeadingDims) {
