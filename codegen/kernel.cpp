@@ -462,9 +462,7 @@ Expr reduce_mean(Expr a) {
   KILN_CHECK(is_floating(a.dtype()), "kernel: reduce_mean of ", a.dtype(), "; cast to a float first");
   KILN_CHECK(!k.shape().empty(), "kernel: reduce_mean needs rank >= 1");
   // An empty row gives 0 * inf = NaN, as torch.mean of nothing.
-  int64_t len = 1;
-  for (size_t d = k.shape().size() - size_t(k.row_rank()); d < k.shape().size(); ++d) len *= k.shape()[d];
-  return reduce_sum(a) * (1.0 / double(len));
+  return reduce_sum(a) * (1.0 / double(k.row_length()));
 }
 
 Expr gelu_tanh(Expr x) {

@@ -49,7 +49,7 @@
 //   1 (Mul), the dtype's lowest value or -inf (Max), highest or +inf (Min).
 //   Mean is the caller's job: reduce(Add, v) * (1.0 / L).
 // - Reductions nest (layer_norm's variance reduces (x - mean)^2); a kernel with
-//   reductions needs rank >= 1, and its last dim is never merged with others.
+//   reductions needs rank >= 1, and its row dims are never merged with others.
 // - A value is PER-ROW when it does not vary along the last dim: reductions,
 //   constants, loads whose last-dim stride is 0, and ops on per-row values only.
 //   An output whose last-dim stride is 0 and whose value is per-row is stored
@@ -58,7 +58,11 @@
 // - Compiled code evaluates a row in passes (one per nesting level of
 //   reductions, plus a final one for the outputs), all over the same row while
 //   it sits in cache, so x is read from memory once; transcendentals needed by
-//   several passes are computed once into a per-row scratch buffer.
+//   several passes are computed once into a per-row scratch buffer. Rows that
+//   run down columns (strided row, neighbouring rows adjacent in memory: the
+//   statistics of an [N, C] batch norm) advance 64 at a time instead, the loop
+//   over those rows innermost (codegen/lower.cpp, "tiles"); these sum each
+//   row sequentially.
 #pragma once
 
 #include <array>
@@ -226,6 +230,7 @@ public:
   const Node &node(int32_t id) const;
   const std::vector<int64_t> &shape() const { return desc_.shape; }
   int32_t row_rank() const { return desc_.row_rank; }
+  int64_t row_length() const { return desc_.row_length(); }
 
 private:
   Expr add_node(Node n);

@@ -258,8 +258,7 @@ struct Space {
   // Row-context strides: an operand read by a node whose result dropped the
   // reduced dims ([M, N] in an [M, N, K] group, e.g. the bias added after a
   // reduction) broadcasts against the kept dims, numpy-style, and is constant
-  // along the row.
-  // Returned in the domain's order, like broadcast_strides.
+  // along the row. Returned in the domain's order, like broadcast_strides.
   std::vector<int64_t> row_strides(IntArrayRef s, IntArrayRef st) const {
     std::vector<int64_t> kept = broadcast_strides(s, st, kept_shape());
     std::vector<int64_t> out(domain.size(), 0);

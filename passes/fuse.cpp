@@ -72,13 +72,13 @@ std::string reduction_misfit(const Node &n) {
 // aligns that value with D's trailing dims, the kernel indexes it by the kept
 // dims; the two agree only when the kept dims (of size > 1) are the trailing ones.
 bool dropped_row_misaligned(IntArrayRef d, const std::vector<int64_t> &red) {
-  size_t kept = d.size() - red.size(), i = 0;
+  size_t i = 0; // position among the kept dims
   for (size_t dim = 0; dim < d.size(); ++dim) {
     if (std::binary_search(red.begin(), red.end(), int64_t(dim))) continue;
     if (d[dim] != 1 && dim != red.size() + i) return true;
     ++i;
   }
-  return i != kept;
+  return false;
 }
 
 struct Group {
