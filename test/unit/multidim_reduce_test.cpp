@@ -190,22 +190,27 @@ TEST(MultiDimReduce, EmptyReducedDimsGiveIdentitiesAndNaNMeans) {
 
 TEST(MultiDimReduce, SoftmaxOverTwoDimsKeepsScratchPerElement) {
   // exp() feeds two passes: the scratch row must hold every element of a row of
-  // two dims (a scratch indexed by the last dim only would mix sub-rows).
-  const int64_t B = 3, H = 5, W = 37;
+  // two dims (a scratch indexed by the last dim only would mix sub-rows). x's
+  // rows are padded (W = 37 of 40) so that the two row dims cannot collapse.
+  const int64_t B = 3, H = 5, W = 37, Wp = 40;
   KernelBuilder k({B, H, W}, 2);
-  Expr x = k.input(DType::Float32);
+  Expr x = k.input(DType::Float32, {H * Wp, Wp, 1});
   Expr e = exp(x - reduce_max(x));
   k.output(e / reduce_sum(e));
-  auto xs = random_values<float>(size_t(B * H * W), -6, 6, 11);
-  std::vector<float> y(xs.size(), -1);
+  auto xs = random_values<float>(size_t(B * H * Wp), -6, 6, 11);
+  std::vector<float> y(size_t(B * H * W), -1);
   void *bufs[] = {xs.data(), y.data()};
   test_jit().compile(k.build())->run(bufs);
-  std::vector<double> want(xs.size());
+  std::vector<double> want(y.size());
+  auto at = [&](int64_t r, int64_t h, int64_t w) { return double(xs[size_t(r * H * Wp + h * Wp + w)]); };
   for (int64_t r = 0; r < B; ++r) {
     double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < H * W; ++j) m = std::max(m, double(xs[size_t(r * H * W + j)]));
-    for (int64_t j = 0; j < H * W; ++j) s += std::exp(double(xs[size_t(r * H * W + j)]) - m);
-    for (int64_t j = 0; j < H * W; ++j) want[size_t(r * H * W + j)] = std::exp(double(xs[size_t(r * H * W + j)]) - m) / s;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) m = std::max(m, at(r, h, w));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) s += std::exp(at(r, h, w) - m);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) want[size_t((r * H + h) * W + w)] = std::exp(at(r, h, w) - m) / s;
   }
   EXPECT_LE(max_abs_diff(y, want), 1e-6);
 }
