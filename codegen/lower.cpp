@@ -174,10 +174,18 @@ private:
     return f;
   }
 
-  // The buffer pointers, loaded once per chunk.
+  // The buffer pointers, loaded once per chunk. An output written in place
+  // takes its input's pointer (its own slot is not read): with one pointer,
+  // LLVM sees that element j's loads and store touch the same address, where
+  // two pointers would need a runtime overlap check that in-place data fails.
   void load_buffers(IRBuilder<> &b, llvm::Function *f) {
     auto *ptr = llvm::PointerType::getUnqual(c_);
     for (size_t i = 0; i < k_.num_buffers(); ++i) {
+      int32_t alias = i < k_.inputs.size() ? -1 : k_.aliased_input(i - k_.inputs.size());
+      if (alias >= 0) {
+        bufs_.push_back(bufs_[size_t(alias)]);
+        continue;
+      }
       Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
       bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
     }
@@ -219,6 +227,11 @@ private:
     }
     std::vector<Value *> out;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
+      int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
+      if (alias >= 0) { // same strides as its input (share_alias_strides)
+        out.push_back(out[size_t(alias)]);
+        continue;
+      }
       std::vector<int64_t> st = strides_of(buf);
       Value *base = bases[buf];
       for (size_t d = from; d < to; ++d)
@@ -331,8 +344,10 @@ private:
   std::vector<Value *> tile_row(IRBuilder<> &b, const std::vector<Value *> &bases, Value *r) {
     std::vector<Value *> out = bases;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
+      int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
       int64_t s = strides_of(buf)[0];
-      if (s != 0) out[buf] = b.CreateAdd(bases[buf], b.CreateMul(r, b.getInt64(s)));
+      if (alias >= 0) out[buf] = out[size_t(alias)]; // one address expression, as offset_bases
+      else if (s != 0) out[buf] = b.CreateAdd(bases[buf], b.CreateMul(r, b.getInt64(s)));
     }
     return out;
   }
@@ -392,9 +407,11 @@ private:
               Value *acc = lb.CreateLoad(value_type(c_, node.dtype), slot);
               lb.CreateStore(combine(lb, node, acc, element_value(lb, node.args[0], p, br, j, j, cur)), slot);
             }
+            std::vector<std::pair<size_t, Value *>> stores; // all values before any store, as emit_sub_row
             for (size_t o = 0; o < k_.outputs.size(); ++o)
               if (plan_.output_pass[o] == p)
-                store_output(lb, o, br, j, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
+                stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
+            for (auto [o, v] : stores) store_output(lb, o, br, j, v);
           });
         });
       });
@@ -452,7 +469,8 @@ private:
       std::vector<int64_t> st = strides_of(i);
       bool moves = std::any_of(st.begin(), st.end() - 1, [](int64_t s) { return s != 0; });
       int64_t bytes = inner_size() * int64_t(itemsize(buffer_dtype(i)));
-      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes)
+      bool in_place = i >= k_.inputs.size() && k_.aliased_input(i - k_.inputs.size()) >= 0; // its input's lines
+      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes && !in_place)
         streamed.emplace_back(i, i >= k_.inputs.size());
     }
     if (streamed.empty()) return;
@@ -559,10 +577,13 @@ private:
                           const Node &r = k_.nodes[reductions[i]];
                           a[i] = combine(lb, r, a[i], element_value(lb, r.args[0], p, bases, j, slot, cur));
                         }
+                        // Every value of element j before any store to it: an output written in
+                        // place must not change what a later output of this pass loads.
+                        std::vector<std::pair<size_t, Value *>> stores;
                         for (size_t o = 0; o < k_.outputs.size(); ++o)
                           if (plan_.output_pass[o] == p)
-                            store_output(lb, o, bases, j,
-                                         element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
+                            stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
+                        for (auto [o, v] : stores) store_output(lb, o, bases, j, v);
                       });
     return acc;
   }
@@ -745,6 +766,16 @@ private:
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
 
+// An output written in place addresses its input's elements: give it the
+// input's strides (they may differ only in dims of size 1), so that both
+// collapse alike and their addresses are the same expressions.
+KernelDesc share_alias_strides(const KernelDesc &in) {
+  KernelDesc k = in;
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    if (k.aliased_input(o) >= 0) k.outputs[o].buffer.strides = k.inputs[size_t(k.aliased_input(o))].strides;
+  return k;
+}
+
 // Drops size-1 dims and merges neighbouring dims that every buffer walks as one
 // (stride[d] == stride[d+1] * size[d+1]), so that e.g. a contiguous [64, 3]
 // kernel becomes one vectorizable loop of 192 instead of 64 loops of 3.
@@ -825,7 +856,8 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(desc) : collapse_dims(desc);
+  KernelDesc shared = share_alias_strides(desc);
+  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
   llvm::raw_string_ostream os(problems);

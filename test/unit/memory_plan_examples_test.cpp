@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <new>
 #include <thread>
 
 #include <kiln/kiln.h>
@@ -25,7 +27,7 @@ using namespace kiln;
 
 namespace {
 
-std::unique_ptr<ir::Graph> planned(const std::string &text, const char *pass = "plan-memory-inplace") {
+std::unique_ptr<ir::Graph> planned(const std::string &text, const char *pass = "plan-memory") {
   auto g = ir::parse(text);
   passes::run_pipeline(*g, pass, {});
   ir::verify(*g);
@@ -76,30 +78,83 @@ TEST(PlanMemory, DeadBufferIsReusedAndOutputsStayOut) {
   ASSERT_TRUE(g->memory_plan());
   EXPECT_EQ(slot(*g, "3"), nullptr) << "a graph output is not in the arena";
   for (const char *v : {"0", "1", "2", "4", "5", "6", "7"}) ASSERT_TRUE(slot(*g, v)) << v;
-  // %0 dies at %2 (div reads it last, elementwise, same shape): %2 takes its buffer in place.
-  EXPECT_EQ(slot(*g, "2")->offset, slot(*g, "0")->offset);
-  // %2 is still live when %4 is made: no overlap. %6 is computed in place over %2.
+  // %0 dies at %2 (div reads it last), made while %0 is read: a buffer of its
+  // own (plain nodes never compute in place). %4, made after, reuses %0's.
+  EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "0")));
+  EXPECT_EQ(slot(*g, "4")->buffer, slot(*g, "0")->buffer);
+  // %2 is still live when %4 is made: no overlap. %4 dies at %5, so %6 reuses it.
   EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "4")));
-  EXPECT_EQ(slot(*g, "6")->offset, slot(*g, "2")->offset);
-  // %4 is dead after %5: %7 (not an elementwise reader of it) reuses its buffer.
-  EXPECT_EQ(slot(*g, "7")->offset, slot(*g, "4")->offset);
-  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "4")->buffer);
-  // ... but not %5's or %1's small ones, nor %6's, which is live.
+  EXPECT_EQ(slot(*g, "6")->buffer, slot(*g, "4")->buffer);
+  // %2 is dead after %6: %7 reuses its buffer, not %5's or %1's small ones,
+  // nor %6's, which is live.
+  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "2")->buffer);
   EXPECT_FALSE(overlap(*slot(*g, "7"), *slot(*g, "6")));
   for (const auto &[v, s] : g->memory_plan()->entries) EXPECT_EQ(s.offset % 64, 0) << v->name();
   // Two 2048-byte buffers, f32[16, 1] rounded up to 64 bytes and f32[1, 32] (128).
   EXPECT_EQ(g->memory_plan()->peak_bytes, 2 * 2048 + 64 + 128);
 }
 
-TEST(PlanMemory, DefaultPassNeverComputesInPlace) {
-  // Same graph through "plan-memory": %2 is made while %0 is read, so they get
-  // different buffers; %4 dies at %5, so %6 reuses it, and %2 dies at %6, so %7 reuses that.
-  auto g = planned(kChain, "plan-memory");
-  EXPECT_FALSE(overlap(*slot(*g, "2"), *slot(*g, "0")));
-  EXPECT_FALSE(overlap(*slot(*g, "6"), *slot(*g, "2")));
-  EXPECT_EQ(slot(*g, "4")->buffer, slot(*g, "0")->buffer);
-  EXPECT_EQ(slot(*g, "6")->buffer, slot(*g, "4")->buffer);
-  EXPECT_EQ(slot(*g, "7")->buffer, slot(*g, "2")->buffer);
+TEST(PlanMemory, EveryPassNameGivesPlainNodesTheSamePlan) {
+  // The executor runs plain nodes eagerly, never over their operands: no pass
+  // computes them in place, so all three names plan kChain alike.
+  for (const char *pass : {"plan-memory-inplace", "plan-memory-no-inplace"}) {
+    auto g = planned(kChain, pass);
+    for (const char *v : {"0", "1", "2", "4", "5", "6", "7"}) {
+      ASSERT_TRUE(slot(*g, v)) << pass << " %" << v;
+      EXPECT_EQ(slot(*g, v)->offset, slot(*planned(kChain), v)->offset) << pass << " %" << v;
+    }
+  }
+}
+
+namespace {
+
+// The results of fusion groups in g computed in place: (result, operand) names.
+std::vector<std::pair<std::string, std::string>> in_place_pairs(const ir::Graph &g) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const ir::Node *n : g.nodes()) {
+    if (n->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Value *r : n->results()) {
+      const ir::BufferAssignment *out = g.memory_plan()->find(r);
+      for (const ir::Value *op : n->operands()) {
+        const ir::BufferAssignment *in = op ? g.memory_plan()->find(op) : nullptr;
+        if (out && in && out->offset == in->offset) pairs.emplace_back(r->name(), op->name());
+      }
+    }
+  }
+  return pairs;
+}
+
+// exp group -> eager full sum -> softmax row group -> eager full sum -> relu
+// group -> eager full sum: the softmax overwrites the exp, the relu the softmax.
+// (Full sums of a matrix stay eager; a column sum would join its group.)
+std::vector<Tensor> chain_of_groups(const std::vector<Tensor> &in) {
+  Tensor y = exp(in[0] * 0.5);
+  Tensor z = softmax(y - sum(y, {0, 1}, true), 1);
+  Tensor r = relu(z * 2.0 - sum(z, {0, 1}, true));
+  return {sum(r, {0, 1})};
+}
+
+} // namespace
+
+TEST(PlanMemory, FusionGroupsComputeInPlaceAndMatchEager) {
+  manual_seed(8);
+  std::vector<Tensor> x{randn({64, 300})};
+  std::vector<Tensor> want = chain_of_groups(x);
+  int64_t arena[2] = {0, 0};
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    if (!in_place) o.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,plan-memory-no-inplace";
+    CompiledFunction f = compile(chain_of_groups, o);
+    for (int call = 0; call < 2; ++call) expect_close(f(x), want);
+    auto g = f.graph_for(x);
+    ASSERT_TRUE(g && g->memory_plan());
+    EXPECT_EQ(in_place_pairs(*g).size(), in_place ? 2u : 0u) << ir::print(*g);
+    // Every group is a JIT kernel: codegen accepted each alias.
+    EXPECT_EQ(f.kernels_per_call(x), passes::graph_stats(*g).fusion_groups);
+    arena[in_place] = f.stats().peak_arena_bytes;
+  }
+  EXPECT_LT(arena[1], arena[0]);
 }
 
 TEST(PlanMemory, ViewKeepsItsBaseAlive) {
@@ -196,10 +251,10 @@ TEST(ArenaExecutor, ReusedBuffersGiveEagerResults) {
   manual_seed(3);
   Tensor w = randn({48, 40});
   ModelFn fn = reuse_model(w);
-  // The default pipeline, and the same with in-place reuse.
-  std::string inplace = passes::default_pipeline();
-  inplace.replace(inplace.find("plan-memory"), std::string("plan-memory").size(), "plan-memory-inplace");
-  for (const std::string &pipeline : {passes::default_pipeline(), inplace}) {
+  // The default pipeline (in place), and the same without in-place updates.
+  std::string separate = passes::default_pipeline();
+  separate.replace(separate.find("plan-memory"), std::string("plan-memory").size(), "plan-memory-no-inplace");
+  for (const std::string &pipeline : {passes::default_pipeline(), separate}) {
     CompileOptions o;
     o.fallback = Fallback::Off;
     o.pipeline = pipeline;
@@ -213,6 +268,60 @@ TEST(ArenaExecutor, ReusedBuffersGiveEagerResults) {
     EXPECT_GT(g->memory_plan()->peak_bytes, 0);
     EXPECT_GT(f.stats().peak_arena_bytes, 0);
   }
+}
+
+// A group whose operand is a reshape of a parameter (W7's batch-norm scale):
+// the parameter is never written, and the plan never puts the group in the
+// reshape's slot (only a group's result is computed over in place).
+TEST(ArenaExecutor, GroupAfterAReshapedParameterLeavesItAlone) {
+  manual_seed(9);
+  Tensor w = randn({64}), m = randn({64, 8});
+  Tensor w_before = w.clone();
+  ModelFn fn = [w, m](const std::vector<Tensor> &in) {
+    Tensor t = w.reshape({1, 64}) * 3.0 + 1.0; // its own group: a contraction operand
+    return std::vector<Tensor>{matmul(in[0] * t, m)};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({4, 64});
+  for (int call = 0; call < 3; ++call) expect_close(f({x}), fn({x}));
+  EXPECT_EQ(max_abs_diff(w, w_before), 0.0) << "the parameter was overwritten";
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  EXPECT_TRUE(in_place_pairs(*g).empty()) << ir::print(*g);
+}
+
+// A plan (here written by hand; the verifier accepts it) that computes a group
+// in the slot of a reshape, which at run time is a view of the input: the
+// executor gives the kernel no alias, so it writes the slot, not the input.
+TEST(ArenaExecutor, InPlaceOverAViewReshapeWritesTheSlotNotTheInput) {
+  std::shared_ptr<ir::Graph> g = ir::parse(R"(graph @g(%x: f32[4, 16]) {
+  %r = reshape(%x) {shape = [64]} : f32[64]
+  %0 = fusion_group(%r) : f32[64] {
+    graph @g.group(%a: f32[64]) {
+      %b = mul(%a, %a) : f32[64]
+      return %b
+    }
+  }
+  %1 = sum(%0) {dims = [0], keepdim = false, dtype = none} : f32[]
+  return %1
+  memory_plan {peak_bytes = 256} {
+    %r {buffer = 0, offset = 0, size = 256}
+    %0 {buffer = 0, offset = 0, size = 256}
+  }
+}
+)");
+  ir::verify(*g);
+  manual_seed(10);
+  Tensor x = randn({4, 16}), x_before = x.clone();
+  auto exe = codegen::make_executable(g, {x});
+  EXPECT_EQ(exe->stats().kernels, 1);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Tensor> got = exe->run({x});
+    expect_close(got, {sum(x * x, {0, 1})});
+  }
+  EXPECT_EQ(max_abs_diff(x, x_before), 0.0) << "the input was overwritten";
 }
 
 TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
@@ -247,18 +356,139 @@ TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
 
 namespace {
 
-// Tensor storages one steady-state compiled call allocates on this thread.
-int64_t allocations_per_call(const CompiledFunction &f, const std::vector<Tensor> &in) {
-  for (int i = 0; i < 3; ++i) f(in); // compile, then warm the arena pool
+// Heap blocks of at least kLargeHeapBytes that operator new hands out on any
+// thread while counting is on: per-call scratch (an im2col buffer, a GEMM tile)
+// that bypasses tensor storage shows up here. Outputs and the arena come from
+// the caching allocator, not operator new; small bookkeeping (the result
+// vector) stays below the threshold.
+constexpr size_t kLargeHeapBytes = 4096;
+std::atomic<bool> g_count_heap{false};
+std::atomic<uint64_t> g_large_heap_blocks{0};
+
+} // namespace
+
+// Replaced for this test executable only. Out of line, so that GCC does not
+// see the malloc/free pair through the new/delete it inlines (and warn).
+__attribute__((noinline)) void *operator new(size_t n) {
+  if (g_count_heap.load(std::memory_order_relaxed) && n >= kLargeHeapBytes)
+    g_large_heap_blocks.fetch_add(1, std::memory_order_relaxed);
+  if (void *p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+
+namespace {
+
+struct SteadyState {
+  int64_t storages = 0;    // tensor storages allocated on the calling thread
+  uint64_t large_heap = 0; // large operator new blocks on any thread
+};
+
+// What kCalls steady-state compiled calls allocate together.
+constexpr int kCalls = 5;
+SteadyState steady_state_allocations(const CompiledFunction &f, const std::vector<Tensor> &in) {
+  for (int i = 0; i < 3; ++i) f(in); // compile, then warm the arena pool and the scratch buffers
+  SteadyState r;
   uint64_t before = thread_storage_allocations();
-  std::vector<Tensor> out = f(in);
-  return int64_t(thread_storage_allocations() - before);
+  g_large_heap_blocks.store(0);
+  g_count_heap.store(true);
+  for (int i = 0; i < kCalls; ++i) std::vector<Tensor> out = f(in);
+  g_count_heap.store(false);
+  r.storages = int64_t(thread_storage_allocations() - before);
+  r.large_heap = g_large_heap_blocks.load();
+  return r;
 }
 
 } // namespace
 
+// A conv epilogue whose raw conv output is no result (it lives in the call's
+// arena scratch) and a GEMM epilogue whose product is no result (its tiles live
+// in per-thread scratch), called from four threads at once: no call may see
+// another's scratch. Runs under TSan (the `concurrency` label).
+TEST(ArenaExecutor, ConcurrentEpilogueScratch) {
+  manual_seed(9);
+  Tensor cw = randn({16, 8, 3, 3}) * 0.2, scale = randn({16, 1, 1}), shift = randn({16, 1, 1});
+  Tensor lw = randn({64, 3200}) * 0.02, lb = randn({64});
+  ModelFn fn = [=](const std::vector<Tensor> &in) {
+    Tensor y = relu(conv2d(in[0], cw, {}, 1, 1) * scale + shift);
+    Tensor z = gelu(linear(in[0].reshape({4, 3200}), lw, lb), "tanh");
+    return std::vector<Tensor>{y, z};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  std::vector<Tensor> xs;
+  std::vector<std::vector<Tensor>> want;
+  for (int t = 0; t < 4; ++t) {
+    xs.push_back(randn({4, 8, 20, 20}));
+    want.push_back(fn({xs.back()}));
+  }
+  expect_close(f({xs[0]}), want[0]); // compiles once up front
+  // Both contractions carry their epilogue, and neither product is a result.
+  auto g = f.graph_for({xs[0]});
+  ASSERT_TRUE(g);
+  int conv_groups = 0, gemm_groups = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (n->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Node *m : n->body()->nodes()) {
+      conv_groups += m->op() == OpId::Conv2d;
+      gemm_groups += m->op() == OpId::Matmul;
+    }
+  }
+  EXPECT_EQ(conv_groups, 1) << ir::print(*g);
+  EXPECT_EQ(gemm_groups, 1) << ir::print(*g);
+  EXPECT_EQ(steady_state_allocations(f, {xs[0]}).storages, 2 * kCalls);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::vector<Tensor> got = f({xs[size_t(t)]});
+        for (size_t k = 0; k < got.size(); ++k) {
+          double scale_k = amax(abs(want[size_t(t)][k])).item<double>();
+          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale_k) ++bad;
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// max(x, dim) has two results (f32 values, int64 indices), both intermediates:
+// the eager step places both in their arena slots, so a call allocates only its
+// output.
+TEST(ArenaExecutor, MultiResultEagerOpWritesIntoTheArena) {
+  manual_seed(8);
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    auto [values, indices] = max(exp(in[0] * 0.5), 1);
+    return std::vector<Tensor>{values * 2.0 + indices.to(kFloat32)};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({64, 96});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  const ir::Node *max_node = nullptr;
+  for (const ir::Node *n : g->nodes())
+    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::MaxDim) max_node = n;
+  ASSERT_TRUE(max_node) << ir::print(*g);
+  ASSERT_EQ(max_node->results().size(), 2u);
+  for (const ir::Value *r : max_node->results())
+    EXPECT_TRUE(slot(*g, r->name())) << "result %" << r->name() << " has no arena slot";
+  for (int i = 0; i < 3; ++i) f({x});
+  uint64_t before = thread_storage_allocations();
+  std::vector<Tensor> out = f({x});
+  EXPECT_EQ(thread_storage_allocations() - before, 1u);
+  expect_close(out, fn({x}));
+}
+
 class SteadyStateAllocations : public ::testing::TestWithParam<std::string> {};
 
+// Every workload and example: after warm-up, kCalls calls allocate exactly
+// their outputs (one storage each per call) and no large heap scratch.
 TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
   const examples::Example *ex = examples::find_example(GetParam());
   ASSERT_TRUE(ex);
@@ -268,17 +498,45 @@ TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
   CompiledFunction f = compile(w.fn, o);
   std::vector<Tensor> out = f(w.inputs);
   expect_close(out, w.fn(w.inputs));
-  EXPECT_EQ(allocations_per_call(f, w.inputs), int64_t(out.size()));
+  SteadyState s = steady_state_allocations(f, w.inputs);
+  EXPECT_EQ(s.storages, int64_t(out.size()) * kCalls);
+  EXPECT_EQ(s.large_heap, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
-                         ::testing::Values("w1-gelu-chain", "w3-layernorm", "w5-gpt2-block", "w6-tiny-mlp"),
+                         ::testing::Values("w1-gelu-chain", "w2-softmax", "w3-layernorm", "w4-mlp-block",
+                                           "w5-gpt2-block", "w6-tiny-mlp", "w7-resnet-block", "w8-dispatch",
+                                           "w9-big-add", "mlp-classifier", "small-cnn"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n)
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// On one thread the epilogue and conv blocks run on the calling thread (no
+// pool): the same steady state.
+TEST(SteadyStateAllocationsOneThread, ContractionWorkloads) {
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{saved};
+  for (const char *name : {"w4-mlp-block", "w7-resnet-block", "small-cnn"}) {
+    const examples::Example *ex = examples::find_example(name);
+    ASSERT_TRUE(ex) << name;
+    examples::Workload w = ex->make();
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(w.fn, o);
+    std::vector<Tensor> out = f(w.inputs);
+    expect_close(out, w.fn(w.inputs));
+    SteadyState s = steady_state_allocations(f, w.inputs);
+    EXPECT_EQ(s.storages, int64_t(out.size()) * kCalls) << name;
+    EXPECT_EQ(s.large_heap, 0u) << name;
+  }
+}
 
 // A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
 // activation into one JIT kernel; the bias is read per row of that kernel.
