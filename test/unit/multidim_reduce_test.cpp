@@ -17,6 +17,8 @@
 #include "codegen/jit.h"
 #include "frontend/compile.h"
 #include "ir/graph.h"
+#include "ir/memory_plan.h"
+#include "ir/printer.h"
 #include "runtime/error.h"
 
 using namespace kiln;
@@ -329,6 +331,52 @@ TEST(MultiDimReduceCompile, BatchNormTrainingOverSeveralTiles) {
   manual_seed(8);
   expect_one_kernel(batch_norm_training(100), {randn({37, 100}) * 2.0 + 3.0}, 2e-5);
   expect_one_kernel(batch_norm_training(256), {randn({512, 256})}, 5e-5);
+}
+
+TEST(MultiDimReduceCompile, BatchNormWithAPrologueIsOneKernel) {
+  manual_seed(10);
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{4, 8, 6, 10}, std::vector<int64_t>{50, 70}}) {
+    ModelFn bn = batch_norm_training(shape[1]);
+    ModelFn fn = [bn](const std::vector<Tensor> &in) { return bn({in[0] * 2.0 + 1.0}); };
+    expect_one_kernel(fn, {randn(shape)}, 5e-5);
+  }
+}
+
+TEST(MultiDimReduceCompile, BatchNormOverAGroupResultComputesInPlace) {
+  // t = exp(x / 4) is a group's result; its full mean m runs eagerly, so t - m
+  // cannot join t's group (a cycle) and heads the statistics group, which reads
+  // t for the last time and stores its result (y * r, r random) in its last
+  // pass: the memory plan puts that over t, and the kernel writes through one
+  // pointer (sub-rows for NCHW, tiles for [N, C]). Eager full reductions of it
+  // are the outputs (a random projection: any wrong element shows).
+  manual_seed(10);
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{16, 32, 24, 24}, std::vector<int64_t>{800, 384}}) {
+    ModelFn bn = batch_norm_training(shape[1]);
+    Tensor r = randn(shape);
+    ModelFn fn = [bn, r](const std::vector<Tensor> &in) {
+      Tensor t = exp(in[0] * 0.25);
+      Tensor y = bn({t - mean(t)})[0] * r;
+      return std::vector<Tensor>{sum(y), amax(y)};
+    };
+    std::vector<Tensor> in = {randn(shape)};
+    CompiledFunction f = compile(fn);
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> got = f(in), want = fn(in);
+      EXPECT_LE(max_diff(got[0], want[0]), 1e-2) << shape_str(shape);
+      EXPECT_LE(max_diff(got[1], want[1]), 1e-4) << shape_str(shape);
+    }
+    EXPECT_EQ(f.kernels_per_call(in), 2) << shape_str(shape);
+    auto g = f.graph_for(in);
+    ASSERT_TRUE(g && g->memory_plan());
+    std::vector<const ir::Node *> groups;
+    for (const ir::Node *n : g->nodes())
+      if (n->kind() == ir::Node::Kind::FusionGroup) groups.push_back(n);
+    ASSERT_EQ(groups.size(), 2u) << ir::print(*g);
+    const ir::BufferAssignment *a = g->memory_plan()->find(groups[0]->result()),
+                               *b = g->memory_plan()->find(groups[1]->result());
+    ASSERT_TRUE(a && b) << ir::print(*g);
+    EXPECT_EQ(a->offset, b->offset) << "not in place:\n" << ir::print(*g);
+  }
 }
 
 TEST(MultiDimReduceCompile, SoftmaxOverTheFirstDim) {
