@@ -209,14 +209,28 @@ Val reduce_identity(KOp combine, DType t) {
 // A row-reduction kernel, row by row: each node's values over the whole row are
 // computed in node order, so a reduction sees its operand's complete row. The
 // fold is sequential (the compiled code's order differs: see codegen/kernel.h).
+// A row of several dims (row_rank > 1) is walked as one flat index j, in
+// row-major order, through a table of each buffer's offsets.
 class RowInterpreter {
 public:
   RowInterpreter(const KernelDesc &k, void *const *buffers)
-      : k_(k), bufs_(buffers), per_row_(k.per_row_nodes()), len_(k.shape.back()),
-        vals_(k.nodes.size(), std::vector<Val>(size_t(len_))), row_(k.nodes.size()) {}
+      : k_(k), bufs_(buffers), per_row_(k.per_row_nodes()), len_(k.row_length()),
+        vals_(k.nodes.size(), std::vector<Val>(size_t(len_))), row_(k.nodes.size()) {
+    offsets_.assign(k.num_buffers(), std::vector<int64_t>(size_t(len_), 0));
+    size_t first = k.shape.size() - size_t(k.row_rank);
+    for (size_t b = 0; b < k.num_buffers(); ++b)
+      for (int64_t j = 0; j < len_; ++j) {
+        int64_t rest = j, off = 0;
+        for (size_t d = k.shape.size(); d-- > first;) {
+          off += (rest % k.shape[d]) * strides(b)[d];
+          rest /= k.shape[d];
+        }
+        offsets_[b][size_t(j)] = off;
+      }
+  }
 
   void run() {
-    size_t outer_rank = k_.shape.size() - 1;
+    size_t outer_rank = k_.shape.size() - size_t(k_.row_rank);
     std::vector<int64_t> idx(outer_rank, 0), base(k_.num_buffers(), 0);
     for (size_t d = 0; d < outer_rank; ++d)
       if (k_.shape[d] == 0) return;
@@ -262,7 +276,8 @@ private:
   template <class Arg>
   Val evaluate(const Node &n, const std::vector<int64_t> &base, int64_t j, Arg &&arg) const {
     if (n.op == KOp::Load) {
-      int64_t off = base[n.input] + j * k_.inputs[n.input].strides.back();
+      // Per-row loads come with j = 0, also for an empty row (their row strides are 0).
+      int64_t off = base[n.input] + (len_ > 0 ? offsets_[size_t(n.input)][size_t(j)] : 0);
       return load(bufs_[n.input], off, n.dtype);
     }
     Val v[3];
@@ -285,19 +300,19 @@ private:
   void store_output(size_t o, const std::vector<int64_t> &base) {
     const OutputSpec &out = k_.outputs[o];
     size_t buf = k_.inputs.size() + o;
-    int64_t stride = out.buffer.strides.back();
-    if (stride == 0 && per_row_[out.value]) { // row statistics: once per row, even if empty
+    if (k_.constant_along_row(out.buffer.strides) && per_row_[out.value]) { // row statistics: once per row, even if empty
       store(bufs_[buf], base[buf], out.buffer.dtype, row_[out.value]);
       return;
     }
     for (int64_t j = 0; j < len_; ++j)
-      store(bufs_[buf], base[buf] + j * stride, out.buffer.dtype, at(out.value, j));
+      store(bufs_[buf], base[buf] + offsets_[buf][size_t(j)], out.buffer.dtype, at(out.value, j));
   }
 
   const KernelDesc &k_;
   void *const *bufs_;
   std::vector<uint8_t> per_row_;
   int64_t len_;
+  std::vector<std::vector<int64_t>> offsets_; // per buffer, per row element j: offset from the row's base
   std::vector<std::vector<Val>> vals_;
   std::vector<Val> row_;
 };

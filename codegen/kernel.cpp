@@ -107,6 +107,18 @@ int64_t KernelDesc::numel() const {
   return n;
 }
 
+int64_t KernelDesc::row_length() const {
+  int64_t n = 1;
+  for (size_t d = shape.size() - std::min(shape.size(), size_t(row_rank)); d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+bool KernelDesc::constant_along_row(const std::vector<int64_t> &strides) const {
+  for (size_t d = strides.size() - std::min(strides.size(), size_t(row_rank)); d < strides.size(); ++d)
+    if (strides[d] != 0) return false;
+  return true;
+}
+
 bool KernelDesc::has_reductions() const {
   for (const Node &n : nodes)
     if (n.op == KOp::Reduce) return true;
@@ -119,7 +131,7 @@ std::vector<uint8_t> KernelDesc::per_row_nodes() const {
     const Node &n = nodes[i];
     if (n.op == KOp::Reduce) continue; // one value per row by definition
     if (n.op == KOp::Load) {
-      per_row[i] = shape.empty() || inputs[n.input].strides.back() == 0;
+      per_row[i] = shape.empty() || constant_along_row(inputs[n.input].strides);
       continue;
     }
     for (int a = 0; a < op_arity(n.op); ++a) per_row[i] &= per_row[n.args[a]];
@@ -244,7 +256,7 @@ bool loads_per_element(const KernelDesc &k, const std::vector<uint8_t> &per_row,
 void check_row_alias(const KernelDesc &k, size_t o, int32_t input) {
   const std::vector<uint8_t> per_row = k.per_row_nodes();
   const OutputSpec &out = k.outputs[o];
-  KILN_CHECK(!per_row[out.value] || out.buffer.strides.back() != 0, "kernel: output ", o,
+  KILN_CHECK(!per_row[out.value] || !k.constant_along_row(out.buffer.strides), "kernel: output ", o,
              " is stored once per row and cannot overwrite input ", input, " in place");
   const std::vector<int> level = reduction_levels(k);
   const int pass = level[out.value];
@@ -256,7 +268,7 @@ void check_row_alias(const KernelDesc &k, size_t o, int32_t input) {
   }
   for (size_t p = 0; p < k.outputs.size(); ++p) {
     int32_t v = k.outputs[p].value;
-    bool later = level[v] > pass && !(per_row[v] && k.outputs[p].buffer.strides.back() == 0);
+    bool later = level[v] > pass && !(per_row[v] && k.constant_along_row(k.outputs[p].buffer.strides));
     if (later && loads_per_element(k, per_row, v, input))
       KILN_FAIL("kernel: output ", o, " overwrites input ", input, " in pass ", pass, ", but output ", p,
                 " reads that input again in pass ", level[v]);
@@ -287,6 +299,8 @@ void KernelDesc::validate() const {
   KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
              kMaxKernelRank);
   for (int64_t s : shape) KILN_CHECK(s >= 0, "kernel: negative size ", s);
+  KILN_CHECK(row_rank >= 1 && size_t(row_rank) <= std::max<size_t>(shape.size(), 1), "kernel: row rank ", row_rank,
+             " for an iteration space of rank ", shape.size());
   KILN_CHECK(!outputs.empty(), "kernel: no outputs");
   for (size_t i = 0; i < inputs.size(); ++i) check_buffer(inputs[i], shape.size(), "input", i);
   for (size_t i = 0; i < nodes.size(); ++i) check_node(*this, i);
@@ -330,8 +344,13 @@ std::string KernelDesc::key() const {
     w.put(o.buffer.dtype);
     w.put_vec(o.buffer.strides);
   }
-  // Only kernels with in-place outputs carry this section: the keys (and disk
-  // cache entries) of all others stay as they were.
+  // Optional sections, each with its own marker, present only when they differ
+  // from the default: the keys (and disk cache entries) of other kernels stay
+  // as they were.
+  if (row_rank != 1) {
+    w.put<uint32_t>(0x52574f52); // "ROWR"
+    w.put(row_rank);
+  }
   bool aliased = false;
   for (int32_t a : output_aliases_input) aliased |= a >= 0;
   if (aliased) {
@@ -360,7 +379,10 @@ std::string KernelDesc::to_string() const {
   };
   os << "kernel shape=";
   vec(shape);
-  os << " grain=" << grain << (stream_stores ? " stream_stores" : "") << '\n';
+  os << " grain=" << grain;
+  if (row_rank != 1) os << " row_rank=" << row_rank;
+  if (stream_stores) os << " stream_stores";
+  os << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";
     vec(inputs[i].strides);
@@ -394,10 +416,13 @@ DType Expr::dtype() const {
   return builder->node(id).dtype;
 }
 
-KernelBuilder::KernelBuilder(std::vector<int64_t> shape) {
+KernelBuilder::KernelBuilder(std::vector<int64_t> shape, int32_t row_rank) {
   KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
              kMaxKernelRank);
+  KILN_CHECK(row_rank >= 1 && size_t(row_rank) <= std::max<size_t>(shape.size(), 1), "kernel: row rank ", row_rank,
+             " for an iteration space of rank ", shape.size());
   desc_.shape = std::move(shape);
+  desc_.row_rank = row_rank;
 }
 
 const Node &KernelBuilder::node(int32_t id) const {
@@ -523,13 +548,13 @@ Expr KernelBuilder::reduce(KOp combine, Expr value) {
 
 void KernelBuilder::output_per_row(Expr value, std::vector<int64_t> outer_strides) {
   KILN_CHECK(!desc_.shape.empty(), "kernel: output_per_row needs rank >= 1");
-  std::vector<int64_t> outer(desc_.shape.begin(), desc_.shape.end() - 1);
+  std::vector<int64_t> outer(desc_.shape.begin(), desc_.shape.end() - desc_.row_rank);
   if (outer_strides.empty()) outer_strides = contiguous_strides(outer);
   KILN_CHECK(outer_strides.size() == outer.size(), "kernel: output_per_row takes ", outer.size(),
-             " strides (all dims but the last), got ", outer_strides.size());
+             " strides (all dims but the ", desc_.row_rank, " row dims), got ", outer_strides.size());
   KILN_CHECK(desc_.per_row_nodes()[own(this, value)], "kernel: output_per_row of node ", value.id,
-             ", which varies along the last dim");
-  outer_strides.push_back(0);
+             ", which varies along the row");
+  outer_strides.resize(desc_.shape.size(), 0);
   output(value, std::move(outer_strides));
 }
 
@@ -593,7 +618,7 @@ Expr reduce_mean(Expr a) {
   KILN_CHECK(is_floating(a.dtype()), "kernel: reduce_mean of ", a.dtype(), "; cast to a float first");
   KILN_CHECK(!k.shape().empty(), "kernel: reduce_mean needs rank >= 1");
   // An empty row gives 0 * inf = NaN, as torch.mean of nothing.
-  return reduce_sum(a) * (1.0 / double(k.shape().back()));
+  return reduce_sum(a) * (1.0 / double(k.row_length()));
 }
 
 Expr gelu_tanh(Expr x) {

@@ -28,7 +28,11 @@
 //
 // Row-wise reductions (KernelBuilder::reduce) fold a value over the LAST
 // iteration dim ("the row"); the result is one value per row that later
-// expressions use broadcast over that row. softmax over the last dim:
+// expressions use broadcast over that row. A kernel built with a row rank R > 1
+// (KernelBuilder(shape, R)) has rows of the last R dims instead: batch-norm
+// statistics over N, H, W of an NCHW x iterate [C, N, H, W] with R = 3 (the
+// caller permutes strides so that the kept dims come first). Below, "the last
+// dim" of a row reads "the last R dims". softmax over the last dim:
 //
 //   KernelBuilder k({4096, 1024});
 //   Expr x = k.input(kFloat32);
@@ -45,7 +49,7 @@
 //   1 (Mul), the dtype's lowest value or -inf (Max), highest or +inf (Min).
 //   Mean is the caller's job: reduce(Add, v) * (1.0 / L).
 // - Reductions nest (layer_norm's variance reduces (x - mean)^2); a kernel with
-//   reductions needs rank >= 1, and its last dim is never merged with others.
+//   reductions needs rank >= 1, and its row dims are never merged with others.
 // - A value is PER-ROW when it does not vary along the last dim: reductions,
 //   constants, loads whose last-dim stride is 0, and ops on per-row values only.
 //   An output whose last-dim stride is 0 and whose value is per-row is stored
@@ -54,7 +58,11 @@
 // - Compiled code evaluates a row in passes (one per nesting level of
 //   reductions, plus a final one for the outputs), all over the same row while
 //   it sits in cache, so x is read from memory once; transcendentals needed by
-//   several passes are computed once into a per-row scratch buffer.
+//   several passes are computed once into a per-row scratch buffer. Rows that
+//   run down columns (strided row, neighbouring rows adjacent in memory: the
+//   statistics of an [N, C] batch norm) advance 64 at a time instead, the loop
+//   over those rows innermost (codegen/lower.cpp, "tiles"); these sum each
+//   row sequentially.
 //
 // In-place outputs (KernelDesc::output_aliases_input, KernelBuilder::alias_output):
 // an output may overwrite an input when both address the same element at every
@@ -166,11 +174,19 @@ struct KernelDesc {
   // and arena slots are); codegen streams only the outputs whose rows keep that
   // alignment (contiguous last dim, outer strides multiples of 64 bytes).
   bool stream_stores = false;
+  // Reductions fold over the last row_rank dims (1 <= row_rank <= rank, or 1
+  // for rank 0). Part of key() only when it is not 1, so that the keys (and
+  // disk-cache entries) of last-dim kernels stay what they were.
+  int32_t row_rank = 1;
   // In place: empty, or per output the input whose memory it overwrites (-1 =
   // its own buffer). See "In-place outputs" in the file comment.
   std::vector<int32_t> output_aliases_input;
 
   int64_t numel() const;
+  // Elements in one row: the product of the last row_rank dims (1 for rank 0).
+  int64_t row_length() const;
+  // Whether `strides` (one per dim) are 0 along every row dim.
+  bool constant_along_row(const std::vector<int64_t> &strides) const;
   size_t num_buffers() const { return inputs.size() + outputs.size(); }
   bool has_reductions() const;
   // Per node: 1 if its value is the same for every element of a row (see the
@@ -216,7 +232,8 @@ struct Expr {
 
 class KernelBuilder {
 public:
-  explicit KernelBuilder(std::vector<int64_t> shape);
+  // `row_rank`: how many trailing dims a reduction folds (see the file comment).
+  explicit KernelBuilder(std::vector<int64_t> shape, int32_t row_rank = 1);
 
   // Declares the next input buffer and returns its element at the current
   // iteration point. Empty strides = contiguous over the iteration space.
@@ -239,8 +256,8 @@ public:
   // Declares the next output buffer: stores `value` there (in its dtype).
   void output(Expr value, std::vector<int64_t> strides = {});
   // An output of one element per row: `value` must be per-row; `outer_strides`
-  // has one stride per dim except the last (empty = contiguous over them, i.e.
-  // a [d0, ..., d(k-2)] tensor). Same as output(value, outer_strides + {0}).
+  // has one stride per dim outside the row (empty = contiguous over them, i.e.
+  // a [d0, ..., d(k-1-R)] tensor). Same as output(value, outer_strides + R zeros).
   void output_per_row(Expr value, std::vector<int64_t> outer_strides = {});
   void set_grain(int64_t elements) { desc_.grain = elements; }
   void set_stream_stores(bool on) { desc_.stream_stores = on; }
@@ -252,6 +269,8 @@ public:
 
   const Node &node(int32_t id) const;
   const std::vector<int64_t> &shape() const { return desc_.shape; }
+  int32_t row_rank() const { return desc_.row_rank; }
+  int64_t row_length() const { return desc_.row_length(); }
 
 private:
   Expr add_node(Node n);
@@ -287,7 +306,7 @@ Expr reduce_sum(Expr a);
 Expr reduce_max(Expr a);
 Expr reduce_min(Expr a);
 Expr reduce_prod(Expr a);
-Expr reduce_mean(Expr a); // float only: sum * (1 / L)
+Expr reduce_mean(Expr a); // float only: sum * (1 / L), L = the row length
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
 Expr gelu_tanh(Expr x);
 

@@ -44,6 +44,10 @@ constexpr int64_t kStreamBlock = 64;
 constexpr unsigned kStreamAlign = 64;
 // Marks the load of a streamed output's pointer (see mark_streamed_stores).
 constexpr const char *kStreamedBufferMD = "kiln.streamed";
+// Rows evaluated side by side when rows are columns (see wants_tiles): enough
+// for several vectors of the widest ISA, small enough for L1 (one element per
+// row per per-row value).
+constexpr int64_t kTileRows = 64;
 
 llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   switch (t) {
@@ -98,6 +102,7 @@ public:
     for (size_t o = 0; o < k.outputs.size(); ++o)
       streamed_[o] = k.stream_stores && k.aliased_input(o) < 0 && rows_stay_aligned(o);
     any_streamed_ = std::any_of(streamed_.begin(), streamed_.end(), [](uint8_t s) { return s != 0; });
+    row_rank_ = k.has_reductions() ? size_t(k.row_rank) : 1;
   }
 
   void run(const std::string &symbol) {
@@ -109,6 +114,16 @@ public:
 private:
   size_t rank() const { return shape_.size(); }
   int64_t inner_size() const { return shape_.back(); }
+  // Dims walked by the outer (parallel) loop: all but the row's (all but the
+  // last one for element-wise kernels). collapse_outer_dims leaves at least one.
+  size_t outer_rank() const { return rank() - row_rank_; }
+  int64_t row_length() const {
+    int64_t n = 1;
+    for (size_t d = outer_rank(); d < rank(); ++d) n *= shape_[d];
+    return n;
+  }
+  // Inner-loop runs per row: a row of several dims is walked as sub-rows of its last dim.
+  int64_t sub_rows() const { return inner_size() == 0 ? 0 : row_length() / inner_size(); }
   std::vector<int64_t> strides_of(size_t buf) const {
     const BufferSpec &s =
         buf < k_.inputs.size() ? k_.inputs[buf] : k_.outputs[buf - k_.inputs.size()].buffer;
@@ -131,14 +146,15 @@ private:
     if (blocked()) return (shape_[0] + kStreamBlock - 1) / kStreamBlock;
     if (rank() == 1) return shape_[0];
     int64_t n = 1;
-    for (size_t d = 0; d + 1 < rank(); ++d) n *= shape_[d];
+    for (size_t d = 0; d < outer_rank(); ++d) n *= shape_[d];
     return n;
   }
   int64_t outer_grain() const {
     int64_t grain = k_.grain > 0 ? k_.grain : kDefaultGrain;
     if (blocked()) return (grain + kStreamBlock - 1) / kStreamBlock;
     if (rank() == 1) return grain;
-    return std::max<int64_t>(1, grain / std::max<int64_t>(1, inner_size()));
+    int64_t rows = std::max<int64_t>(1, grain / std::max<int64_t>(1, row_length()));
+    return tiled_ ? std::max<int64_t>(rows, 16) : rows; // tiles want neighbouring rows together
   }
 
   void stamp(llvm::Function *f) {
@@ -249,29 +265,36 @@ private:
     b.SetInsertPoint(exit);
   }
 
-  // Element offset of row `o`'s first element in every buffer (dims 0..rank-2).
+  // Element offset of row `o`'s first element in every buffer (dims 0..outer_rank()-1).
   std::vector<Value *> row_bases(IRBuilder<> &b, Value *o) {
-    std::vector<Value *> idx(rank() - 1);
-    Value *rest = o;
-    for (size_t d = rank() - 1; d-- > 0;) {
+    std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));
+    return offset_bases(b, zero, o, 0, outer_rank());
+  }
+
+  // `bases` moved to the point whose flat index over dims [from, to) is `flat`.
+  std::vector<Value *> offset_bases(IRBuilder<> &b, const std::vector<Value *> &bases, Value *flat, size_t from,
+                                    size_t to) {
+    std::vector<Value *> idx(to - from);
+    Value *rest = flat;
+    for (size_t d = to; d-- > from;) {
       Value *size = b.getInt64(shape_[d]);
-      idx[d] = d == 0 ? rest : b.CreateURem(rest, size);
-      if (d > 0) rest = b.CreateUDiv(rest, size);
+      idx[d - from] = d == from ? rest : b.CreateURem(rest, size);
+      if (d > from) rest = b.CreateUDiv(rest, size);
     }
-    std::vector<Value *> bases;
+    std::vector<Value *> out;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
       int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
       if (alias >= 0) { // same strides as its input (share_alias_strides)
-        bases.push_back(bases[size_t(alias)]);
+        out.push_back(out[size_t(alias)]);
         continue;
       }
       std::vector<int64_t> st = strides_of(buf);
-      Value *base = b.getInt64(0);
-      for (size_t d = 0; d + 1 < rank(); ++d)
-        if (st[d] != 0) base = b.CreateAdd(base, b.CreateMul(idx[d], b.getInt64(st[d])));
-      bases.push_back(base);
+      Value *base = bases[buf];
+      for (size_t d = from; d < to; ++d)
+        if (st[d] != 0) base = b.CreateAdd(base, b.CreateMul(idx[d - from], b.getInt64(st[d])));
+      out.push_back(base);
     }
-    return bases;
+    return out;
   }
 
   Value *element_ptr(IRBuilder<> &b, size_t buf, DType t, Value *base, Value *j) {
@@ -305,16 +328,160 @@ private:
   // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
   // and passes of the plan.
   llvm::Function *build_row_body(const std::string &name) {
-    plan_ = plan_rows(k_, kMaxScratchBytes);
+    tiled_ = wants_tiles();
+    plan_ = plan_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
     load_buffers(b, f);
+    if (tiled_) {
+      allocate_tile(b);
+      emit_tiles(b, f->getArg(1), f->getArg(2));
+      fence_streamed_stores(b);
+      b.CreateRetVoid();
+      return f;
+    }
     allocate_scratch(b, f);
     emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
     fence_streamed_stores(b);
     b.CreateRetVoid();
     return f;
+  }
+
+  // ---- tiles: rows that are columns. When an input's rows run across memory
+  // (row stride != 1) while neighbouring rows are neighbours in memory (outer
+  // stride 1) -- batch-norm statistics of an [N, C] input, or of channels-last
+  // NCHW -- walking one row at a time touches a cache line per element and
+  // never vectorizes. Instead kTileRows rows advance together: every loop over
+  // a row's elements gets an innermost loop over the tile's rows, contiguous
+  // in memory and vectorized, with per-row values (accumulators included) in
+  // small arrays of one element per row. The same passes and stages as
+  // emit_row, in the same order per row; no scratch rows (plan without them).
+  bool wants_tiles() const {
+    if (outer_rank() != 1 || shape_[0] < 2 || inner_size() < 2) return false;
+    for (size_t i = 0; i < k_.inputs.size(); ++i) {
+      std::vector<int64_t> st = strides_of(i);
+      if (st[0] == 1 && st.back() != 0 && st.back() != 1) return true;
+    }
+    return false;
+  }
+
+  void allocate_tile(IRBuilder<> &b) {
+    tile_.assign(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      if (!plan_.per_row[i]) continue;
+      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(kTileRows), "tile");
+      a->setAlignment(llvm::Align(64));
+      tile_[i] = a;
+    }
+  }
+
+  // for (t = begin; t < end; t += kTileRows) tile of min(kTileRows, end - t) rows.
+  void emit_tiles(IRBuilder<> &b, Value *begin, Value *end) {
+    Value *count = b.CreateSub(end, begin);
+    Value *tiles = b.CreateUDiv(b.CreateAdd(count, b.getInt64(kTileRows - 1)), b.getInt64(kTileRows));
+    emit_loop(b, b.getInt64(0), tiles, "tile", [&](IRBuilder<> &tb, Value *t) {
+      Value *first = tb.CreateAdd(begin, tb.CreateMul(t, tb.getInt64(kTileRows)));
+      Value *left = tb.CreateSub(end, first);
+      Value *n = tb.CreateSelect(tb.CreateICmpSLT(left, tb.getInt64(kTileRows)), left, tb.getInt64(kTileRows));
+      emit_tile(tb, first, n);
+    });
+  }
+
+  void emit_tile(IRBuilder<> &b, Value *first, Value *n) {
+    std::vector<Value *> bases = row_bases(b, first);
+    known_.assign(k_.nodes.size(), 0);
+    emit_tile_stage(b, 0, bases, n);
+    for (int p = 0; p < plan_.passes; ++p) {
+      emit_tile_pass(b, p, bases, n);
+      emit_tile_stage(b, p + 1, bases, n);
+    }
+  }
+
+  // Row r of the tile: bases moved along the (single) outer dim.
+  std::vector<Value *> tile_row(IRBuilder<> &b, const std::vector<Value *> &bases, Value *r) {
+    std::vector<Value *> out = bases;
+    for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
+      int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
+      int64_t s = strides_of(buf)[0];
+      if (alias >= 0) out[buf] = out[size_t(alias)]; // one address expression, as offset_bases
+      else if (s != 0) out[buf] = b.CreateAdd(bases[buf], b.CreateMul(r, b.getInt64(s)));
+    }
+    return out;
+  }
+
+  Value *tile_slot(IRBuilder<> &b, size_t node, Value *r) {
+    return b.CreateInBoundsGEP(value_type(c_, k_.nodes[node].dtype), tile_[node], r);
+  }
+
+  // The per-row values known so far, for row r.
+  std::vector<Value *> load_known(IRBuilder<> &b, Value *r) {
+    std::vector<Value *> cur(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (known_[i]) cur[i] = b.CreateLoad(value_type(c_, k_.nodes[i].dtype), tile_slot(b, i, r));
+    return cur;
+  }
+
+  // emit_stage for every row of the tile.
+  void emit_tile_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, Value *n) {
+    std::vector<size_t> nodes, outs;
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (plan_.per_row[i] && plan_.level[i] == s && k_.nodes[i].op != KOp::Reduce) nodes.push_back(i);
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      if (plan_.output_pass[o] < 0 && plan_.level[k_.outputs[o].value] == s) outs.push_back(o);
+    if (nodes.empty() && outs.empty()) return;
+    emit_loop(b, b.getInt64(0), n, "stage.r", [&](IRBuilder<> &lb, Value *r) {
+      std::vector<Value *> br = tile_row(lb, bases, r);
+      std::vector<Value *> cur = load_known(lb, r);
+      for (size_t i : nodes) {
+        const Node &node = k_.nodes[i];
+        cur[i] = node.op == KOp::Load ? load_element(lb, node, br, lb.getInt64(0)) : emit_node(lb, node, cur);
+        lb.CreateStore(cur[i], tile_slot(lb, i, r));
+      }
+      for (size_t o : outs) store_output(lb, o, br, lb.getInt64(0), cur[size_t(k_.outputs[o].value)]);
+    });
+    for (size_t i : nodes) known_[i] = 1;
+  }
+
+  // emit_pass for every row of the tile: the tile's rows innermost.
+  void emit_tile_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *n) {
+    std::vector<int32_t> reductions;
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
+    auto over_rows = [&](const char *name, auto &&body) { emit_loop(b, b.getInt64(0), n, name, body); };
+    over_rows("init.r", [&](IRBuilder<> &lb, Value *r) {
+      for (int32_t red : reductions) lb.CreateStore(reduce_identity(k_.nodes[red]), tile_slot(lb, size_t(red), r));
+    });
+    if (row_length() > 0) {
+      emit_loop(b, b.getInt64(0), b.getInt64(sub_rows()), "sub", [&](IRBuilder<> &sb, Value *rr) {
+        std::vector<Value *> sub = offset_bases(sb, bases, rr, outer_rank(), rank() - 1);
+        emit_loop(sb, sb.getInt64(0), sb.getInt64(inner_size()), "j", [&](IRBuilder<> &jb, Value *j) {
+          emit_loop(jb, jb.getInt64(0), n, "r", [&](IRBuilder<> &lb, Value *r) {
+            std::vector<Value *> br = tile_row(lb, sub, r);
+            std::vector<Value *> cur = load_known(lb, r);
+            for (int32_t red : reductions) {
+              const Node &node = k_.nodes[size_t(red)];
+              Value *slot = tile_slot(lb, size_t(red), r);
+              Value *acc = lb.CreateLoad(value_type(c_, node.dtype), slot);
+              lb.CreateStore(combine(lb, node, acc, element_value(lb, node.args[0], p, br, j, j, cur)), slot);
+            }
+            std::vector<std::pair<size_t, Value *>> stores; // all values before any store, as emit_sub_row
+            for (size_t o = 0; o < k_.outputs.size(); ++o)
+              if (plan_.output_pass[o] == p)
+                stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
+            for (auto [o, v] : stores) store_output(lb, o, br, j, v);
+          });
+        });
+      });
+    }
+    over_rows("finish.r", [&](IRBuilder<> &lb, Value *r) {
+      for (int32_t red : reductions) {
+        const Node &node = k_.nodes[size_t(red)];
+        Value *slot = tile_slot(lb, size_t(red), r);
+        lb.CreateStore(finish(lb, node, lb.CreateLoad(value_type(c_, node.dtype), slot)), slot);
+      }
+    });
+    for (int32_t red : reductions) known_[size_t(red)] = 1;
   }
 
   // Static allocas in the entry block: one row per materialized node, reused by
@@ -325,7 +492,7 @@ private:
     f->addFnAttr("probe-stack", "inline-asm");
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       if (!plan_.materialized(int32_t(i))) continue;
-      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(inner_size()), "scratch");
+      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(row_length()), "scratch");
       a->setAlignment(llvm::Align(64));
       scratch_[i] = a;
     }
@@ -337,7 +504,7 @@ private:
     emit_stage(b, 0, bases, row);
     for (int p = 0; p < plan_.passes; ++p) {
       emit_pass(b, p, bases, row);
-      if (p == 0 && plan_.passes >= 2) {
+      if (p == 0 && plan_.passes >= 2 && row_rank_ == 1) {
         prefetch_next_row(b, o, false);
         if (!plan_.transcendental) prefetch_next_row(b, o, true);
       }
@@ -403,62 +570,98 @@ private:
   // One walk over the row: folds the reductions of pass p (vector partial sums:
   // the combines carry `reassoc`, nothing else does), writes scratch rows and
   // element-wise outputs. The row length is a constant, so an empty row
-  // simply has no loop.
+  // simply has no loop. A row of several dims is walked as sub-rows of its last
+  // dim, the accumulators carried from one to the next.
   void emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row) {
     std::vector<int32_t> reductions;
     for (size_t i = 0; i < k_.nodes.size(); ++i)
       if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
         reductions.push_back(int32_t(i));
-    if (inner_size() == 0) {
-      for (int32_t r : reductions) row[r] = finish(b, k_.nodes[r], reduce_identity(k_.nodes[r]));
+    std::vector<Value *> acc;
+    for (int32_t r : reductions) acc.push_back(reduce_identity(k_.nodes[r]));
+    if (row_length() == 0) {
+      for (size_t a = 0; a < reductions.size(); ++a) row[reductions[a]] = finish(b, k_.nodes[reductions[a]], acc[a]);
       return;
     }
-    llvm::Function *f = b.GetInsertBlock()->getParent();
-    llvm::BasicBlock *pre = b.GetInsertBlock();
-    auto *loop = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p), f);
-    auto *exit = llvm::BasicBlock::Create(c_, "pass" + std::to_string(p) + ".exit", f);
-    b.CreateBr(loop);
-    b.SetInsertPoint(loop);
-    llvm::PHINode *j = b.CreatePHI(b.getInt64Ty(), 2, "j");
-    j->addIncoming(b.getInt64(0), pre);
-    std::vector<llvm::PHINode *> acc;
-    for (int32_t r : reductions) {
-      acc.push_back(b.CreatePHI(value_type(c_, k_.nodes[r].dtype), 2, "acc"));
-      acc.back()->addIncoming(reduce_identity(k_.nodes[r]), pre);
+    if (row_rank_ == 1) {
+      acc = emit_sub_row(b, p, bases, nullptr, reductions, acc, row);
+    } else {
+      emit_carried_loop(b, b.getInt64(sub_rows()), "r", acc, [&](IRBuilder<> &rb, Value *r, std::vector<Value *> &a) {
+        std::vector<Value *> sub = offset_bases(rb, bases, r, outer_rank(), rank() - 1);
+        Value *first = rb.CreateMul(r, rb.getInt64(inner_size()), "r.first", true, true);
+        a = emit_sub_row(rb, p, sub, first, reductions, a, row);
+      });
     }
-    std::vector<Value *> cur = row; // element values of this pass at j
-    std::vector<Value *> next;
-    for (size_t a = 0; a < reductions.size(); ++a) {
-      const Node &r = k_.nodes[reductions[a]];
-      next.push_back(combine(b, r, acc[a], element_value(b, r.args[0], p, bases, j, cur)));
-    }
-    // Every value of element j before any store to it: an output written in
-    // place must not change what a later output of this pass loads.
-    std::vector<std::pair<size_t, Value *>> stores;
-    for (size_t o = 0; o < k_.outputs.size(); ++o)
-      if (plan_.output_pass[o] == p) stores.emplace_back(o, element_value(b, k_.outputs[o].value, p, bases, j, cur));
-    for (auto [o, v] : stores) store_output(b, o, bases, j, v);
-    Value *j_next = b.CreateAdd(j, b.getInt64(1), "j.next", true, true);
-    j->addIncoming(j_next, b.GetInsertBlock());
-    for (size_t a = 0; a < acc.size(); ++a) acc[a]->addIncoming(next[a], b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(j_next, b.getInt64(inner_size())), loop, exit);
-    b.SetInsertPoint(exit);
-    for (size_t a = 0; a < reductions.size(); ++a)
-      row[reductions[a]] = finish(b, k_.nodes[reductions[a]], next[a]);
+    for (size_t a = 0; a < reductions.size(); ++a) row[reductions[a]] = finish(b, k_.nodes[reductions[a]], acc[a]);
   }
 
-  // Node `id` at element j of pass p: per-row values are in `cur` already;
-  // materialized nodes are computed once (their first pass) and read back after.
-  Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j,
+  // for (iv = 0; iv < count; ++iv) body(iv, values), where `values` are carried
+  // from one iteration to the next (in: their start; out: after the last).
+  // count > 0. Leaves `b` after the loop.
+  template <class Body>
+  void emit_carried_loop(IRBuilder<> &b, Value *count, const std::string &name, std::vector<Value *> &values,
+                         Body &&body) {
+    llvm::Function *f = b.GetInsertBlock()->getParent();
+    llvm::BasicBlock *pre = b.GetInsertBlock();
+    auto *loop = llvm::BasicBlock::Create(c_, name, f);
+    auto *exit = llvm::BasicBlock::Create(c_, name + ".exit", f);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    llvm::PHINode *iv = b.CreatePHI(b.getInt64Ty(), 2, name);
+    iv->addIncoming(b.getInt64(0), pre);
+    std::vector<llvm::PHINode *> phis;
+    for (Value *v : values) {
+      phis.push_back(b.CreatePHI(v->getType(), 2, "acc"));
+      phis.back()->addIncoming(v, pre);
+    }
+    std::vector<Value *> next(phis.begin(), phis.end());
+    body(b, iv, next);
+    Value *iv_next = b.CreateAdd(iv, b.getInt64(1), name + ".next", true, true);
+    iv->addIncoming(iv_next, b.GetInsertBlock());
+    for (size_t a = 0; a < phis.size(); ++a) phis[a]->addIncoming(next[a], b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(iv_next, count), loop, exit);
+    b.SetInsertPoint(exit);
+    values = next;
+  }
+
+  // The inner loop of pass p over one run of the last dim, from `bases`;
+  // `first` is the run's first element within the row (its scratch index; null
+  // = 0). Returns the accumulators of `reductions` after it (not finished).
+  std::vector<Value *> emit_sub_row(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
+                                    const std::vector<int32_t> &reductions, std::vector<Value *> acc,
+                                    const std::vector<Value *> &row) {
+    emit_carried_loop(b, b.getInt64(inner_size()), "pass" + std::to_string(p), acc,
+                      [&](IRBuilder<> &lb, Value *j, std::vector<Value *> &a) {
+                        std::vector<Value *> cur = row; // element values of this pass at j
+                        Value *slot = first ? lb.CreateAdd(first, j, "slot", true, true) : j;
+                        for (size_t i = 0; i < reductions.size(); ++i) {
+                          const Node &r = k_.nodes[reductions[i]];
+                          a[i] = combine(lb, r, a[i], element_value(lb, r.args[0], p, bases, j, slot, cur));
+                        }
+                        // Every value of element j before any store to it: an output written in
+                        // place must not change what a later output of this pass loads.
+                        std::vector<std::pair<size_t, Value *>> stores;
+                        for (size_t o = 0; o < k_.outputs.size(); ++o)
+                          if (plan_.output_pass[o] == p)
+                            stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
+                        for (auto [o, v] : stores) store_output(lb, o, bases, j, v);
+                      });
+    return acc;
+  }
+
+  // Node `id` at element j of pass p (element `slot` of the row's scratch):
+  // per-row values are in `cur` already; materialized nodes are computed once
+  // (their first pass) and read back after.
+  Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j, Value *slot,
                        std::vector<Value *> &cur) {
     if (cur[id]) return cur[id];
     const Node &n = k_.nodes[id];
     llvm::Type *ty = value_type(c_, n.dtype);
     int home = plan_.scratch_pass[id];
-    if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], j));
-    for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, cur);
+    if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], slot));
+    for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, slot, cur);
     cur[id] = n.op == KOp::Load ? load_element(b, n, bases, j) : emit_node(b, n, cur);
-    if (home == p) b.CreateStore(cur[id], b.CreateInBoundsGEP(ty, scratch_[id], j));
+    if (home == p) b.CreateStore(cur[id], b.CreateInBoundsGEP(ty, scratch_[id], slot));
     return cur[id];
   }
 
@@ -626,10 +829,14 @@ private:
   llvm::LLVMContext &c_;
   const LowerTarget &target_;
   std::vector<int64_t> shape_;
+  size_t row_rank_ = 1;            // dims of a row (kernels with reductions), see collapse_outer_dims
   std::vector<Value *> bufs_;
   std::vector<uint8_t> streamed_; // per output: stored non-temporally
   bool any_streamed_ = false;
   RowPlan plan_;                   // kernels with reductions only
+  bool tiled_ = false;             // rows evaluated in tiles (see wants_tiles)
+  std::vector<Value *> tile_;      // tiles: per per-row node, its value for each row of the tile
+  std::vector<uint8_t> known_;     // tiles: per node, whether tile_ holds it already
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
 
@@ -676,30 +883,42 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   return k;
 }
 
-// For row reductions the last dim is the row and must stay as it is (even of
-// size 1); the outer dims are collapsed as above, and a rank-1 kernel becomes
-// one row [1, L], so that the row code always has an outer loop.
-KernelDesc collapse_outer_dims(const KernelDesc &in) {
-  KernelDesc outer = in;
-  size_t rank = in.shape.size();
-  outer.shape.pop_back();
-  for (auto &b : outer.inputs) b.strides.pop_back();
-  for (auto &o : outer.outputs) o.buffer.strides.pop_back();
-  outer = collapse_dims(outer);
+// The kernel restricted to dims [from, to) of its iteration space.
+KernelDesc dims_slice(const KernelDesc &in, size_t from, size_t to) {
   KernelDesc k = in;
+  auto cut = [&](std::vector<int64_t> &v) { v = std::vector<int64_t>(v.begin() + from, v.begin() + to); };
+  cut(k.shape);
+  for (auto &b : k.inputs) cut(b.strides);
+  for (auto &o : k.outputs) cut(o.buffer.strides);
+  k.row_rank = 1;
+  return k;
+}
+
+// For row reductions the row dims stay apart from the outer ones. A row of one
+// dim stays as it is (even of size 1); a row of several dims is collapsed as
+// above among itself (batch norm's [N, H, W] row of an NCHW x becomes [N, H*W]),
+// and may become a one-dim row. The outer dims are collapsed as above, and a
+// kernel without outer dims gets an outer [1], so that the row code always has
+// an outer loop.
+KernelDesc collapse_outer_dims(const KernelDesc &in) {
+  size_t rank = in.shape.size(), first_row = rank - size_t(in.row_rank);
+  KernelDesc outer = collapse_dims(dims_slice(in, 0, first_row));
+  KernelDesc row = dims_slice(in, first_row, rank);
+  if (in.row_rank > 1) row = collapse_dims(row);
+  KernelDesc k = in;
+  size_t outer_rank = std::max<size_t>(outer.shape.size(), 1); // the [1] of a kernel without outer dims
   k.shape = outer.shape;
-  k.shape.push_back(in.shape.back());
-  if (k.shape.size() == 1) k.shape.insert(k.shape.begin(), 1);
-  size_t rows_rank = k.shape.size() - 1;
-  auto fix = [&](std::vector<int64_t> &strides, const std::vector<int64_t> &collapsed) {
-    int64_t last = strides[rank - 1];
-    strides = collapsed;
-    strides.resize(rows_rank, 0); // the [1] of a rank-1 kernel
-    strides.push_back(last);
+  k.shape.resize(outer_rank, 1);
+  k.shape.insert(k.shape.end(), row.shape.begin(), row.shape.end());
+  k.row_rank = int32_t(row.shape.size());
+  auto fix = [&](std::vector<int64_t> &strides, const std::vector<int64_t> &o, const std::vector<int64_t> &r) {
+    strides = o;
+    strides.resize(outer_rank, 0);
+    strides.insert(strides.end(), r.begin(), r.end());
   };
-  for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides);
+  for (size_t b = 0; b < k.inputs.size(); ++b) fix(k.inputs[b].strides, outer.inputs[b].strides, row.inputs[b].strides);
   for (size_t o = 0; o < k.outputs.size(); ++o)
-    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides);
+    fix(k.outputs[o].buffer.strides, outer.outputs[o].buffer.strides, row.outputs[o].buffer.strides);
   return k;
 }
 

@@ -3,6 +3,7 @@
 // lowering and its fusion group runs eagerly.
 #include "codegen/lowering.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -134,7 +135,8 @@ Expr gelu_rule(const Ctx &x) {
   return x.c(0.5) * v * (x.c(1.0) + erf(v * x.c(M_SQRT1_2)));
 }
 
-// Reductions over the last dim (the fuse pass only groups those): per-row values.
+// Reductions over the group's reduced dims (lower_group checks that every
+// reduction of the group folds the same ones): per-row values.
 Expr reduction(const Ctx &x, KOp combine) {
   Expr v = x.to(x.args.at(0), x.out);
   return x.k.reduce(combine, v);
@@ -213,28 +215,107 @@ std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std:
   return out;
 }
 
-// Row-context strides: an operand read by a node whose result dropped the
-// domain's last dim ([M, N] in an [M, N, K] group, e.g. the bias added after a
-// reduction) broadcasts against the leading dims, numpy-style, and is constant
-// along the row.
-std::vector<int64_t> row_broadcast_strides(IntArrayRef s, IntArrayRef st, const std::vector<int64_t> &domain) {
-  std::vector<int64_t> lead(domain.begin(), domain.end() - 1);
-  std::vector<int64_t> out = broadcast_strides(s, st, lead);
-  out.push_back(0);
-  return out;
+// A group's iteration space. Its reductions all fold the same dims R of the
+// domain D (the last one for softmax and layer_norm, N, H, W for batch-norm
+// statistics); the kernel iterates D permuted to the kept dims followed by R,
+// so that a row is the R dims of one kept index. Without reductions R is the
+// last dim and the permutation is the identity, as for last-dim reductions.
+struct Space {
+  std::vector<int64_t> domain;
+  std::vector<size_t> reduced; // R, ascending
+  std::vector<size_t> perm;    // kernel dim i walks domain dim perm[i]
+
+  std::vector<int64_t> kept_shape() const {
+    std::vector<int64_t> kept;
+    for (size_t i = 0; i + reduced.size() < perm.size(); ++i) kept.push_back(domain[perm[i]]);
+    return kept;
+  }
+  // Domain-ordered strides in kernel order.
+  std::vector<int64_t> permute(const std::vector<int64_t> &v) const {
+    std::vector<int64_t> out;
+    for (size_t d : perm) out.push_back(v[d]);
+    return out;
+  }
+  std::vector<int64_t> kernel_shape() const { return permute(domain); }
+  int32_t row_rank() const { return int32_t(std::max<size_t>(reduced.size(), 1)); }
+  bool is_reduced(size_t d) const { return std::find(reduced.begin(), reduced.end(), d) != reduced.end(); }
+  // A per-row shape: the reduced dims kept as 1, or dropped.
+  bool is_row(IntArrayRef s) const {
+    if (domain.empty()) return false;
+    std::vector<int64_t> keep = domain;
+    for (size_t d : reduced) keep[d] = 1;
+    return s == IntArrayRef(keep) || s == IntArrayRef(kept_shape());
+  }
+  size_t dropped_rank() const { return domain.size() - reduced.size(); }
+  // A row value with the reduced dims dropped, read by a full-shape node: numpy
+  // aligns it with the domain's trailing dims, the kernel indexes it by the
+  // kept dims. They agree when the kept dims of size > 1 are the trailing ones.
+  bool dropped_rows_align() const {
+    for (size_t i = 0; i + reduced.size() < perm.size(); ++i)
+      if (domain[perm[i]] != 1 && perm[i] != reduced.size() + i) return false;
+    return true;
+  }
+  // Row-context strides: an operand read by a node whose result dropped the
+  // reduced dims ([M, N] in an [M, N, K] group, e.g. the bias added after a
+  // reduction) broadcasts against the kept dims, numpy-style, and is constant
+  // along the row. Returned in the domain's order, like broadcast_strides.
+  std::vector<int64_t> row_strides(IntArrayRef s, IntArrayRef st) const {
+    std::vector<int64_t> kept = broadcast_strides(s, st, kept_shape());
+    std::vector<int64_t> out(domain.size(), 0);
+    for (size_t i = 0; i < kept.size(); ++i) out[perm[i]] = kept[i];
+    return out;
+  }
+};
+
+// The dims a reduction node folds, normalized and ascending (empty attr = all).
+std::vector<size_t> reduced_dims_of(const ir::Node &n) {
+  size_t rank = n.operand(0)->type().shape.size();
+  const AttrValue *attr = n.attr("dims");
+  std::vector<size_t> dims;
+  if (attr && attr->is_ints())
+    for (int64_t d : attr->as_ints()) dims.push_back(size_t(d < 0 ? d + int64_t(rank) : d));
+  if (dims.empty())
+    for (size_t d = 0; d < rank; ++d) dims.push_back(d);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
 }
 
-// Body nodes whose results are per-row values with the last dim dropped: a
-// reduction of the domain's last dim without keepdim, and any node of rank
-// D-1 reading such a value. (A rank D-1 node of plain elementwise inputs is
-// not one: numpy aligns it with the domain's trailing dims.)
-std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, size_t domain_rank) {
+Space group_space(const ir::Graph &body, std::vector<int64_t> domain) {
+  Space sp;
+  sp.domain = std::move(domain);
+  const ir::Node *first = nullptr;
+  for (const ir::Node *n : body.nodes()) {
+    if (n->kind() != ir::Node::Kind::Op || n->info().kind != OpKind::Reduction) continue;
+    KILN_CHECK(IntArrayRef(n->operand(0)->type().shape) == IntArrayRef(sp.domain), "codegen: ", n->mnemonic(),
+               " reduces a ", shape_str(n->operand(0)->type().shape), " operand in a group of domain ",
+               shape_str(sp.domain));
+    std::vector<size_t> dims = reduced_dims_of(*n);
+    KILN_CHECK(!first || dims == sp.reduced, "codegen: ", n->mnemonic(), " reduces other dims than ",
+               first->mnemonic(), " in the same group");
+    first = n;
+    sp.reduced = dims;
+  }
+  if (!first && !sp.domain.empty()) sp.reduced = {sp.domain.size() - 1};
+  for (size_t d = 0; d < sp.domain.size(); ++d)
+    if (!sp.is_reduced(d)) sp.perm.push_back(d);
+  sp.perm.insert(sp.perm.end(), sp.reduced.begin(), sp.reduced.end());
+  return sp;
+}
+
+bool is_reduction(const ir::Node *n) { return n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Reduction; }
+
+// Body nodes whose results are per-row values with the reduced dims dropped: a
+// reduction without keepdim, and any node of that rank reading such a value.
+// (A node of that rank reading only plain inputs is not one: numpy aligns it
+// with the domain's trailing dims.)
+std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, const Space &sp) {
   std::unordered_set<const ir::Node *> rows;
   std::unordered_set<const ir::Value *> row_values;
   for (const ir::Node *n : body.nodes()) {
-    if (domain_rank == 0 || n->results().size() != 1 || n->result()->type().shape.size() + 1 != domain_rank)
+    if (sp.domain.empty() || n->results().size() != 1 || n->result()->type().shape.size() != sp.dropped_rank())
       continue;
-    bool row = n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Reduction;
+    bool row = is_reduction(n);
     for (const ir::Value *v : n->operands()) row |= v && row_values.count(v);
     if (!row) continue;
     rows.insert(n);
@@ -243,11 +324,12 @@ std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, size_t dom
   return rows;
 }
 
-// Whether body input `in` is read only by row nodes. An input read both per
-// row and per element cannot be one load: throws (the group runs eagerly).
+// Whether body input `in` is read only by row nodes (a reduction, although a
+// row node, reads its operand at every element). An input read both per row
+// and per element cannot be one load: throws (the group runs eagerly).
 bool read_per_row(const ir::Graph &body, const ir::Value *in, const std::unordered_set<const ir::Node *> &rows) {
   bool row = false, full = false;
-  for (const ir::Use &u : body.uses(in)) (u.user && rows.count(u.user) ? row : full) = true;
+  for (const ir::Use &u : body.uses(in)) (u.user && rows.count(u.user) && !is_reduction(u.user) ? row : full) = true;
   bool scalar = in->type().numel() == 1;
   KILN_CHECK(!(row && full) || scalar, "codegen: operand %", in->name(),
              " is read both per element and per row of the group");
@@ -273,14 +355,6 @@ std::vector<int64_t> group_domain(const ir::Graph &body) {
   return {widest->shape.begin(), widest->shape.end()};
 }
 
-// A per-row shape of `domain`: its last dim reduced to 1 or dropped.
-bool is_row_of(IntArrayRef s, const std::vector<int64_t> &domain) {
-  if (domain.empty()) return false;
-  IntArrayRef lead(domain.data(), domain.size() - 1);
-  if (s.size() == domain.size()) return IntArrayRef(s.data(), s.size() - 1) == lead && s.back() == 1;
-  return s == lead;
-}
-
 KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operands,
                        std::vector<size_t> &buffer_operands) {
   buffer_operands.clear();
@@ -288,13 +362,14 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
   KILN_CHECK(!group.results().empty(), "codegen: fusion group without results");
   std::vector<int64_t> domain = group_domain(body);
   KILN_CHECK(domain.size() <= size_t(kMaxKernelRank), "codegen: rank ", domain.size(), " is above ", kMaxKernelRank);
+  const Space sp = group_space(body, domain);
   for (const ir::Value *r : group.results())
-    KILN_CHECK(IntArrayRef(r->type().shape) == IntArrayRef(domain) || is_row_of(r->type().shape, domain),
+    KILN_CHECK(IntArrayRef(r->type().shape) == IntArrayRef(domain) || sp.is_row(r->type().shape),
                "codegen: group result ", shape_str(r->type().shape), " is neither the domain ", shape_str(domain),
                " nor one of its rows");
 
-  KernelBuilder k(domain);
-  const std::unordered_set<const ir::Node *> rows = row_nodes(body, domain.size());
+  KernelBuilder k(sp.kernel_shape(), sp.row_rank());
+  const std::unordered_set<const ir::Node *> rows = row_nodes(body, sp);
   std::unordered_map<const ir::Value *, Expr> expr;
   std::unordered_set<const ir::Value *> wrapped;
   std::unordered_map<const ir::Value *, double> known;
@@ -313,8 +388,8 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
     }
     bool row = read_per_row(body, in, rows);
     KILN_CHECK(!row || t.dim() < int64_t(domain.size()), "codegen: per-row operand ", i, " has too many dims");
-    expr.emplace(in, k.input(t.dtype(), row ? row_broadcast_strides(t.sizes(), t.strides(), domain)
-                                            : broadcast_strides(t.sizes(), t.strides(), domain)));
+    expr.emplace(in, k.input(t.dtype(), sp.permute(row ? sp.row_strides(t.sizes(), t.strides())
+                                                       : broadcast_strides(t.sizes(), t.strides(), domain))));
     buffer_operands.push_back(i);
   }
   for (const ir::Node *n : body.nodes()) {
@@ -332,13 +407,18 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
     }
     if (!rule) no_lowering(x, "not in the lowering table");
     IntArrayRef rs = n->result()->type().shape;
-    KILN_CHECK(rs == IntArrayRef(domain) || is_row_of(rs, domain) || n->result()->type().numel() == 1, "codegen: ",
+    KILN_CHECK(rs == IntArrayRef(domain) || sp.is_row(rs) || n->result()->type().numel() == 1, "codegen: ",
                n->mnemonic(), " result shape ", shape_str(rs), " fits neither the domain ", shape_str(domain),
                " nor its rows");
+    if (!rows.count(n) && !sp.dropped_rows_align())
+      for (const ir::Value *v : n->operands())
+        KILN_CHECK(!(v->producer() && rows.count(v->producer())), "codegen: ", n->mnemonic(), " reads row value %",
+                   v->name(), " (reduced dims dropped), which broadcasting aligns with other dims");
     expr.emplace(n->result(), x.to(rule(x), x.out));
   }
+  // Results are contiguous in the domain's order, whatever the kernel's.
   for (const ir::Value *o : body.outputs()) {
-    if (IntArrayRef(o->type().shape) == IntArrayRef(domain)) k.output(expr.at(o));
+    if (IntArrayRef(o->type().shape) == IntArrayRef(domain)) k.output(expr.at(o), sp.permute(contiguous_strides(domain)));
     else k.output_per_row(expr.at(o));
   }
   return k.build();

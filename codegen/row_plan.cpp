@@ -30,7 +30,7 @@ std::vector<int> node_levels(const KernelDesc &k) {
 
 bool stored_per_row(const KernelDesc &k, const RowPlan &plan, size_t o) {
   const OutputSpec &out = k.outputs[o];
-  return out.buffer.strides.back() == 0 && plan.per_row[out.value];
+  return k.constant_along_row(out.buffer.strides) && plan.per_row[out.value];
 }
 
 // The element-wise values pass p evaluates at each j: operands of its reductions
@@ -85,7 +85,7 @@ int first_pass_using(const KernelDesc &k, const RowPlan &plan, int32_t node) {
 // Greedy, outermost first: materializing exp(u) makes the passes that read it
 // back stop evaluating u, so inner candidates are re-counted after each choice.
 void choose_scratch(const KernelDesc &k, RowPlan &plan, int64_t max_scratch_bytes) {
-  int64_t row = k.shape.back();
+  int64_t row = k.row_length();
   for (;;) {
     std::vector<int> uses = count_uses(k, plan);
     int32_t pick = -1;

@@ -25,7 +25,7 @@ struct RowPlan {
   std::vector<int> scratch_pass; // per node: pass that writes it to per-row scratch; -1 = recomputed
   std::vector<int> output_pass; // per output: pass storing it; -1 = once per row, at stage level(value)
   int passes = 0;
-  int64_t scratch_bytes = 0;    // per-row scratch of all materialized nodes
+  int64_t scratch_bytes = 0;    // per-row scratch of all materialized nodes (row_length() elements each)
   bool transcendental = false;  // some node is exp, tanh...: rows are compute-bound
 
   bool materialized(int32_t node) const { return scratch_pass[size_t(node)] >= 0; }

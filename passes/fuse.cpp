@@ -1,16 +1,19 @@
-// fuse: groups elementwise chains, and last-dim reductions with their
-// elementwise prologue and epilogue, into FusionGroup nodes; and attaches
+// fuse: groups elementwise chains, and reductions with their elementwise
+// prologue and epilogue, into FusionGroup nodes; and attaches
 // elementwise epilogues (bias, activation, residual add, scale, batch-norm in
 // inference) to the contraction (matmul, mm, bmm, conv2d) that feeds them: such
 // a group's body is the contraction followed by ops elementwise over its output,
 // which codegen/epilogue.cpp applies tile by tile while the tile is in cache.
 //
 // A group has a domain: the shape D of its widest value. A member's result has
-// shape D, or (row-wise groups) D with the last dim reduced (kept as 1 or
-// dropped). Each node joins at most one group; then a cheap elementwise
-// producer whose readers all sit in other groups is copied into each of them
-// when that saves its buffer (passes/fuse_duplicate.cpp). Every refusal has a
-// reason that KILN_LOG=debug prints.
+// shape D, or (row-wise groups) D with the group's reduced dims R reduced (kept
+// as 1 or dropped). Every reduction of a group folds the same dims R of D: the
+// last one for softmax and layer_norm, all but the channels for batch-norm
+// statistics (codegen iterates the kept dims first, then R as "the row").
+// Each node joins at most one group; then a cheap elementwise producer whose
+// readers all sit in other groups is copied into each of them when that saves
+// its buffer (passes/fuse_duplicate.cpp). Every refusal has a reason that
+// KILN_LOG=debug prints.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -36,25 +39,49 @@ constexpr size_t kMaxGroupNodes = 64;
 
 bool same_shape(IntArrayRef a, IntArrayRef b) { return a == b; }
 
-// D with its last dim reduced: kept as 1 or dropped.
-bool is_row_shape(IntArrayRef s, IntArrayRef d) {
-  if (d.empty()) return false;
-  IntArrayRef lead(d.data(), d.size() - 1);
-  if (s.size() == d.size()) return IntArrayRef(s.data(), s.size() - 1) == lead && s.back() == 1;
-  return s == lead;
+// The dims a reduction folds, normalized and ascending (an empty list = all).
+std::vector<int64_t> reduced_dims(const Node &n) {
+  int64_t rank = int64_t(n.operand(0)->type().shape.size());
+  std::vector<int64_t> dims;
+  if (const AttrValue *a = n.attr("dims"); a && a->is_ints())
+    for (int64_t d : a->as_ints()) dims.push_back(d < 0 ? d + rank : d);
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
 }
 
-// A reduction reduces only the last dim of its operand.
-bool reduces_last_dim(const Node &n) {
-  const Value *in = n.operand(0);
-  int64_t rank = int64_t(in->type().shape.size());
-  if (rank == 0) return false;
-  const AttrValue *dims = n.attr("dims");
-  if (!dims || !dims->is_ints()) return false;
-  const auto &d = dims->as_ints();
-  if (d.size() != 1) return d.empty() && rank == 1; // full reduction of a vector is one row
-  int64_t k = d[0] < 0 ? d[0] + rank : d[0];
-  return k == rank - 1;
+// D with the dims `red` reduced: kept as 1 or dropped.
+bool is_row_shape(IntArrayRef s, IntArrayRef d, const std::vector<int64_t> &red) {
+  if (d.empty() || red.empty()) return false;
+  Dims keep(d), dropped;
+  for (int64_t r : red) keep[size_t(r)] = 1;
+  for (size_t i = 0; i < d.size(); ++i)
+    if (!std::binary_search(red.begin(), red.end(), int64_t(i))) dropped.push_back(d[i]);
+  return s == IntArrayRef(keep) || s == IntArrayRef(dropped);
+}
+
+// Why a reduction cannot head or join a row-wise group, or "".
+std::string reduction_misfit(const Node &n) {
+  int64_t rank = int64_t(n.operand(0)->type().shape.size());
+  if (rank == 0) return "reduces a scalar";
+  if (rank > 1 && int64_t(reduced_dims(n).size()) == rank)
+    return "reduces every dim (one row: the kernel would run on one thread); left to the eager kernel";
+  return "";
+}
+
+// A full-shape node reading a row value whose reduced dims were dropped: numpy
+// aligns that value with D's trailing dims, the kernel indexes it by the kept
+// dims; the two agree only when the kept dims (of size > 1) are the trailing ones.
+bool dropped_row_misaligned(IntArrayRef d, const std::vector<int64_t> &red) {
+  size_t i = 0; // position among the kept dims
+  for (size_t dim = 0; dim < d.size(); ++dim) {
+    if (std::binary_search(red.begin(), red.end(), int64_t(dim))) continue;
+    if (d[dim] != 1 && dim != red.size() + i) return true;
+    ++i;
+  }
+  return false;
 }
 
 struct Group {
@@ -63,6 +90,7 @@ struct Group {
   std::vector<size_t> members_index; // their original positions (filled when outlined)
   Dims domain;
   bool has_reduction = false;
+  std::vector<int64_t> reduced; // dims of `domain` its reductions fold (when has_reduction)
   Node *contraction = nullptr; // the head of a GEMM/conv epilogue group
 };
 
@@ -166,13 +194,36 @@ private:
     }
     if (red) {
       IntArrayRef in = n.operand(0)->type().shape;
-      if (!reduces_last_dim(n)) return "reduces a dim other than the last";
+      if (std::string why = reduction_misfit(n); !why.empty()) return why;
       if (!same_shape(in, grp.domain)) return "reduction input shape " + shape_str(in) + " differs from the group domain " + shape_str(grp.domain);
+      if (grp.has_reduction && reduced_dims(n) != grp.reduced)
+        return "reduces dims " + shape_str(reduced_dims(n)) + ", the group's reductions " + shape_str(grp.reduced);
       return "";
     }
-    if (same_shape(s, grp.domain)) return "";
-    if (grp.has_reduction && is_row_shape(s, grp.domain)) return "";
+    if (same_shape(s, grp.domain)) return misaligned_row_read(n, grp);
+    if (grp.has_reduction && is_row_shape(s, grp.domain, grp.reduced)) return "";
     return "shape " + shape_str(s) + " does not match the group domain " + shape_str(grp.domain);
+  }
+
+  // See dropped_row_misaligned: a full-shape `n` reading such a member of `grp`.
+  std::string misaligned_row_read(const Node &n, const Group &grp) const {
+    if (!grp.has_reduction || !dropped_row_misaligned(grp.domain, grp.reduced)) return "";
+    for (const Value *v : n.operands()) {
+      if (!v || !v->producer() || v->type().shape.size() != grp.domain.size() - grp.reduced.size()) continue;
+      auto it = group_of_.find(v->producer());
+      if (it != group_of_.end() && it->second == grp.id && is_row_shape(v->type().shape, grp.domain, grp.reduced))
+        return "reads row value %" + v->name() + " (reduced dims dropped), which broadcasting aligns with other dims";
+    }
+    return "";
+  }
+
+  // Whether a full-shape member of `readers` reads a dropped row value of `rows`.
+  bool reads_misaligned_row(const Group &readers, const Group &rows) const {
+    for (const Node *m : readers.members)
+      if (m->results().size() == 1 && same_shape(m->result()->type().shape, rows.domain) &&
+          !misaligned_row_read(*m, rows).empty())
+        return true;
+    return false;
   }
 
   // Joining `n` to `grp` creates a cycle when some operand of n outside the
@@ -229,10 +280,7 @@ private:
     Group grp;
     grp.id = next_id_++;
     bool red = n->info().kind == OpKind::Reduction;
-    if (red && !reduces_last_dim(*n)) {
-      refuse(*n, "reduces a dim other than the last: left to the eager kernel");
-      return;
-    }
+    if (std::string why = red ? reduction_misfit(*n) : ""; !why.empty()) return refuse(*n, why);
     grp.domain = red ? Dims(n->operand(0)->type().shape) : Dims(n->result()->type().shape);
     groups_.emplace(grp.id, grp);
     add(*n, groups_.at(grp.id));
@@ -251,7 +299,10 @@ private:
 
   void add(Node &n, Group &grp) {
     grp.members.push_back(&n);
-    grp.has_reduction |= n.info().kind == OpKind::Reduction;
+    if (n.info().kind == OpKind::Reduction && !grp.has_reduction) {
+      grp.has_reduction = true;
+      grp.reduced = reduced_dims(n);
+    }
     group_of_[&n] = grp.id;
   }
 
@@ -262,6 +313,8 @@ private:
     // One contraction per group, and its epilogue stays elementwise.
     if (a.contraction && b.contraction) return;
     if ((a.contraction && b.has_reduction) || (b.contraction && a.has_reduction)) return;
+    if (a.has_reduction && b.has_reduction && a.reduced != b.reduced) return;
+    if (reads_misaligned_row(b, a) || reads_misaligned_row(a, b)) return;
     // A member feeding the contraction would have to run before it, not after it on its tiles.
     const Group &plain = a.contraction ? b : a;
     const Node *head = a.contraction ? a.contraction : b.contraction;
@@ -272,6 +325,7 @@ private:
     for (Node *m : b.members) group_of_[m] = into;
     a.members.insert(a.members.end(), b.members.begin(), b.members.end());
     std::sort(a.members.begin(), a.members.end(), [&](Node *x, Node *y) { return index_.at(x) < index_.at(y); });
+    if (!a.has_reduction) a.reduced = b.reduced;
     a.has_reduction |= b.has_reduction;
     groups_.erase(from);
   }

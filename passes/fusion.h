@@ -5,10 +5,11 @@
 
 namespace kiln::passes {
 
-// Groups elementwise chains and last-dim reductions with their prologue and
-// epilogue into FusionGroup nodes. Returns whether the graph changed.
-// `duplicate`: copy cheap elementwise producers into their readers' groups when
-// that saves a buffer (the pass "fuse" does; false is for comparisons in tests).
+// Groups elementwise chains and reductions (all of a group over the same dims)
+// with their prologue and epilogue into FusionGroup nodes. Returns whether the
+// graph changed. `duplicate`: copy cheap elementwise producers into their
+// readers' groups when that saves a buffer (the pass "fuse" does; false is for
+// comparisons in tests).
 bool fuse(ir::Graph &g, bool duplicate = true);
 
 } // namespace kiln::passes

@@ -1,6 +1,6 @@
 // The fuse pass: W1-W3 become one group each; results are unchanged; cycles,
-// non-last-dim reductions and contractions stay out; a cheap producer read by
-// two groups is computed in both instead of stored.
+// full reductions of matrices and contractions stay out; a cheap producer read
+// by two groups is computed in both instead of stored.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,8 +75,20 @@ TEST(Fuse, SoftmaxAndLayerNormAreOneRowGroupEach) {
   }
 }
 
-TEST(Fuse, ReductionOverFirstDimStaysOut) {
+TEST(Fuse, ReductionOverFirstDimJoinsItsPrologueAndEpilogue) {
   Fn fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{sum(exp(x[0]), {0}) + 1.0}; };
+  std::vector<Tensor> in = {randn({8, 16})};
+  auto g = optimized(fn, in);
+  bool sum_outside = false;
+  for (const ir::Node *n : g->nodes())
+    sum_outside |= n->kind() == ir::Node::Kind::Op && n->op() == OpId::Sum;
+  EXPECT_FALSE(sum_outside);
+  EXPECT_EQ(count(*g).groups, 1);
+  expect_same_results(fn, *g, in);
+}
+
+TEST(Fuse, FullReductionOfAMatrixStaysOut) {
+  Fn fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{sum(exp(x[0])) + 1.0}; };
   std::vector<Tensor> in = {randn({8, 16})};
   auto g = optimized(fn, in);
   bool sum_outside = false;
@@ -171,7 +183,7 @@ TEST(FuseHorizontal, ConsumerBetweenTheGroupsMovesBehindTheMerge) {
   manual_seed(0);
   Fn fn = [](const std::vector<Tensor> &in) {
     Tensor a = exp(in[0]);
-    Tensor col = sum(a, {0}, true); // eager (not the last dim), between the groups
+    Tensor col = sum(a); // eager (a full reduction of a matrix), between the groups
     Tensor b = tanh(in[0]);
     return std::vector<Tensor>{col, b};
   };
@@ -265,14 +277,14 @@ TEST(FuseDuplicate, ScaledInputSharedBySoftmaxAndLinearIsComputedInBoth) {
   }
 }
 
-// t feeds t * t (whose column sum runs eagerly) and t + that sum, which cannot
+// t feeds t * t (whose full sum runs eagerly) and t + that sum, which cannot
 // join t's group (a cycle through the sum): the second group recomputes t.
 TEST(FuseDuplicate, ProducerSplitFromAConsumerByACycleIsComputedInBoth) {
   manual_seed(0);
   Tensor a = randn({48});
   Fn fn = [=](const std::vector<Tensor> &in) {
     Tensor t = in[0] * a;
-    return std::vector<Tensor>{t + sum(t * t, {0}, true)};
+    return std::vector<Tensor>{t + sum(t * t, {0, 1}, true)};
   };
   std::vector<Tensor> in = {randn({32, 48})};
   auto dup = fused(fn, in, true), plain = fused(fn, in, false);
@@ -292,7 +304,7 @@ TEST(FuseDuplicate, ExpensiveProducerOnALargeInputIsStored) {
   manual_seed(0);
   Fn fn = [](const std::vector<Tensor> &in) {
     Tensor t = exp(in[0]);
-    return std::vector<Tensor>{t + sum(t * t, {0}, true)};
+    return std::vector<Tensor>{t + sum(t * t, {0, 1}, true)};
   };
   std::vector<Tensor> in = {randn({256, 128})};
   auto dup = fused(fn, in, true), plain = fused(fn, in, false);

@@ -124,13 +124,14 @@ std::vector<std::pair<std::string, std::string>> in_place_pairs(const ir::Graph 
   return pairs;
 }
 
-// exp group -> eager column sum -> softmax row group -> eager column sum ->
-// relu group -> eager column sum: the softmax overwrites the exp, the relu the softmax.
+// exp group -> eager full sum -> softmax row group -> eager full sum -> relu
+// group -> eager full sum: the softmax overwrites the exp, the relu the softmax.
+// (Full sums of a matrix stay eager; a column sum would join its group.)
 std::vector<Tensor> chain_of_groups(const std::vector<Tensor> &in) {
   Tensor y = exp(in[0] * 0.5);
-  Tensor z = softmax(y - sum(y, {0}, true), 1);
-  Tensor r = relu(z * 2.0 - sum(z, {0}, true));
-  return {sum(r, {0})};
+  Tensor z = softmax(y - sum(y, {0, 1}, true), 1);
+  Tensor r = relu(z * 2.0 - sum(z, {0, 1}, true));
+  return {sum(r, {0, 1})};
 }
 
 } // namespace
