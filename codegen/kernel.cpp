@@ -92,13 +92,25 @@ bool streaming_stores_pay_off(const KernelDesc &desc) {
     return std::string(v) == "0" ? 0 : 1;
   }();
   if (forced >= 0) return forced == 1;
-  // Measured on the 2-core EPYC (4096x1024 float32, one thread, CPU time):
-  // memory-bound kernels gain (layer_norm -35%, x + y -45%), while kernels
-  // bound by per-element transcendentals lose 5-10% (gelu_tanh, softmax's exp),
-  // also at two threads, where they still run at their one-thread rate per core.
+  // Measured on the 2-core EPYC (32 MiB L3), 2 threads, kiln bench: x + y over
+  // 4M floats (48 MiB touched) 940-990 -> 610-670 us per call; layer_norm of
+  // 4096x1024 (32 MiB touched) 480-520 -> 600-640 us: its input and output
+  // stay in the L3 from call to call, which streaming gives up. Kernels bound
+  // by per-element transcendentals lost 5-10% (gelu_tanh, softmax's exp).
   for (const Node &n : desc.nodes)
     if (n.op >= KOp::Exp && n.op <= KOp::Sigmoid) return false; // Exp, Expm1, Log, Log1p, Tanh, Erf, Sigmoid
-  return output_bytes(desc) >= last_level_cache_bytes() / 2;
+  return footprint_bytes(desc) > last_level_cache_bytes() + last_level_cache_bytes() / 4;
+}
+
+int64_t footprint_bytes(const KernelDesc &desc) {
+  int64_t bytes = output_bytes(desc);
+  for (const BufferSpec &in : desc.inputs) {
+    int64_t n = 1; // distinct elements: broadcast dims (stride 0) read the same ones
+    for (size_t d = 0; d < desc.shape.size(); ++d)
+      if (in.strides[d] != 0) n *= desc.shape[d];
+    bytes += n * int64_t(itemsize(in.dtype));
+  }
+  return bytes;
 }
 
 int64_t KernelDesc::numel() const {

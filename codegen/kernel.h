@@ -214,9 +214,13 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &shape);
 // Bytes the kernel's outputs write per run (per-row outputs count once per row).
 int64_t output_bytes(const KernelDesc &desc);
 
-// Whether non-temporal stores pay off for `desc`: its outputs take at least
-// half the last-level cache (sysfs; 32 MiB if unknown), where written lines
-// would evict the inputs and be gone before anyone re-reads them, and it is
+// Bytes a run touches: output_bytes plus each input's distinct elements.
+int64_t footprint_bytes(const KernelDesc &desc);
+
+// Whether non-temporal stores pay off for `desc`: it touches more than 1.25x
+// the last-level cache (sysfs; 32 MiB if unknown), so that written lines are
+// evicted before anyone re-reads them (below that, repeated calls find their
+// inputs and outputs in cache, which streaming would give up), and it is
 // memory-bound (no per-element transcendentals: those kernels measured slower
 // with them). KILN_STREAM_STORES=0 / 1 forces the answer (for measurements).
 bool streaming_stores_pay_off(const KernelDesc &desc);

@@ -193,9 +193,14 @@ TEST(StreamStoresDecision, ByOutputBytes) {
     return k.build();
   };
   EXPECT_EQ(output_bytes(desc(4096, 1024)), int64_t(16) << 20);
+  EXPECT_EQ(footprint_bytes(desc(4096, 1024)), int64_t(32) << 20);
   if (std::getenv("KILN_STREAM_STORES")) GTEST_SKIP() << "KILN_STREAM_STORES forces the decision";
   EXPECT_FALSE(streaming_stores_pay_off(desc(128, 768)));    // W5's activations: stay in cache
-  EXPECT_TRUE(streaming_stores_pay_off(desc(65536, 1024)));  // 256 MiB: beyond any cache
+  EXPECT_TRUE(streaming_stores_pay_off(desc(65536, 1024)));  // 512 MiB touched: beyond any cache
+  // A broadcast input counts its distinct elements once.
+  KernelBuilder b({4096, 1024});
+  b.output(b.input(kiln::kFloat32) * b.input(kiln::kFloat32, {0, 1}));
+  EXPECT_EQ(footprint_bytes(b.build()), (int64_t(32) << 20) + 4096);
   // Compute-bound: per-element transcendentals keep ordinary stores.
   KernelBuilder g({65536, 1024});
   g.output(gelu_tanh(g.input(kiln::kFloat32)));
