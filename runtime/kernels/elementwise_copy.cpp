@@ -126,6 +126,18 @@ Tensor contiguous(const Tensor &x) {
   return out;
 }
 
+Tensor contiguous(const Tensor &x, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous) return contiguous(x);
+  detail::check_defined(x, "contiguous", "self");
+  KILN_CHECK(x.dim() == 4, "contiguous: ChannelsLast needs a 4-D [N, C, H, W] tensor, got shape ",
+             shape_str(x.sizes()));
+  if (x.is_meta() || x.is_contiguous(MemoryFormat::ChannelsLast)) return x;
+  Tensor flat = detail::make_result({x.numel()}, x.dtype(), {&x});
+  Tensor out = detail::make_view(flat, x.sizes(), detail::channels_last_strides(x.sizes()), 0);
+  detail::cast_into(out, x);
+  return out;
+}
+
 Tensor clone(const Tensor &x) {
   detail::check_defined(x, "clone", "self");
   KILN_TRACE(Clone, {x});
