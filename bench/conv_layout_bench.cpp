@@ -6,10 +6,18 @@
 //   Chain2/NCHW, Chain2/ChannelsLast
 //                      W7's two convs, the channels-last one with both conversions included:
 //                      what the layout pass's decision (passes/layout.cpp) compares.
+//   W7Compiled/NCHW, W7Compiled/ChannelsLast
+//                      the whole W7 block compiled without the conv-chain decision and with it
+//                      forced channels-last (the layout-channels-last pass), in one process.
+// At 1 and 2 threads: with one thread the CPU time column is all the work, which
+// a loaded machine's real time is not.
 // Run: build/bench/kiln_bench_conv_layout
 #include <benchmark/benchmark.h>
 
 #include <kiln/kiln.h>
+
+#include "example.h"
+#include "runtime/kernels/linalg_internal.h"
 
 namespace {
 
@@ -18,7 +26,8 @@ using kiln::Tensor;
 
 struct W7Shapes {
   Tensor x, w1, w2;
-  W7Shapes() {
+  explicit W7Shapes(const benchmark::State &state) {
+    kiln::set_num_threads(int(state.range(0)));
     kiln::manual_seed(0);
     x = kiln::randn({8, 64, 56, 56});
     w1 = 0.05 * kiln::randn({64, 64, 3, 3});
@@ -27,48 +36,91 @@ struct W7Shapes {
 };
 
 void Conv_NCHW(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   for (auto _ : state) benchmark::DoNotOptimize(kiln::conv2d(s.x, s.w1, {}, 1, 1).unsafeGetTensorImpl());
 }
-BENCHMARK(Conv_NCHW)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Conv_NCHW)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void Conv_ChannelsLast(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   Tensor x = s.x.contiguous(MemoryFormat::ChannelsLast);
   for (auto _ : state) benchmark::DoNotOptimize(kiln::conv2d(x, s.w1, {}, 1, 1).unsafeGetTensorImpl());
 }
-BENCHMARK(Conv_ChannelsLast)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Conv_ChannelsLast)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// conv2d_into with a channels-last input and an NCHW buffer (a chain's last conv):
+// NHWC im2col, GEMM reading it transposed. Blocks as the conv epilogue runs them.
+void Conv_ChannelsLastIntoNCHW(benchmark::State &state) {
+  W7Shapes s(state);
+  Tensor x = s.x.contiguous(MemoryFormat::ChannelsLast), out = kiln::empty({8, 64, 56, 56});
+  const int64_t rows = kiln::detail::nn::conv2d_block_rows(s.w1.sizes(), 56, 56);
+  for (auto _ : state) kiln::detail::nn::conv2d_into(x, s.w1, {}, {1}, {1}, {1}, 1, out, rows, nullptr, nullptr);
+}
+BENCHMARK(Conv_ChannelsLastIntoNCHW)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The same blocks for an NCHW input, as W7's compiled convs run today.
+void Conv_NCHWBlocked(benchmark::State &state) {
+  W7Shapes s(state);
+  Tensor out = kiln::empty({8, 64, 56, 56});
+  const int64_t rows = kiln::detail::nn::conv2d_block_rows(s.w1.sizes(), 56, 56);
+  for (auto _ : state) kiln::detail::nn::conv2d_into(s.x, s.w1, {}, {1}, {1}, {1}, 1, out, rows, nullptr, nullptr);
+}
+BENCHMARK(Conv_NCHWBlocked)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void ToChannelsLast(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   for (auto _ : state) benchmark::DoNotOptimize(s.x.contiguous(MemoryFormat::ChannelsLast).unsafeGetTensorImpl());
 }
-BENCHMARK(ToChannelsLast)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ToChannelsLast)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void ToContiguous(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   Tensor y = s.x.contiguous(MemoryFormat::ChannelsLast);
   for (auto _ : state) benchmark::DoNotOptimize(y.contiguous().unsafeGetTensorImpl());
 }
-BENCHMARK(ToContiguous)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ToContiguous)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void Chain2_NCHW(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   for (auto _ : state) {
     Tensor h = kiln::conv2d(s.x, s.w1, {}, 1, 1);
     benchmark::DoNotOptimize(kiln::conv2d(h, s.w2, {}, 1, 1).unsafeGetTensorImpl());
   }
 }
-BENCHMARK(Chain2_NCHW)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Chain2_NCHW)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void Chain2_ChannelsLast(benchmark::State &state) {
-  W7Shapes s;
+  W7Shapes s(state);
   for (auto _ : state) {
     Tensor h = kiln::conv2d(s.x.contiguous(MemoryFormat::ChannelsLast), s.w1, {}, 1, 1);
     benchmark::DoNotOptimize(kiln::conv2d(h, s.w2, {}, 1, 1).contiguous().unsafeGetTensorImpl());
   }
 }
-BENCHMARK(Chain2_ChannelsLast)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Chain2_ChannelsLast)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void W7Compiled(benchmark::State &state, const char *pipeline) {
+  kiln::set_num_threads(int(state.range(0)));
+  kiln::examples::Workload w = kiln::examples::find_example("w7-resnet-block")->make();
+  kiln::CompileOptions o;
+  o.fallback = kiln::Fallback::Off;
+  o.pipeline = pipeline;
+  kiln::CompiledFunction f = kiln::compile(w.fn, o);
+  benchmark::DoNotOptimize(f(w.inputs)); // compiles
+  for (auto _ : state) benchmark::DoNotOptimize(f(w.inputs).front().unsafeGetTensorImpl());
+}
+BENCHMARK_CAPTURE(W7Compiled, NCHW, "decompose,canonicalize,cse,dce,fuse,fuse-horizontal,plan-memory")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(W7Compiled, ChannelsLast,
+                  "decompose,canonicalize,cse,dce,layout-channels-last,fuse,fuse-horizontal,plan-memory")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 } // namespace
 

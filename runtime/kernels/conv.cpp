@@ -214,10 +214,36 @@ void conv_block_nhwc(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, con
   if (after) after(ctx, n, p0, np);
 }
 
+// A channels-last input into an NCHW output (the last conv of a channels-last
+// chain, whose result the user sees): the same NHWC im2col, then the GEMM the
+// other way round, out[Og, np] = W_g @ col^T, reading col transposed (a BLAS
+// flag, no copy), so the block lands in NCHW rows and the epilogue after it
+// reads and writes the NCHW buffers contiguously.
+template <class T>
+void conv_block_nhwc_to_nchw(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T *x, const T *wt,
+                             const T *bias, T *y, T *col, detail::nn::BlockCallback after, void *ctx) {
+  const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, kk = g.kH * g.kW * Cg, hw = g.Ho * g.Wo;
+  const int64_t p0 = oh0 * g.Wo, np = (oh1 - oh0) * g.Wo;
+  const T *img = x + n * g.H * g.W * g.C;
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    T *yout = y + (n * g.O + gi * Og) * hw + p0;
+    const T *b = img + p0 * g.C + gi * Cg; // direct: pixel rows, read transposed
+    int64_t ldb = g.C;
+    if (!g.direct()) {
+      im2col_nhwc(g, img, gi * Cg, col, oh0, oh1);
+      b = col, ldb = kk;
+    }
+    if (bias)
+      for (int64_t o = 0; o < Og; ++o) std::fill(yout + o * hw, yout + o * hw + np, bias[gi * Og + o]);
+    gemm<T>(Og, np, kk, T(1), wt + gi * Og * kk, kk, 1, b, 1, ldb, bias ? T(1) : T(0), yout, hw);
+  }
+  if (after) after(ctx, n, p0, np);
+}
+
 // (image, block of output rows) items over the pool, as conv_run_blocked.
 template <class T>
 void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const Tensor &wt, const Tensor &bias,
-                   const Tensor &out, detail::nn::BlockCallback after, void *ctx) {
+                   const Tensor &out, bool nchw_out, detail::nn::BlockCallback after, void *ctx) {
   const T *xp = static_cast<const T *>(x.raw_data());
   const T *wp = static_cast<const T *>(wt.raw_data());
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
@@ -228,7 +254,9 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const
     std::unique_ptr<T[]> col(new T[col_elems]); // one scratch per chunk of items
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
-      conv_block_nhwc(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col.get(), after, ctx);
+      const int64_t oh1 = std::min(g.Ho, oh0 + block_rows);
+      if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col.get(), after, ctx);
+      else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col.get(), after, ctx);
     }
   };
   if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
@@ -240,7 +268,8 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const
   run(0, items);
 }
 
-// The NHWC conv of a channels-last input into `out` (channels-last, checked by the callers).
+// The NHWC conv of a channels-last input into `out` (channels-last, or
+// contiguous NCHW; checked by the callers).
 void conv_nhwc(const ConvGeom &g, const Tensor &input, const Tensor &weight, const Tensor &bias, const Tensor &out,
                int64_t block_rows, detail::nn::BlockCallback after, void *ctx) {
   // [O, Cg, kH, kW] -> [O, kH, kW, Cg]: each output channel's taps in col's order.
@@ -248,7 +277,8 @@ void conv_nhwc(const ConvGeom &g, const Tensor &input, const Tensor &weight, con
   Tensor bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)
-      conv_run_nhwc<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), input, wt, bc, out, after, ctx);
+      conv_run_nhwc<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), input, wt, bc, out, out.is_contiguous(), after,
+                       ctx);
   });
 }
 
@@ -351,6 +381,10 @@ void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, 
              "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " does not match the result ",
              shape_str(want), " ", input.dtype(), " (contiguous)");
   if (out.numel() == 0) return;
+  if (use_channels_last(input)) { // no conversion: NHWC im2col, GEMM into NCHW rows
+    conv_nhwc(g, input, weight, bias, out, block_rows, after, ctx);
+    return;
+  }
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)

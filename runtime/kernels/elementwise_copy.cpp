@@ -1,11 +1,13 @@
 // Conversion and copies: to, copy, copy_, contiguous, clone, fill_, zero_, and
 // the helpers the other elementwise files share.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -126,6 +128,26 @@ Tensor contiguous(const Tensor &x) {
   return out;
 }
 
+namespace {
+// Transposes each image of a contiguous NCHW `x` ([C, H*W]) into `out`'s NHWC
+// storage ([H*W, C]) in 32 x 32 tiles: both sides stay in cache lines, where
+// the generic strided copy walks one of them with a stride of C or H*W.
+template <class T> void nchw_to_nhwc(const T *x, T *out, int64_t n, int64_t c, int64_t hw) {
+  constexpr int64_t kB = 32;
+  const int64_t ptiles = (hw + kB - 1) / kB;
+  parallel_for(0, n * ptiles, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t it = lo; it < hi; ++it) {
+      const int64_t img = it / ptiles, p0 = it % ptiles * kB, p1 = std::min(hw, p0 + kB);
+      const T *src = x + img * c * hw;
+      T *dst = out + img * c * hw;
+      for (int64_t c0 = 0; c0 < c; c0 += kB)
+        for (int64_t p = p0; p < p1; ++p)
+          for (int64_t ch = c0; ch < std::min(c, c0 + kB); ++ch) dst[p * c + ch] = src[ch * hw + p];
+    }
+  });
+}
+} // namespace
+
 Tensor contiguous(const Tensor &x, MemoryFormat format) {
   if (format == MemoryFormat::Contiguous) return contiguous(x);
   detail::check_defined(x, "contiguous", "self");
@@ -134,6 +156,14 @@ Tensor contiguous(const Tensor &x, MemoryFormat format) {
   if (x.is_meta() || x.is_contiguous(MemoryFormat::ChannelsLast)) return x;
   Tensor flat = detail::make_result({x.numel()}, x.dtype(), {&x});
   Tensor out = detail::make_view(flat, x.sizes(), detail::channels_last_strides(x.sizes()), 0);
+  if (x.is_contiguous() && (x.dtype() == kFloat32 || x.dtype() == kFloat64)) {
+    dispatch_dtype(x.dtype(), [&]<class T>() {
+      if constexpr (std::is_floating_point_v<T>)
+        nchw_to_nhwc(static_cast<const T *>(x.raw_data()), static_cast<T *>(out.raw_data()), x.size(0), x.size(1),
+                     x.size(2) * x.size(3));
+    });
+    return out;
+  }
   detail::cast_into(out, x);
   return out;
 }

@@ -468,6 +468,12 @@ TEST_P(NnF, Conv2dChannelsLast) {
       Tensor y = conv2d(x, w, b, c.st, c.pd, c.dl, c.groups);
       EXPECT_TRUE(y.is_contiguous(MemoryFormat::ChannelsLast)) << shape_str(c.x) << " strides " << shape_str(y.strides());
       expect_close(y, want, t);
+      // Into an NCHW buffer (the last conv of a channels-last chain): the GEMM
+      // reads the NHWC im2col transposed and writes NCHW rows, 2-row blocks.
+      Tensor nchw = empty(want.shape, dt);
+      detail::nn::conv2d_into(x, w, b, c.st, c.pd, c.dl, c.groups, nchw, 2, nullptr, nullptr);
+      EXPECT_TRUE(nchw.is_contiguous());
+      expect_close(nchw, want, t);
     }
   }
   set_num_threads(saved);
