@@ -20,6 +20,7 @@
 #include "codegen/jit.h"
 #include "codegen/lowering.h"
 #include "ir/graph.h"
+#include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/log.h"
@@ -163,11 +164,19 @@ public:
     std::vector<Tensor> outs;
     outs.reserve(group_.results().size());
     for (const ir::Value *r : group_.results()) outs.push_back(allocate(r->type(), false));
-    compute(operands, outs);
+    compute(operands, outs, nullptr);
     return outs;
   }
 
-  void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const override {
+  size_t scratch_bytes() const override {
+    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
+    size_t n = itemsize(dtype_);
+    for (int64_t d : domain_) n *= size_t(d);
+    return n;
+  }
+
+  void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
+                void *scratch) const override {
     KILN_CHECK(results.size() == metas_.size(), "epilogue: ", results.size(), " result buffers for ",
                metas_.size(), " results");
     for (size_t i = 0; i < results.size(); ++i) {
@@ -177,13 +186,13 @@ public:
                  shape_str(r.strides()), ", expected ", m.dtype(), shape_str(m.sizes()), " strides ",
                  shape_str(m.strides()));
     }
-    compute(operands, results);
+    compute(operands, results, scratch);
   }
 
 private:
-  void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs) const {
-    if (dtype_ == kFloat32) run_typed<float>(operands, outs);
-    else run_typed<double>(operands, outs);
+  void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
+    if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch);
+    else run_typed<double>(operands, outs, scratch);
   }
 
   // The body: one contraction reading body inputs, then elementwise ops over its output.
@@ -461,19 +470,21 @@ private:
     k->run(bufs);
   }
 
-  template <class T> void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
-    if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs);
+  template <class T>
+  void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
+    if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs, scratch);
     const T *A = static_cast<const T *>(ins[operand_of(contraction_->operand(0))].raw_data());
     const T *B = static_cast<const T *>(ins[operand_of(contraction_->operand(1))].raw_data());
     T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
     const MatView c = c_view();
     const int64_t rt = row_tiles(), ct = col_tiles();
     auto work = [&](int64_t lo, int64_t hi) {
-      std::unique_ptr<T[]> scratch(C ? nullptr : new T[size_t(tm_ * tn_)]); // per chunk, not per tile
+      // A tile of C that is no result lives in the running thread's reusable scratch.
+      T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm_ * tn_) * sizeof(T)));
       for (int64_t it = lo; it < hi; ++it) {
         const int64_t b = it / (rt * ct), ti = it / ct % rt, tj = it % ct;
         const int64_t r0 = ti * tm_, c0 = tj * tn_, mb = std::min(tm_, M_ - r0), nc = std::min(tn_, N_ - c0);
-        T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : scratch.get();
+        T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : tile;
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
         kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), A + a_.off[size_t(b)] + r0 * a_.rs, a_.rs, a_.cs,
                                   B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs, T(0), ct_ptr, ldc);
@@ -490,12 +501,21 @@ private:
     work(0, n);
   }
 
-  template <class T> void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+  // The conv output C: a result, else the caller's scratch (or a fresh tensor).
+  // A channels-last C is the same bytes viewed with NHWC strides.
+  Tensor conv_output(const std::vector<Tensor> &outs, void *scratch) const {
+    if (c_result_ >= 0) return outs[size_t(c_result_)];
+    Tensor c = scratch ? from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_))
+                       : kiln::detail::make_tensor(domain_, dtype_);
+    if (!channels_last_) return c;
+    return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
+  }
+
+  template <class T>
+  void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
-    Tensor C = c_result_ >= 0 ? outs[size_t(c_result_)] : kiln::detail::make_tensor(domain_, dtype_);
-    if (c_result_ < 0 && channels_last_)
-      C = kiln::detail::make_view(C, domain_, kiln::detail::channels_last_strides(domain_), 0);
+    Tensor C = conv_output(outs, scratch);
     struct Ctx {
       const Step *self;
       T *c;

@@ -16,6 +16,7 @@
 // layout pass chose them (W5's head merge), so later views cost no copy.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -46,9 +47,15 @@ public:
   virtual int64_t num_kernels() const = 0;
   // Computes the group's results into fresh tensors. Thread-safe.
   virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
+  // Bytes of per-call scratch the step needs (a conv2d output that is no group
+  // result: the epilogue reads it block by block); 0 when none.
+  virtual size_t scratch_bytes() const = 0;
   // The same into caller-provided results (e.g. arena slices) with exactly the
   // dtypes, shapes and strides of result_metas(); throws kiln::Error otherwise.
-  virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results) const = 0;
+  // `scratch`: scratch_bytes() bytes, 64-byte aligned, not shared with a
+  // concurrent call (the plan's arena); null allocates it per call.
+  virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
+                        void *scratch = nullptr) const = 0;
 };
 
 } // namespace kiln::codegen

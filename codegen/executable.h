@@ -24,7 +24,7 @@ struct PlanStats {
   int64_t groups_fallen_back = 0; // fusion groups run eagerly because codegen could not lower them
   int64_t epilogue_steps = 0; // contractions run with their fused epilogue (BLAS/conv + JIT kernel per tile)
   double compile_ms = 0;
-  int64_t arena_bytes = 0;   // the arena of the graph's memory plan (0 without one), one per running call
+  int64_t arena_bytes = 0;   // one per running call: the memory plan's values (if any) and step scratch
   int64_t arena_values = 0;  // kernel outputs written in the arena
   int64_t bytes_read = 0;    // per call, estimate: each non-view node reads each operand once
   int64_t bytes_written = 0; // per call, estimate: each non-view node writes each result once

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -52,8 +53,14 @@ struct Step {
   // byte offset from that slot's element 0 (a view resolved to its base).
   std::vector<std::pair<int, int64_t>> buffer_refs;
   std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
-  // Eager: the arena slot its (single) result may be placed in, or -1.
-  int64_t place_offset = -1, place_bytes = 0;
+  // Eager: the arena slots its results are placed in (those that have one).
+  struct Place {
+    int64_t offset, bytes;
+    DType dtype;
+  };
+  std::vector<Place> places;
+  // Epilogue: bytes of per-call scratch, at scratch_offset_ in the arena.
+  int64_t scratch_bytes = 0;
 };
 
 // The mutable state of one running call: the arena and the value table. A plan
@@ -316,15 +323,24 @@ private:
     } else if (s.kind == Step::Kind::Epilogue) {
       run_epilogue(s, st);
       return;
-    } else if (s.place_offset >= 0 && st.arena) {
-      // The op's result goes straight into its arena slot (no out= variants needed).
-      kiln::detail::ResultPlacement place(static_cast<char *>(st.arena) + s.place_offset, size_t(s.place_bytes),
-                                          s.node->result()->type().dtype);
-      outs = run_op(s.node->op(), st.ins, s.node->attrs());
+    } else if (!s.places.empty() && st.arena) {
+      outs = run_placed(s, st);
     } else {
       outs = run_op(s.node->op(), st.ins, s.node->attrs());
     }
     for (size_t i = 0; i < s.out.size(); ++i) bind(st, size_t(s.out[i]), std::move(outs[i]));
+  }
+
+  // The op's results go straight into their arena slots (no out= variants
+  // needed). Placed results differ in dtype or size, so each make_result finds
+  // its own slot whatever order the op makes them in.
+  std::vector<Tensor> run_placed(const Step &s, CallState &st) const {
+    std::optional<kiln::detail::ResultPlacement> place[kMaxPlaced];
+    for (size_t i = 0; i < s.places.size(); ++i) {
+      const Step::Place &p = s.places[i];
+      place[i].emplace(static_cast<char *>(st.arena) + p.offset, size_t(p.bytes), p.dtype);
+    }
+    return run_op(s.node->op(), st.ins, s.node->attrs());
   }
 
   // Results in their arena slots when the memory plan gave them one, else fresh.
@@ -335,7 +351,8 @@ private:
       if (!arena_slot_[slot]) bind(st, slot, allocate_like(slot));
       outs[i] = st.env[slot];
     }
-    s.epilogue->run_into(st.ins, outs);
+    void *scratch = s.scratch_bytes > 0 ? static_cast<char *>(st.arena) + scratch_offset_ : nullptr;
+    s.epilogue->run_into(st.ins, outs, scratch);
   }
 
   Tensor allocate_like(size_t slot) const {
@@ -443,11 +460,10 @@ private:
     for (const ir::Value *r : n.results()) stats_.bytes_written += ir::value_bytes(r);
   }
 
-  // Resolves the graph's memory plan (if any) into arena slots: kernel outputs
-  // are written there, and a single-result eager op's result is placed there
-  // unless its slot overlaps an arena operand (an in-place slot: the op might
-  // write a temporary there before reading that operand). Everything else a
-  // step produces allocates per call.
+  // Resolves the graph's memory plan (if any) into arena slots: kernel and
+  // epilogue outputs are written there and eager ops' results placed there
+  // (place_eager, place_epilogue). Everything else a step produces allocates
+  // per call.
   void use_memory_plan(const ir::Graph &graph) {
     num_inputs_ = graph.inputs().size();
     slot_types_.resize(num_slots_);
@@ -483,26 +499,61 @@ private:
         continue;
       }
       for (int o : s.out) transient_slots_.push_back(o);
-      if (s.kind != Step::Kind::Eager || s.out.size() != 1 || offset[size_t(s.out[0])] < 0) continue;
-      const int64_t off = offset[size_t(s.out[0])], end = off + bytes[size_t(s.out[0])];
-      bool overlaps = false;
-      for (int i : s.in) {
-        // The operand and every value it may share memory with (through views).
-        for (const ir::Value *v = i < 0 ? nullptr : value_of(i); v; v = producer_alias(v)) {
-          const int slot = slot_.at(v);
-          if (offset[size_t(slot)] < 0) continue;
-          const int64_t o2 = offset[size_t(slot)], e2 = o2 + bytes[size_t(slot)];
-          overlaps |= off < e2 && o2 < end;
-        }
-      }
-      if (overlaps) continue;
-      s.place_offset = off;
-      s.place_bytes = ir::value_bytes(s.node->result());
+      if (s.kind == Step::Kind::Eager) place_eager(s, offset, bytes);
     }
     for (size_t i = 0; i < num_fixed_; ++i) transient_slots_.push_back(int(i));
+    reserve_step_scratch();
     stats_.arena_values = int64_t(arena_slots_.size());
     stats_.arena_bytes = arena_bytes_;
     pool_.reserve(kMaxPooledStates);
+  }
+
+  // An eager op's result is placed in its arena slot unless that overlaps an
+  // arena operand (an in-place slot: the op might write a temporary there
+  // before reading that operand), or another result has the same dtype and
+  // size (make_result could not tell which slot is whose).
+  void place_eager(Step &s, const std::vector<int64_t> &offset, const std::vector<int64_t> &bytes) {
+    const ir::Node &n = *s.node;
+    for (size_t r = 0; r < s.out.size() && s.places.size() < kMaxPlaced; ++r) {
+      const int64_t off = offset[size_t(s.out[r])], end = off + bytes[size_t(s.out[r])];
+      if (off < 0) continue;
+      const ir::TensorType &t = n.results()[r]->type();
+      const int64_t nbytes = ir::value_bytes(n.results()[r]);
+      bool ambiguous = false;
+      for (size_t q = 0; q < s.out.size(); ++q)
+        ambiguous |= q != r && n.results()[q]->type().dtype == t.dtype && ir::value_bytes(n.results()[q]) == nbytes;
+      if (ambiguous || overlaps_operand(s, off, end, offset, bytes)) continue;
+      s.places.push_back({off, nbytes, t.dtype});
+    }
+  }
+
+  bool overlaps_operand(const Step &s, int64_t off, int64_t end, const std::vector<int64_t> &offset,
+                        const std::vector<int64_t> &bytes) const {
+    for (int i : s.in) {
+      // The operand and every value it may share memory with (through views).
+      for (const ir::Value *v = i < 0 ? nullptr : value_of(i); v; v = producer_alias(v)) {
+        const int slot = slot_.at(v);
+        if (offset[size_t(slot)] < 0) continue;
+        const int64_t o2 = offset[size_t(slot)], e2 = o2 + bytes[size_t(slot)];
+        if (off < e2 && o2 < end) return true;
+      }
+    }
+    return false;
+  }
+
+  // Steps run one after another, so their scratch shares one region after the
+  // memory plan's values: each call's arena carries it, and a steady-state call
+  // allocates none (concurrent calls have their own arenas).
+  void reserve_step_scratch() {
+    int64_t need = 0;
+    for (Step &s : steps_) {
+      if (s.kind != Step::Kind::Epilogue) continue;
+      s.scratch_bytes = int64_t(s.epilogue->scratch_bytes());
+      need = std::max(need, s.scratch_bytes);
+    }
+    if (need == 0) return;
+    scratch_offset_ = (arena_bytes_ + 63) / 64 * 64;
+    arena_bytes_ = scratch_offset_ + need;
   }
 
   // An epilogue writes its results tile by tile while still reading its
@@ -539,6 +590,7 @@ private:
   }
 
   static constexpr size_t kMaxPooledStates = 64;
+  static constexpr size_t kMaxPlaced = 4; // results of one eager op placed in the arena
 
   std::shared_ptr<const ir::Graph> g_;
   std::vector<Expected> expected_;
@@ -548,7 +600,7 @@ private:
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;
   size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
-  int64_t arena_bytes_ = 0;
+  int64_t arena_bytes_ = 0, scratch_offset_ = 0;
   std::vector<ir::TensorType> slot_types_;
   std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena
   std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those

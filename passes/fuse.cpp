@@ -7,8 +7,10 @@
 //
 // A group has a domain: the shape D of its widest value. A member's result has
 // shape D, or (row-wise groups) D with the last dim reduced (kept as 1 or
-// dropped). Groups never duplicate work: each node joins at most one group.
-// Every refusal has a reason that KILN_LOG=debug prints.
+// dropped). Each node joins at most one group; then a cheap elementwise
+// producer whose readers all sit in other groups is copied into each of them
+// when that saves its buffer (passes/fuse_duplicate.cpp). Every refusal has a
+// reason that KILN_LOG=debug prints.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -17,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ir/graph.h"
+#include "passes/fuse_duplicate.h"
 #include "passes/fusion.h"
 #include "passes/pass_manager.h"
 #include "passes/rewrite.h"
@@ -78,22 +81,55 @@ std::string contraction_misfit(const Node &n) {
   return "";
 }
 
-class Fuser {
+class Fuser : public FuseGroups {
 public:
-  explicit Fuser(Graph &g) : g_(g), nodes_(g.nodes()) {
+  Fuser(Graph &g, bool duplicate) : g_(g), nodes_(g.nodes()), duplicate_(duplicate) {
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = i;
     compute_reachability();
   }
 
   bool run() {
     for (Node *n : nodes_) consider(n);
+    if (duplicate_ && duplicate_cheap_producers(g_, *this)) renumber();
     bool changed = false;
     for (auto &[id, grp] : groups_)
       if (grp.members.size() >= 1 && worth_a_group(grp)) changed |= outline(grp);
     return changed;
   }
 
+  // FuseGroups, for duplicate_cheap_producers.
+  int group_of(const Node &n) const override {
+    auto it = group_of_.find(&n);
+    return it == group_of_.end() ? -1 : it->second;
+  }
+  const Dims &domain(int group) const override { return groups_.at(group).domain; }
+  const Node *contraction_of(int group) const override { return groups_.at(group).contraction; }
+  std::string misfit(const Node &n, int group, size_t extra) const override {
+    const Group &grp = groups_.at(group);
+    if (grp.members.size() + extra > kMaxGroupNodes) return "group size limit reached";
+    return shape_misfit(n, grp);
+  }
+  void add(Node &n, int group) override { add(n, groups_.at(group)); }
+  void remove(const Node &n) override {
+    auto it = group_of_.find(&n);
+    if (it == group_of_.end()) return;
+    std::vector<Node *> &m = groups_.at(it->second).members;
+    m.erase(std::remove(m.begin(), m.end(), &n), m.end());
+    group_of_.erase(it);
+  }
+
 private:
+  // After duplication added and erased nodes: positions, reachability, and
+  // members in graph order again.
+  void renumber() {
+    nodes_ = g_.nodes();
+    index_.clear();
+    for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = i;
+    compute_reachability();
+    for (auto &[id, grp] : groups_)
+      std::sort(grp.members.begin(), grp.members.end(), [&](Node *x, Node *y) { return index_.at(x) < index_.at(y); });
+  }
+
   // A single elementwise node is already one kernel; a group of one is still
   // worth making so that codegen compiles it (the executor needs one path).
   // A contraction alone stays a plain node unless the layout pass chose its
@@ -369,17 +405,18 @@ private:
   // Group nodes made so far -> original indices of their members.
   std::unordered_map<const Node *, std::vector<size_t>> formed_;
   int next_id_ = 0;
+  bool duplicate_;
 };
 
 class FusePass : public Pass {
 public:
   std::string_view name() const override { return "fuse"; }
-  bool run(Graph &g) override { return Fuser(g).run(); }
+  bool run(Graph &g) override { return Fuser(g, true).run(); }
 };
 
 } // namespace
 
-bool fuse(ir::Graph &g) { return Fuser(g).run(); }
+bool fuse(ir::Graph &g, bool duplicate) { return Fuser(g, duplicate).run(); }
 
 KILN_REGISTER_PASS(FusePass, "fuse");
 

@@ -7,6 +7,8 @@ namespace kiln::passes {
 
 // Groups elementwise chains and last-dim reductions with their prologue and
 // epilogue into FusionGroup nodes. Returns whether the graph changed.
-bool fuse(ir::Graph &g);
+// `duplicate`: copy cheap elementwise producers into their readers' groups when
+// that saves a buffer (the pass "fuse" does; false is for comparisons in tests).
+bool fuse(ir::Graph &g, bool duplicate = true);
 
 } // namespace kiln::passes

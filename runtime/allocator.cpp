@@ -1,5 +1,6 @@
 #include "runtime/allocator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -108,7 +109,37 @@ inline void register_reaper() {
   t_reaper_registered = true;
 }
 
+// The thread_scratch() buffers: from the system, freed at thread exit.
+struct ThreadScratch {
+  void *data[size_t(ScratchSlot::Count)] = {};
+  size_t bytes[size_t(ScratchSlot::Count)] = {};
+  void clear() {
+    for (size_t i = 0; i < size_t(ScratchSlot::Count); ++i) {
+      std::free(data[i]);
+      data[i] = nullptr;
+      bytes[i] = 0;
+    }
+  }
+  ~ThreadScratch() { clear(); }
+};
+thread_local ThreadScratch t_scratch;
+
 } // namespace
+
+void *thread_scratch(ScratchSlot slot, size_t nbytes) {
+  const size_t i = size_t(slot);
+  nbytes = std::max<size_t>(nbytes, 1);
+  KILN_CHECK(i < size_t(ScratchSlot::Count), "thread_scratch: bad slot ", i);
+  if (nbytes <= t_scratch.bytes[i]) [[likely]]
+    return t_scratch.data[i];
+  // Round up so that a few slightly larger requests do not regrow each time.
+  const size_t want = std::max(size_class(nbytes), kAlign);
+  void *p = system_alloc(want);
+  std::free(t_scratch.data[i]);
+  t_scratch.data[i] = p;
+  t_scratch.bytes[i] = want;
+  return p;
+}
 
 void *cached_alloc(size_t nbytes) {
   size_t cls = size_class(nbytes ? nbytes : 1);
@@ -152,6 +183,7 @@ AllocatorStats allocator_stats() {
 void empty_cache() {
   pool().clear();
   if (!t_cache_dead) t_cache.clear();
+  t_scratch.clear();
 }
 
 } // namespace kiln

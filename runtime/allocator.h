@@ -20,7 +20,18 @@ struct AllocatorStats {
   size_t cached_bytes = 0;    // bytes held in the shared pool now
 };
 AllocatorStats allocator_stats();
-// Returns every cached block of the shared pool and this thread's cache to the system.
+// Returns every cached block of the shared pool and this thread's cache (and
+// its scratch buffers) to the system.
 void empty_cache();
+
+// Per-thread scratch for kernels that need a temporary per chunk of work (an
+// im2col block, a GEMM tile): a 64-byte aligned buffer of at least nbytes that
+// is grown on demand and then reused by every later request on this thread, so
+// a steady-state compiled call allocates none. The contents are undefined, and
+// a slot has one user at a time on a thread (each slot is its own buffer, so a
+// conv block's columns and a GEMM tile can be live together). The buffers live
+// until the thread exits or calls empty_cache().
+enum class ScratchSlot { ConvColumns, GemmTile, Count };
+void *thread_scratch(ScratchSlot slot, size_t nbytes);
 
 } // namespace kiln

@@ -208,10 +208,12 @@ ResultPlacement::~ResultPlacement() { t_placement = prev_; }
 
 Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs) {
   bool meta = any_meta(inputs);
+  if (!t_placement || meta) return make_tensor(sizes, dtype, meta);
+  const int64_t n = checked_numel(sizes, "empty");
+  const size_t nbytes = size_t(n) * itemsize(dtype);
   ResultPlacement *p = t_placement;
-  if (!p || !p->data_ || meta || p->dtype_ != dtype) return make_tensor(sizes, dtype, meta);
-  int64_t n = checked_numel(sizes, "empty");
-  if (size_t(n) * itemsize(dtype) != p->nbytes_) return make_tensor(sizes, dtype, meta);
+  while (p && !(p->data_ && p->dtype_ == dtype && p->nbytes_ == nbytes)) p = p->prev_;
+  if (!p) return make_tensor(sizes, dtype, meta);
   auto *impl = new TensorImpl;
   Ref<TensorImpl> ref(impl);
   impl->dtype = dtype;

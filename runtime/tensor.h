@@ -460,8 +460,10 @@ bool any_meta(std::initializer_list<const Tensor *> inputs);
 // Lets the compiled executor give an eager op's result memory it owns (an
 // arena slot) without an out= variant of every op: while a ResultPlacement is
 // alive on this thread, the first make_result of exactly `nbytes` bytes of
-// `dtype` returns a contiguous tensor over `data` instead of allocating. The
-// memory must stay valid as long as the result is used (the caller's job).
+// `dtype` returns a contiguous tensor over `data` instead of allocating. Nested
+// placements (one per result of a multi-result op) are tried innermost first,
+// each used once. The memory must stay valid as long as the result is used
+// (the caller's job).
 class ResultPlacement {
 public:
   ResultPlacement(void *data, size_t nbytes, DType dtype);

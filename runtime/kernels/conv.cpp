@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/allocator.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/op_adapters.h"
 #include "runtime/ops.h"
@@ -143,10 +144,11 @@ void conv_run_blocked(const ConvGeom &g, int64_t block_rows, const Tensor &x, co
   const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
   const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
   auto run = [&](int64_t lo, int64_t hi) {
-    std::unique_ptr<T[]> col(new T[std::max<size_t>(col_elems, 1)]); // one scratch per chunk of items
+    // The running thread's reusable scratch: a compiled call's steady state allocates none.
+    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
-      conv_block(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col.get(), after, ctx);
+      conv_block(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col, after, ctx);
     }
   };
   if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
@@ -249,14 +251,14 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
   T *yp = static_cast<T *>(out.raw_data());
   const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
-  const size_t col_elems = g.direct() ? 1 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
+  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
   auto run = [&](int64_t lo, int64_t hi) {
-    std::unique_ptr<T[]> col(new T[col_elems]); // one scratch per chunk of items
+    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
       const int64_t oh1 = std::min(g.Ho, oh0 + block_rows);
-      if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col.get(), after, ctx);
-      else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col.get(), after, ctx);
+      if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+      else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
     }
   };
   if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {

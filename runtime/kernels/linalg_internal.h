@@ -46,7 +46,8 @@ void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int
 // after(ctx, n, p0, np) runs on the thread that computed pixels [p0, p0 + np)
 // (of Ho * Wo) of image n, for all channels, right after their GEMM, while they
 // are in that core's cache: the compiled executor applies conv epilogues there
-// (codegen/epilogue.cpp). `after` must be thread-safe; it may be null.
+// (codegen/epilogue.cpp). `after` must be thread-safe; it may be null. The
+// im2col blocks live in each thread's thread_scratch (runtime/allocator.h).
 using BlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
 void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
                  IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out, int64_t block_rows,

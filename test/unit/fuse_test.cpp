@@ -1,6 +1,9 @@
 // The fuse pass: W1-W3 become one group each; results are unchanged; cycles,
-// non-last-dim reductions and contractions stay out.
+// non-last-dim reductions and contractions stay out; a cheap producer read by
+// two groups is computed in both instead of stored.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <kiln/kiln.h>
 
@@ -10,6 +13,7 @@
 #include "ir/verifier.h"
 #include "passes/fusion.h"
 #include "passes/pass_manager.h"
+#include "passes/plan_memory.h"
 
 using namespace kiln;
 
@@ -178,4 +182,163 @@ TEST(FuseHorizontal, ConsumerBetweenTheGroupsMovesBehindTheMerge) {
   EXPECT_TRUE(passes::run_pipeline(*g, "fuse-horizontal", o).at(0).changed);
   EXPECT_EQ(count(*g).groups, 1);
   expect_same_results(fn, *g, in);
+}
+
+// ---- duplication of cheap producers (passes/fuse_duplicate.cpp)
+namespace {
+
+// The traced graph after the passes before fuse, then fuse with or without duplication.
+std::unique_ptr<ir::Graph> fused(const Fn &fn, const std::vector<Tensor> &in, bool duplicate) {
+  auto g = trace(fn, in);
+  passes::PipelineOptions o;
+  o.verify_each = true;
+  passes::run_pipeline(*g, "decompose,canonicalize,cse,dce", o);
+  passes::fuse(*g, duplicate);
+  ir::verify(*g);
+  return g;
+}
+
+// How many group bodies hold a node of op `op`, and how many such nodes are at top level.
+std::pair<int, int> where_is(const ir::Graph &g, OpId op) {
+  int in_groups = 0, top = 0;
+  for (const ir::Node *n : g.nodes()) {
+    if (n->kind() == ir::Node::Kind::Op) {
+      top += n->op() == op;
+      continue;
+    }
+    for (const ir::Node *m : n->body()->nodes())
+      if (m->kind() == ir::Node::Kind::Op && m->op() == op) {
+        ++in_groups;
+        break;
+      }
+  }
+  return {in_groups, top};
+}
+
+// How many group operands are results of another group (written to memory, read back).
+int group_to_group_values(const ir::Graph &g) {
+  int n = 0;
+  for (const ir::Node *node : g.nodes())
+    if (node->kind() == ir::Node::Kind::FusionGroup)
+      for (const ir::Value *v : node->operands())
+        n += v && v->producer() && v->producer()->kind() == ir::Node::Kind::FusionGroup;
+  return n;
+}
+
+void expect_compiled_equals_eager(const Fn &fn, const std::vector<Tensor> &in) {
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  std::vector<Tensor> got = f(in), want = fn(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(amax(abs(got[i].to(kFloat64) - want[i].to(kFloat64))).item<double>(), 1e-5) << "output " << i;
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
+
+} // namespace
+
+// t = x * a + b feeds a softmax (a row group) and the residual add of a linear,
+// which cannot share a group with it: each group computes t itself and t is
+// never written. 16 rows: the linear is a tiny one (mul + row sum, a row
+// group); 64 rows: a matmul with its epilogue.
+TEST(FuseDuplicate, ScaledInputSharedBySoftmaxAndLinearIsComputedInBoth) {
+  for (int64_t rows : {16, 64}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    manual_seed(0);
+    Tensor a = randn({64}), b = randn({64}), w = randn({64, 32}), c = randn({64});
+    Fn fn = [=](const std::vector<Tensor> &in) {
+      Tensor t = in[0] * a + b;
+      return std::vector<Tensor>{softmax(t, -1), linear(in[1], w, c) + t};
+    };
+    std::vector<Tensor> in = {randn({rows, 64}), randn({rows, 32})};
+    auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+    EXPECT_EQ(count(*dup).groups, 2);
+    EXPECT_EQ(count(*plain).groups, 2);
+    EXPECT_EQ(group_to_group_values(*plain), 1);
+    EXPECT_EQ(group_to_group_values(*dup), 0);
+    EXPECT_EQ(where_is(*dup, OpId::Matmul).first, rows == 64 ? 1 : 0);
+    passes::GraphStats sd = passes::graph_stats(*dup), sp = passes::graph_stats(*plain);
+    EXPECT_EQ(sp.bytes_written - sd.bytes_written, rows * 64 * 4); // t's buffer
+    expect_same_results(fn, *dup, in);
+    expect_compiled_equals_eager(fn, in);
+  }
+}
+
+// t feeds t * t (whose column sum runs eagerly) and t + that sum, which cannot
+// join t's group (a cycle through the sum): the second group recomputes t.
+TEST(FuseDuplicate, ProducerSplitFromAConsumerByACycleIsComputedInBoth) {
+  manual_seed(0);
+  Tensor a = randn({48});
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor t = in[0] * a;
+    return std::vector<Tensor>{t + sum(t * t, {0}, true)};
+  };
+  std::vector<Tensor> in = {randn({32, 48})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(count(*dup).groups, 2);
+  EXPECT_EQ(count(*plain).groups, 2);
+  EXPECT_EQ(group_to_group_values(*plain), 1);
+  EXPECT_EQ(group_to_group_values(*dup), 0);
+  EXPECT_EQ(where_is(*dup, OpId::Mul), std::make_pair(2, 0)); // t in both groups (and t * t in the first)
+  EXPECT_EQ(passes::graph_stats(*plain).bytes_written - passes::graph_stats(*dup).bytes_written, 32 * 48 * 4);
+  expect_same_results(fn, *dup, in);
+  expect_compiled_equals_eager(fn, in);
+}
+
+// The same shape of graph with exp(x) as the shared producer on 256 x 128
+// elements: an expensive op on a large input is stored once, not recomputed.
+TEST(FuseDuplicate, ExpensiveProducerOnALargeInputIsStored) {
+  manual_seed(0);
+  Fn fn = [](const std::vector<Tensor> &in) {
+    Tensor t = exp(in[0]);
+    return std::vector<Tensor>{t + sum(t * t, {0}, true)};
+  };
+  std::vector<Tensor> in = {randn({256, 128})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(passes::graph_stats(*dup).bytes_written, passes::graph_stats(*plain).bytes_written);
+  EXPECT_EQ(where_is(*dup, OpId::Exp), std::make_pair(1, 0));
+  EXPECT_EQ(group_to_group_values(*dup), 1);
+  expect_same_results(fn, *dup, in);
+}
+
+// t = x * a + b feeds a softmax over [16, 64] and a product over [4, 16, 64]:
+// the second group computes t over its own domain (x read through an expand).
+TEST(FuseDuplicate, ProducerReadOverAWiderDomainIsComputedThere) {
+  manual_seed(0);
+  Tensor a = randn({64}), b = randn({64});
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor t = in[0] * a + b;
+    return std::vector<Tensor>{softmax(t, -1), t * in[1]};
+  };
+  std::vector<Tensor> in = {randn({16, 64}), randn({4, 16, 64})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(count(*dup).groups, 2);
+  EXPECT_EQ(group_to_group_values(*plain), 1);
+  EXPECT_EQ(group_to_group_values(*dup), 0);
+  EXPECT_EQ(where_is(*dup, OpId::Expand), std::make_pair(0, 1));
+  EXPECT_EQ(passes::graph_stats(*plain).bytes_written - passes::graph_stats(*dup).bytes_written, 16 * 64 * 4);
+  expect_same_results(fn, *dup, in);
+  expect_compiled_equals_eager(fn, in);
+}
+
+// Causal attention scores (as in W5): the mask's negation is no longer a group
+// of its own; the scores' epilogue negates the broadcast mask per tile.
+TEST(FuseDuplicate, CausalMaskNegationJoinsTheScoresEpilogue) {
+  manual_seed(0);
+  Tensor causal = tril(ones({32, 32}, kBool));
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor att = matmul(in[0], in[1].transpose(-2, -1)) * 0.25;
+    att = att.masked_fill(causal.logical_not(), -INFINITY);
+    return std::vector<Tensor>{softmax(att, -1)};
+  };
+  std::vector<Tensor> in = {randn({2, 4, 32, 16}), randn({2, 4, 32, 16})};
+  auto dup = fused(fn, in, true), plain = fused(fn, in, false);
+  EXPECT_EQ(count(*plain).groups - count(*dup).groups, 1);
+  EXPECT_EQ(where_is(*plain, OpId::LogicalNot), std::make_pair(1, 0));
+  EXPECT_EQ(where_is(*dup, OpId::LogicalNot), std::make_pair(1, 0));
+  EXPECT_EQ(where_is(*dup, OpId::Matmul), std::make_pair(1, 0));
+  EXPECT_EQ(passes::graph_stats(*plain).bytes_written - passes::graph_stats(*dup).bytes_written, 32 * 32);
+  expect_same_results(fn, *dup, in);
+  expect_compiled_equals_eager(fn, in);
 }

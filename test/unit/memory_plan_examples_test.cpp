@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <new>
 #include <thread>
 
 #include <kiln/kiln.h>
@@ -247,18 +249,139 @@ TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
 
 namespace {
 
-// Tensor storages one steady-state compiled call allocates on this thread.
-int64_t allocations_per_call(const CompiledFunction &f, const std::vector<Tensor> &in) {
-  for (int i = 0; i < 3; ++i) f(in); // compile, then warm the arena pool
+// Heap blocks of at least kLargeHeapBytes that operator new hands out on any
+// thread while counting is on: per-call scratch (an im2col buffer, a GEMM tile)
+// that bypasses tensor storage shows up here. Outputs and the arena come from
+// the caching allocator, not operator new; small bookkeeping (the result
+// vector) stays below the threshold.
+constexpr size_t kLargeHeapBytes = 4096;
+std::atomic<bool> g_count_heap{false};
+std::atomic<uint64_t> g_large_heap_blocks{0};
+
+} // namespace
+
+// Replaced for this test executable only. Out of line, so that GCC does not
+// see the malloc/free pair through the new/delete it inlines (and warn).
+__attribute__((noinline)) void *operator new(size_t n) {
+  if (g_count_heap.load(std::memory_order_relaxed) && n >= kLargeHeapBytes)
+    g_large_heap_blocks.fetch_add(1, std::memory_order_relaxed);
+  if (void *p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+
+namespace {
+
+struct SteadyState {
+  int64_t storages = 0;    // tensor storages allocated on the calling thread
+  uint64_t large_heap = 0; // large operator new blocks on any thread
+};
+
+// What kCalls steady-state compiled calls allocate together.
+constexpr int kCalls = 5;
+SteadyState steady_state_allocations(const CompiledFunction &f, const std::vector<Tensor> &in) {
+  for (int i = 0; i < 3; ++i) f(in); // compile, then warm the arena pool and the scratch buffers
+  SteadyState r;
   uint64_t before = thread_storage_allocations();
-  std::vector<Tensor> out = f(in);
-  return int64_t(thread_storage_allocations() - before);
+  g_large_heap_blocks.store(0);
+  g_count_heap.store(true);
+  for (int i = 0; i < kCalls; ++i) std::vector<Tensor> out = f(in);
+  g_count_heap.store(false);
+  r.storages = int64_t(thread_storage_allocations() - before);
+  r.large_heap = g_large_heap_blocks.load();
+  return r;
 }
 
 } // namespace
 
+// A conv epilogue whose raw conv output is no result (it lives in the call's
+// arena scratch) and a GEMM epilogue whose product is no result (its tiles live
+// in per-thread scratch), called from four threads at once: no call may see
+// another's scratch. Runs under TSan (the `concurrency` label).
+TEST(ArenaExecutor, ConcurrentEpilogueScratch) {
+  manual_seed(9);
+  Tensor cw = randn({16, 8, 3, 3}) * 0.2, scale = randn({16, 1, 1}), shift = randn({16, 1, 1});
+  Tensor lw = randn({64, 3200}) * 0.02, lb = randn({64});
+  ModelFn fn = [=](const std::vector<Tensor> &in) {
+    Tensor y = relu(conv2d(in[0], cw, {}, 1, 1) * scale + shift);
+    Tensor z = gelu(linear(in[0].reshape({4, 3200}), lw, lb), "tanh");
+    return std::vector<Tensor>{y, z};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  std::vector<Tensor> xs;
+  std::vector<std::vector<Tensor>> want;
+  for (int t = 0; t < 4; ++t) {
+    xs.push_back(randn({4, 8, 20, 20}));
+    want.push_back(fn({xs.back()}));
+  }
+  expect_close(f({xs[0]}), want[0]); // compiles once up front
+  // Both contractions carry their epilogue, and neither product is a result.
+  auto g = f.graph_for({xs[0]});
+  ASSERT_TRUE(g);
+  int conv_groups = 0, gemm_groups = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (n->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Node *m : n->body()->nodes()) {
+      conv_groups += m->op() == OpId::Conv2d;
+      gemm_groups += m->op() == OpId::Matmul;
+    }
+  }
+  EXPECT_EQ(conv_groups, 1) << ir::print(*g);
+  EXPECT_EQ(gemm_groups, 1) << ir::print(*g);
+  EXPECT_EQ(steady_state_allocations(f, {xs[0]}).storages, 2 * kCalls);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::vector<Tensor> got = f({xs[size_t(t)]});
+        for (size_t k = 0; k < got.size(); ++k) {
+          double scale_k = amax(abs(want[size_t(t)][k])).item<double>();
+          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale_k) ++bad;
+        }
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// max(x, dim) has two results (f32 values, int64 indices), both intermediates:
+// the eager step places both in their arena slots, so a call allocates only its
+// output.
+TEST(ArenaExecutor, MultiResultEagerOpWritesIntoTheArena) {
+  manual_seed(8);
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    auto [values, indices] = max(exp(in[0] * 0.5), 1);
+    return std::vector<Tensor>{values * 2.0 + indices.to(kFloat32)};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({64, 96});
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  const ir::Node *max_node = nullptr;
+  for (const ir::Node *n : g->nodes())
+    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::MaxDim) max_node = n;
+  ASSERT_TRUE(max_node) << ir::print(*g);
+  ASSERT_EQ(max_node->results().size(), 2u);
+  for (const ir::Value *r : max_node->results())
+    EXPECT_TRUE(slot(*g, r->name())) << "result %" << r->name() << " has no arena slot";
+  for (int i = 0; i < 3; ++i) f({x});
+  uint64_t before = thread_storage_allocations();
+  std::vector<Tensor> out = f({x});
+  EXPECT_EQ(thread_storage_allocations() - before, 1u);
+  expect_close(out, fn({x}));
+}
+
 class SteadyStateAllocations : public ::testing::TestWithParam<std::string> {};
 
+// Every workload and example: after warm-up, kCalls calls allocate exactly
+// their outputs (one storage each per call) and no large heap scratch.
 TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
   const examples::Example *ex = examples::find_example(GetParam());
   ASSERT_TRUE(ex);
@@ -268,17 +391,45 @@ TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
   CompiledFunction f = compile(w.fn, o);
   std::vector<Tensor> out = f(w.inputs);
   expect_close(out, w.fn(w.inputs));
-  EXPECT_EQ(allocations_per_call(f, w.inputs), int64_t(out.size()));
+  SteadyState s = steady_state_allocations(f, w.inputs);
+  EXPECT_EQ(s.storages, int64_t(out.size()) * kCalls);
+  EXPECT_EQ(s.large_heap, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
-                         ::testing::Values("w1-gelu-chain", "w3-layernorm", "w5-gpt2-block", "w6-tiny-mlp"),
+                         ::testing::Values("w1-gelu-chain", "w2-softmax", "w3-layernorm", "w4-mlp-block",
+                                           "w5-gpt2-block", "w6-tiny-mlp", "w7-resnet-block", "w8-dispatch",
+                                           "w9-big-add", "mlp-classifier", "small-cnn"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n)
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// On one thread the epilogue and conv blocks run on the calling thread (no
+// pool): the same steady state.
+TEST(SteadyStateAllocationsOneThread, ContractionWorkloads) {
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{saved};
+  for (const char *name : {"w4-mlp-block", "w7-resnet-block", "small-cnn"}) {
+    const examples::Example *ex = examples::find_example(name);
+    ASSERT_TRUE(ex) << name;
+    examples::Workload w = ex->make();
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(w.fn, o);
+    std::vector<Tensor> out = f(w.inputs);
+    expect_close(out, w.fn(w.inputs));
+    SteadyState s = steady_state_allocations(f, w.inputs);
+    EXPECT_EQ(s.storages, int64_t(out.size()) * kCalls) << name;
+    EXPECT_EQ(s.large_heap, 0u) << name;
+  }
+}
 
 // A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
 // activation into one JIT kernel; the bias is read per row of that kernel.
