@@ -304,8 +304,13 @@ private:
 
 } // namespace
 
-void interpret(const KernelDesc &k, void *const *buffers) {
+void interpret(const KernelDesc &k, void *const *given) {
   k.validate();
+  // An output written in place uses its input's pointer, as the compiled code does.
+  std::vector<void *> pointers(given, given + k.num_buffers());
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    if (k.aliased_input(o) >= 0) pointers[k.inputs.size() + o] = pointers[size_t(k.aliased_input(o))];
+  void *const *buffers = pointers.data();
   if (k.has_reductions()) {
     RowInterpreter(k, buffers).run();
     return;

@@ -1,5 +1,6 @@
 #include "codegen/kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -147,6 +148,77 @@ void check_node(const KernelDesc &k, size_t i) {
              ") needs bool or integer operands");
 }
 
+// Pass of each node in a kernel with reductions (codegen/row_plan.h): the
+// deepest nesting of reductions below it, a Reduce counting itself.
+std::vector<int> reduction_levels(const KernelDesc &k) {
+  std::vector<int> level(k.nodes.size(), 0);
+  for (size_t i = 0; i < k.nodes.size(); ++i) {
+    const Node &n = k.nodes[i];
+    for (int a = 0; a < op_arity(n.op); ++a) level[i] = std::max(level[i], level[n.args[a]]);
+    if (n.op == KOp::Reduce) ++level[i];
+  }
+  return level;
+}
+
+// Whether evaluating `root` element by element loads `input` (per-row values
+// come from the row's stages, computed before any pass stores).
+bool loads_per_element(const KernelDesc &k, const std::vector<uint8_t> &per_row, int32_t root, int32_t input) {
+  std::vector<int32_t> stack{root};
+  std::vector<uint8_t> seen(k.nodes.size(), 0);
+  while (!stack.empty()) {
+    int32_t n = stack.back();
+    stack.pop_back();
+    if (seen[n] || per_row[n]) continue;
+    seen[n] = 1;
+    const Node &node = k.nodes[n];
+    if (node.op == KOp::Load && node.input == input) return true;
+    for (int a = 0; a < op_arity(node.op); ++a) stack.push_back(node.args[a]);
+  }
+  return false;
+}
+
+// A kernel with reductions evaluates each row in passes: an output that
+// overwrites its input in pass p is safe only if no later pass loads that input.
+void check_row_alias(const KernelDesc &k, size_t o, int32_t input) {
+  const std::vector<uint8_t> per_row = k.per_row_nodes();
+  const OutputSpec &out = k.outputs[o];
+  KILN_CHECK(!per_row[out.value] || out.buffer.strides.back() != 0, "kernel: output ", o,
+             " is stored once per row and cannot overwrite input ", input, " in place");
+  const std::vector<int> level = reduction_levels(k);
+  const int pass = level[out.value];
+  for (size_t i = 0; i < k.nodes.size(); ++i) {
+    const Node &n = k.nodes[i];
+    if (n.op == KOp::Reduce && level[n.args[0]] > pass && loads_per_element(k, per_row, n.args[0], input))
+      KILN_FAIL("kernel: output ", o, " overwrites input ", input, " in pass ", pass, ", but pass ", level[n.args[0]],
+                " reads that input again (node ", i, ")");
+  }
+  for (size_t p = 0; p < k.outputs.size(); ++p) {
+    int32_t v = k.outputs[p].value;
+    bool later = level[v] > pass && !(per_row[v] && k.outputs[p].buffer.strides.back() == 0);
+    if (later && loads_per_element(k, per_row, v, input))
+      KILN_FAIL("kernel: output ", o, " overwrites input ", input, " in pass ", pass, ", but output ", p,
+                " reads that input again in pass ", level[v]);
+  }
+}
+
+// Output o may overwrite input `input`: see "In-place outputs" in kernel.h.
+void check_alias(const KernelDesc &k, size_t o, int32_t input) {
+  KILN_CHECK(input >= 0 && size_t(input) < k.inputs.size(), "kernel: output ", o, " aliases missing input ", input);
+  const BufferSpec &in = k.inputs[size_t(input)], &out = k.outputs[o].buffer;
+  KILN_CHECK(itemsize(in.dtype) == itemsize(out.dtype), "kernel: output ", o, " (", out.dtype,
+             ") cannot overwrite input ", input, " (", in.dtype, "): element sizes differ");
+  for (size_t d = 0; d < k.shape.size(); ++d) {
+    if (k.shape[d] <= 1) continue;
+    KILN_CHECK(in.strides[d] == out.strides[d], "kernel: output ", o, " cannot overwrite input ", input,
+               ": strides differ in dim ", d, " (", out.strides[d], " vs ", in.strides[d], ")");
+    KILN_CHECK(out.strides[d] != 0, "kernel: output ", o,
+               " stores dim ", d, " with stride 0 and cannot overwrite input ", input, " in place");
+  }
+  for (size_t p = 0; p < o; ++p)
+    KILN_CHECK(k.aliased_input(p) != input, "kernel: outputs ", p, " and ", o, " both overwrite input ", input);
+  if (k.has_reductions()) check_row_alias(k, o, input);
+}
+
 } // namespace
 
 void KernelDesc::validate() const {
@@ -163,6 +235,10 @@ void KernelDesc::validate() const {
     KILN_CHECK(nodes[v].dtype == outputs[i].buffer.dtype, "kernel: output ", i, " stores ",
                nodes[v].dtype, " into a ", outputs[i].buffer.dtype, " buffer");
   }
+  KILN_CHECK(output_aliases_input.size() <= outputs.size(), "kernel: ", output_aliases_input.size(),
+             " output aliases for ", outputs.size(), " outputs");
+  for (size_t o = 0; o < output_aliases_input.size(); ++o)
+    if (output_aliases_input[o] >= 0) check_alias(*this, o, output_aliases_input[o]);
 }
 
 std::string KernelDesc::key() const {
@@ -190,6 +266,14 @@ std::string KernelDesc::key() const {
     w.put(o.value);
     w.put(o.buffer.dtype);
     w.put_vec(o.buffer.strides);
+  }
+  // Only kernels with in-place outputs carry this section: the keys (and disk
+  // cache entries) of all others stay as they were.
+  bool aliased = false;
+  for (int32_t a : output_aliases_input) aliased |= a >= 0;
+  if (aliased) {
+    w.put<uint32_t>(0x414c4941); // "ALIA"
+    for (size_t o = 0; o < outputs.size(); ++o) w.put(aliased_input(o));
   }
   return w.take();
 }
@@ -234,6 +318,7 @@ std::string KernelDesc::to_string() const {
   for (size_t i = 0; i < outputs.size(); ++i) {
     os << "  out" << i << " <- %" << outputs[i].value << " strides=";
     vec(outputs[i].buffer.strides);
+    if (aliased_input(i) >= 0) os << " in place of in" << aliased_input(i);
     os << '\n';
   }
   return os.str();
@@ -390,6 +475,12 @@ void KernelBuilder::output(Expr value, std::vector<int64_t> strides) {
   DType t = node(own(this, value)).dtype;
   check_buffer(BufferSpec{t, strides}, desc_.shape.size(), "output", desc_.outputs.size());
   desc_.outputs.push_back(OutputSpec{value.id, BufferSpec{t, std::move(strides)}});
+}
+
+void KernelBuilder::alias_output(size_t output, int32_t input) {
+  KILN_CHECK(output < desc_.outputs.size(), "kernel: alias_output of missing output ", output);
+  desc_.output_aliases_input.resize(desc_.outputs.size(), -1);
+  desc_.output_aliases_input[output] = input;
 }
 
 KernelDesc KernelBuilder::build() const {

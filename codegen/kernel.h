@@ -55,6 +55,19 @@
 //   reductions, plus a final one for the outputs), all over the same row while
 //   it sits in cache, so x is read from memory once; transcendentals needed by
 //   several passes are computed once into a per-row scratch buffer.
+//
+// In-place outputs (KernelDesc::output_aliases_input, KernelBuilder::alias_output):
+// an output may overwrite an input when both address the same element at every
+// iteration point: same element size, equal strides on every dim of size > 1,
+// and no dim of size > 1 with stride 0 (each element is stored once). The
+// compiled kernel then uses the input's pointer for both and ignores the
+// output's slot in `buffers`: with one pointer, the loads and stores of element
+// j are known to touch the same address, so LLVM needs no runtime alias check
+// and the loops vectorize (two distinct pointers to the same memory fail that
+// check and run the scalar loop). In a kernel with reductions, the output must
+// be stored in a pass after which no pass loads the input again (softmax's y
+// over x: stored in the last pass); otherwise validation fails. Without an
+// alias, inputs and outputs must not overlap.
 #pragma once
 
 #include <array>
@@ -146,6 +159,9 @@ struct KernelDesc {
   std::vector<Node> nodes;
   std::vector<OutputSpec> outputs;
   int64_t grain = 0; // elements per parallel chunk, at least; 0 = codegen's default
+  // In place: empty, or per output the input whose memory it overwrites (-1 =
+  // its own buffer). See "In-place outputs" in the file comment.
+  std::vector<int32_t> output_aliases_input;
 
   int64_t numel() const;
   size_t num_buffers() const { return inputs.size() + outputs.size(); }
@@ -153,6 +169,10 @@ struct KernelDesc {
   // Per node: 1 if its value is the same for every element of a row (see the
   // file comment: reductions, constants, loads with last-dim stride 0...).
   std::vector<uint8_t> per_row_nodes() const;
+  // The input output o overwrites in place, or -1.
+  int32_t aliased_input(size_t o) const {
+    return o < output_aliases_input.size() ? output_aliases_input[o] : -1;
+  }
 
   // Canonical bytes of everything that affects the generated code; equal keys
   // <=> identical kernels. hash() is a 64-bit hash of key().
@@ -206,6 +226,8 @@ public:
   // a [d0, ..., d(k-2)] tensor). Same as output(value, outer_strides + {0}).
   void output_per_row(Expr value, std::vector<int64_t> outer_strides = {});
   void set_grain(int64_t elements) { desc_.grain = elements; }
+  // Output `output` overwrites input `input` in place (see the file comment).
+  void alias_output(size_t output, int32_t input);
 
   // Validates and returns the description. The builder stays usable.
   KernelDesc build() const;

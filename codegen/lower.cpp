@@ -158,10 +158,18 @@ private:
     return f;
   }
 
-  // The buffer pointers, loaded once per chunk.
+  // The buffer pointers, loaded once per chunk. An output written in place
+  // takes its input's pointer (its own slot is not read): with one pointer,
+  // LLVM sees that element j's loads and store touch the same address, where
+  // two pointers would need a runtime overlap check that in-place data fails.
   void load_buffers(IRBuilder<> &b, llvm::Function *f) {
     auto *ptr = llvm::PointerType::getUnqual(c_);
     for (size_t i = 0; i < k_.num_buffers(); ++i) {
+      int32_t alias = i < k_.inputs.size() ? -1 : k_.aliased_input(i - k_.inputs.size());
+      if (alias >= 0) {
+        bufs_.push_back(bufs_[size_t(alias)]);
+        continue;
+      }
       Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
       bufs_.push_back(b.CreateLoad(ptr, slot, "buf" + std::to_string(i)));
     }
@@ -196,6 +204,11 @@ private:
     }
     std::vector<Value *> bases;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
+      int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
+      if (alias >= 0) { // same strides as its input (share_alias_strides)
+        bases.push_back(bases[size_t(alias)]);
+        continue;
+      }
       std::vector<int64_t> st = strides_of(buf);
       Value *base = b.getInt64(0);
       for (size_t d = 0; d + 1 < rank(); ++d)
@@ -290,7 +303,8 @@ private:
       std::vector<int64_t> st = strides_of(i);
       bool moves = std::any_of(st.begin(), st.end() - 1, [](int64_t s) { return s != 0; });
       int64_t bytes = inner_size() * int64_t(itemsize(buffer_dtype(i)));
-      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes)
+      bool in_place = i >= k_.inputs.size() && k_.aliased_input(i - k_.inputs.size()) >= 0; // its input's lines
+      if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes && !in_place)
         streamed.emplace_back(i, i >= k_.inputs.size());
     }
     if (streamed.empty()) return;
@@ -358,9 +372,12 @@ private:
       const Node &r = k_.nodes[reductions[a]];
       next.push_back(combine(b, r, acc[a], element_value(b, r.args[0], p, bases, j, cur)));
     }
+    // Every value of element j before any store to it: an output written in
+    // place must not change what a later output of this pass loads.
+    std::vector<std::pair<size_t, Value *>> stores;
     for (size_t o = 0; o < k_.outputs.size(); ++o)
-      if (plan_.output_pass[o] == p)
-        store_output(b, o, bases, j, element_value(b, k_.outputs[o].value, p, bases, j, cur));
+      if (plan_.output_pass[o] == p) stores.emplace_back(o, element_value(b, k_.outputs[o].value, p, bases, j, cur));
+    for (auto [o, v] : stores) store_output(b, o, bases, j, v);
     Value *j_next = b.CreateAdd(j, b.getInt64(1), "j.next", true, true);
     j->addIncoming(j_next, b.GetInsertBlock());
     for (size_t a = 0; a < acc.size(); ++a) acc[a]->addIncoming(next[a], b.GetInsertBlock());
@@ -543,6 +560,16 @@ private:
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
 };
 
+// An output written in place addresses its input's elements: give it the
+// input's strides (they may differ only in dims of size 1), so that both
+// collapse alike and their addresses are the same expressions.
+KernelDesc share_alias_strides(const KernelDesc &in) {
+  KernelDesc k = in;
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    if (k.aliased_input(o) >= 0) k.outputs[o].buffer.strides = k.inputs[size_t(k.aliased_input(o))].strides;
+  return k;
+}
+
 // Drops size-1 dims and merges neighbouring dims that every buffer walks as one
 // (stride[d] == stride[d+1] * size[d+1]), so that e.g. a contiguous [64, 3]
 // kernel becomes one vectorizable loop of 192 instead of 64 loops of 3.
@@ -611,7 +638,8 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(desc) : collapse_dims(desc);
+  KernelDesc shared = share_alias_strides(desc);
+  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
   llvm::raw_string_ostream os(problems);

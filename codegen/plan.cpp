@@ -377,6 +377,7 @@ private:
     }
     try {
       KernelDesc desc = lower_group(n, ins, s.buffer_operands);
+      alias_in_place_outputs(n, s.buffer_operands, desc);
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) s.out_types.push_back(r->type());
@@ -385,6 +386,52 @@ private:
       fall_back(n, e.what(), s);
     }
     return outs;
+  }
+
+  // A result the memory plan puts at the arena offset of one of the group's
+  // operands is computed in place over it (the plan's verifier allows no other
+  // overlap): when the operand really lives in that slot, the kernel is told,
+  // so that it writes through the operand's pointer and still vectorizes. If
+  // the kernel cannot honour it (different strides, a row pass reading the
+  // operand after the store), compiling throws and the group runs eagerly
+  // into fresh memory. An operand elsewhere (a reshape that stayed a view of a
+  // parameter, an eager result) is only read: the kernel writes the slot.
+  void alias_in_place_outputs(const ir::Node &n, const std::vector<size_t> &buffer_operands, KernelDesc &desc) const {
+    if (!g_->memory_plan()) return;
+    const ir::MemoryPlan &plan = *g_->memory_plan();
+    for (size_t o = 0; o < n.results().size() && o < desc.outputs.size(); ++o) {
+      const ir::BufferAssignment *out = plan.find(n.result(o));
+      for (size_t b = 0; out && b < buffer_operands.size(); ++b) {
+        const ir::Value *operand = n.operand(buffer_operands[b]);
+        const ir::BufferAssignment *in = plan.find(operand);
+        if (!in || in->offset != out->offset || !lives_in_its_slot(operand, plan)) continue;
+        desc.output_aliases_input.resize(desc.outputs.size(), -1);
+        desc.output_aliases_input[o] = int32_t(b);
+        kiln::log()->debug("codegen: %{} is computed in place over %{}", n.result(o)->name(),
+                           n.operand(buffer_operands[b])->name());
+        break;
+      }
+    }
+  }
+
+  // Whether v's memory in every call is its arena slot: a JIT kernel's result,
+  // or an epilogue's result whose slot overlaps none of the step's operands
+  // (place_epilogue); not an eager result, which the op may have made a view
+  // of its operand (reshape) or allocated.
+  bool lives_in_its_slot(const ir::Value *v, const ir::MemoryPlan &plan) const {
+    const ir::BufferAssignment *a = plan.find(v);
+    if (!a || v->kind() != ir::Value::Kind::Result) return false;
+    const Step *producer = nullptr;
+    for (const Step &s : steps_)
+      if (s.node == v->producer()) producer = &s;
+    if (!producer || producer->kind == Step::Kind::Kernel) return producer != nullptr;
+    if (producer->kind != Step::Kind::Epilogue) return false;
+    for (const ir::Value *op : producer->node->operands())
+      for (const ir::Value *u = op; u; u = producer_alias(u)) {
+        const ir::BufferAssignment *b = plan.find(u);
+        if (b && a->offset < b->offset + b->size && b->offset < a->offset + a->size) return false;
+      }
+    return true;
   }
 
   std::vector<Tensor> plan_epilogue(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {

@@ -30,6 +30,40 @@ const Value *body_alias(const Value *out) {
 
 bool elementwise_op(const Node &n) { return n.kind() == Node::Kind::Op && n.info().kind == OpKind::Elementwise; }
 
+bool reduction_op(const Node &n) { return n.kind() == Node::Kind::Op && n.info().kind == OpKind::Reduction; }
+
+// A fusion body of elementwise ops and reductions, computed row by row in
+// passes (codegen/row_plan.h): pass p folds the reductions of operands of
+// level p (a value's level is the nesting depth of reductions below it) and
+// stores the full-size outputs of level p. `out` may overwrite a body input
+// read at the same index only if it is full-size and stored in the last pass:
+// no later pass reads the input again.
+bool stored_in_last_pass(const Graph &body, const Value *out) {
+  std::unordered_map<const Value *, int> level;
+  auto level_of = [&](const Value *v) {
+    auto it = level.find(v);
+    return it == level.end() ? 0 : it->second;
+  };
+  int last = 0;
+  for (const Node *n : body.nodes()) {
+    if (!elementwise_op(*n) && !reduction_op(*n)) return false;
+    int l = 0;
+    for (const Value *v : n->operands())
+      if (v) l = std::max(l, level_of(v));
+    if (reduction_op(*n)) last = std::max(last, l); // folded in pass l
+    for (const Value *r : n->results()) level[r] = l + (reduction_op(*n) ? 1 : 0);
+  }
+  for (const Value *o : body.outputs()) {
+    if (!o) continue;
+    if (o->type().numel() < out->type().numel()) continue; // per-row: stored at a stage, reads no row
+    last = std::max(last, level_of(o));
+  }
+  for (const Node *n : body.nodes())
+    for (const Value *v : n->operands())
+      if (v && v->type().numel() > out->type().numel()) return false; // `out` is not full-size
+  return level_of(out) >= last;
+}
+
 bool same_layout(const Value *a, const Value *b) {
   return IntArrayRef(a->type().shape) == IntArrayRef(b->type().shape) &&
          itemsize(a->type().dtype) == itemsize(b->type().dtype) && !a->type().strides && !b->type().strides;
@@ -115,8 +149,7 @@ bool Liveness::in_place_ok(int64_t i, size_t result, const Value *v) const {
   if (elementwise_op(n)) return true;
   if (n.kind() != Node::Kind::FusionGroup || !n.body()) return false;
   const Graph &body = *n.body();
-  for (const Node *b : body.nodes())
-    if (!elementwise_op(*b)) return false;
+  if (result >= body.outputs().size() || !stored_in_last_pass(body, body.outputs()[result])) return false;
   // Each body input standing for v must be read at the index the result is written.
   for (size_t k = 0; k < n.operands().size() && k < body.inputs().size(); ++k)
     if (n.operand(k) == v && !same_layout(body.inputs()[k], n.result(result))) return false;

@@ -7,8 +7,8 @@
 // it). It is live from its producer to the last node that reads it or any view
 // of it (a write-back reads it at the end of the graph). Two planned values may
 // share bytes only when their live ranges are disjoint, or when the later one is
-// computed in place: an elementwise node overwrites an operand it reads for the
-// last time, element for element.
+// computed in place: an elementwise node (or fusion group, see in_place_ok)
+// overwrites an operand it reads for the last time, element for element.
 #pragma once
 
 #include <cstdint>
@@ -71,8 +71,11 @@ public:
   bool shares(const Value *v, const Value *base) const;
   // Whether node `i` may write its result `result` over operand value v, which
   // it reads for the last time: an elementwise op, or a fusion group of
-  // elementwise ops only, that reads v (and no view of it) at exactly the index
-  // it writes (same shape and element size).
+  // elementwise ops and reductions, that reads v (and no view of it) at exactly
+  // the index it writes (same shape and element size). In a group with
+  // reductions the result must be full-size and stored in the last pass over
+  // each row (see stored_in_last_pass in memory_plan.cpp): softmax's y may
+  // overwrite x, a value stored before a later pass reads x again may not.
   bool in_place_ok(int64_t i, size_t result, const Value *v) const;
 
 private:

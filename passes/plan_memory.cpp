@@ -3,15 +3,20 @@
 //
 // Walks the nodes in execution order with a pool of buffers (arena regions).
 // A value takes, in order of preference: the buffer of an operand it may
-// overwrite in place (only as "plan-memory-inplace": an elementwise node
-// reading that operand for the last time); the smallest free buffer that
-// fits; a new buffer at the arena's end.
+// overwrite in place (a fusion group reading that operand for the last time at
+// the index it writes, ir::Liveness::in_place_ok); the smallest free buffer
+// that fits; a new buffer at the arena's end.
 //
-// In-place is off in "plan-memory" (the default pipeline's): the JIT's loops
-// cannot tell that an output aliasing an input is read and written at the
-// same index, so LLVM's runtime alias check sends them down the scalar path
-// (a 256x1024 bias+relu kernel: 46 us with separate buffers, 204 us in place).
-// It saves memory only; use it when the arena size matters more than speed.
+// In place is on in "plan-memory" (the default pipeline's) and in its old
+// name "plan-memory-inplace"; "plan-memory-no-inplace" turns it off. The
+// compiled executor tells such a group's kernel that its output aliases the
+// input (KernelDesc::output_aliases_input), so the kernel uses one pointer for
+// both and still vectorizes: two pointers to the same bytes fail LLVM's
+// runtime overlap check and run the scalar loop (a 256x1024 bias+relu kernel:
+// 46 us with separate buffers, 204 us in place before that). Only fusion
+// groups compute in place, over the result of another group: the executor
+// runs a plain node eagerly, and an eager op never writes over its operand
+// (its slot would go unused).
 // A buffer is free once the last reader of its value and of every view of it
 // has run. Graph outputs (and values a graph output views) stay out of the
 // arena: the caller keeps them after the call.
@@ -71,8 +76,14 @@ private:
 
   // The buffer of an operand that node i reads for the last time and may overwrite.
   int64_t in_place(int64_t i, const ir::Node &n, size_t r, int64_t want) {
+    if (n.kind() != ir::Node::Kind::FusionGroup) return -1;
     for (const Value *op : n.operands()) {
-      const ir::LiveRange *range = op ? live_.range(op) : nullptr;
+      // Only over another group's result: the executor writes that into its
+      // slot and can give the kernel one pointer for both. An eager result
+      // placed in its slot would be read and written through two pointers (the
+      // scalar loop), and a reshape may be a view of a parameter, not its slot.
+      if (!op || op->kind() != Value::Kind::Result || op->producer()->kind() != ir::Node::Kind::FusionGroup) continue;
+      const ir::LiveRange *range = live_.range(op);
       if (!range || range->last != i) continue;
       for (size_t b = 0; b < buffers_.size(); ++b) {
         const Buffer &buf = buffers_[b];
@@ -105,8 +116,8 @@ private:
 
 class PlanMemory : public Pass {
 public:
-  explicit PlanMemory(bool in_place = false) : in_place_(in_place) {}
-  std::string_view name() const override { return in_place_ ? "plan-memory-inplace" : "plan-memory"; }
+  explicit PlanMemory(bool in_place = true, std::string_view name = "plan-memory") : in_place_(in_place), name_(name) {}
+  std::string_view name() const override { return name_; }
 
   bool run(ir::Graph &g) override {
     ir::MemoryPlan plan = plan_memory(g, in_place_);
@@ -123,12 +134,19 @@ public:
 
 private:
   bool in_place_;
+  std::string_view name_;
 };
 
-// The same planner, allowed to compute elementwise results in place.
+// The old name of the default, kept for existing pipelines.
 class PlanMemoryInPlace : public PlanMemory {
 public:
-  PlanMemoryInPlace() : PlanMemory(true) {}
+  PlanMemoryInPlace() : PlanMemory(true, "plan-memory-inplace") {}
+};
+
+// Every value in a buffer of its own while it is live (no in-place updates).
+class PlanMemoryNoInPlace : public PlanMemory {
+public:
+  PlanMemoryNoInPlace() : PlanMemory(false, "plan-memory-no-inplace") {}
 };
 
 } // namespace
@@ -137,6 +155,7 @@ ir::MemoryPlan plan_memory(const ir::Graph &g, bool in_place) { return Planner(g
 
 KILN_REGISTER_PASS(PlanMemory, "plan-memory");
 KILN_REGISTER_PASS(PlanMemoryInPlace, "plan-memory-inplace");
+KILN_REGISTER_PASS(PlanMemoryNoInPlace, "plan-memory-no-inplace");
 
 } // namespace kiln::passes
 

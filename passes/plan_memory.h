@@ -10,9 +10,10 @@
 namespace kiln::passes {
 
 // The arena plan for g's intermediates (see ir/memory_plan.h); g is unchanged.
-// `in_place`: elementwise results may take the buffer of an operand they read
-// for the last time (pass "plan-memory-inplace"; "plan-memory" does not).
-ir::MemoryPlan plan_memory(const ir::Graph &g, bool in_place = false);
+// `in_place`: a fusion group's result may take the buffer of an operand it
+// reads for the last time at the index it writes (passes "plan-memory" and
+// "plan-memory-inplace"; "plan-memory-no-inplace" does not).
+ir::MemoryPlan plan_memory(const ir::Graph &g, bool in_place = true);
 
 struct GraphStats {
   int64_t fusion_groups = 0;  // kernels per call when codegen lowers every group

@@ -17,6 +17,7 @@
 #include "codegen/interpret.h"
 #include "codegen/jit.h"
 #include "codegen/row_plan.h"
+#include "expect_error.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
 
@@ -274,6 +275,93 @@ TEST(RowReduce, InPlaceSoftmaxAndLayerNorm) {
   void *ln_bufs[] = {y.data(), w.data(), b.data(), y.data()};
   test_jit().compile(layer_norm_desc(rows, cols, DType::Float32))->run(ln_bufs);
   EXPECT_LE(max_abs_diff(y, layer_norm_ref(x, w, b, rows, cols).y), 1e-5);
+}
+
+// The same with the alias declared (KernelDesc::output_aliases_input): the
+// kernel writes through x's pointer (its output slot is ignored) and its loops
+// need no runtime overlap check.
+TEST(RowReduce, AliasedSoftmaxAndLayerNormInPlace) {
+  const int64_t rows = 33, cols = 1000;
+  auto x = random_values<float>(rows * cols, -4, 4, 31);
+  auto w = random_values<float>(cols, 0.5, 1.5, 32);
+  auto b = random_values<float>(cols, -1, 1, 33);
+  JitOptions opts;
+  opts.capture_ir = true;
+  Jit jit(opts);
+  KernelDesc sm = softmax_desc(rows, cols, DType::Float32), ln = layer_norm_desc(rows, cols, DType::Float32);
+  sm.output_aliases_input = {0};
+  ln.output_aliases_input = {0};
+  std::vector<float> y = x, untouched(8, -7.f);
+  void *sm_bufs[] = {y.data(), untouched.data()};
+  auto sm_kernel = jit.compile(sm);
+  sm_kernel->run(sm_bufs);
+  EXPECT_LE(max_abs_diff(y, softmax_ref(x, rows, cols, cols, 1)), 1e-5);
+  y = x;
+  void *ln_bufs[] = {y.data(), w.data(), b.data(), untouched.data()};
+  auto ln_kernel = jit.compile(ln);
+  ln_kernel->run(ln_bufs);
+  EXPECT_LE(max_abs_diff(y, layer_norm_ref(x, w, b, rows, cols).y), 1e-5);
+  EXPECT_EQ(untouched, std::vector<float>(8, -7.f));
+  // softmax has no other buffer: no overlap check at all (layer_norm keeps the
+  // one between y and w, b, which passes).
+  for (const char *check : {"diff.check", "found.conflict", "vector.memcheck"}) // LLVM's overlap check
+    EXPECT_EQ(sm_kernel->llvm_ir().find(check), std::string::npos) << check << " in " << sm_kernel->llvm_ir();
+  for (const auto &k : {sm_kernel, ln_kernel})
+    EXPECT_NE(k->llvm_ir().find("x float>"), std::string::npos) << "no vector IR";
+}
+
+// Two outputs stored in the same pass, the first over x: the second still
+// reads x as it was (every value of element j is computed before any store).
+TEST(RowReduce, InPlaceOutputBeforeAnotherOutputOfItsPass) {
+  const int64_t rows = 5, cols = 300;
+  KernelBuilder k({rows, cols});
+  Expr x = k.input(DType::Float32);
+  Expr s = reduce_sum(x);
+  k.output(s + k.constant(0, DType::Float32)); // per-row value stored at every element, pass 1
+  k.output(x * s);                              // pass 1, loads x after output 0's store
+  k.alias_output(0, 0);
+  auto xs = random_values<float>(rows * cols, -1, 1, 41);
+  std::vector<float> y0 = xs, y1(rows * cols);
+  void *bufs[] = {y0.data(), nullptr, y1.data()};
+  test_jit().compile(k.build())->run(bufs);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += xs[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_NEAR(y0[r * cols + c], sum, 1e-4) << r << "," << c;
+      ASSERT_NEAR(y1[r * cols + c], xs[r * cols + c] * sum, 1e-4) << r << "," << c;
+    }
+  }
+}
+
+// An output stored in a pass after which another pass reads the input again
+// cannot overwrite it: validation refuses (the executor then runs eagerly).
+TEST(RowReduce, InPlaceRefusedWhenALaterPassRereadsTheInput) {
+  auto two_outputs = [](size_t aliased) {
+    KernelBuilder k({4, 64});
+    Expr x = k.input(DType::Float32);
+    k.output(x * 2.0);            // stored in pass 0
+    k.output(x / reduce_sum(x));  // pass 1 reads x again
+    k.alias_output(aliased, 0);
+    return k;
+  };
+  kiln::testing::expect_error([&] { two_outputs(0).build(); },
+                              {"output 0 overwrites input 0 in pass 0", "output 1 reads that input again in pass 1"});
+  EXPECT_NO_THROW(two_outputs(1).build());
+  KernelBuilder stats({4, 64}); // a per-row output is stored before the row's passes end
+  Expr x = stats.input(DType::Float32);
+  stats.output(x - reduce_max(x));
+  stats.output_per_row(reduce_sum(x));
+  KernelDesc d = stats.build();
+  d.output_aliases_input = {-1, 0};
+  EXPECT_THROW(d.validate(), kiln::Error);
+  KernelBuilder nested({4, 64}); // layer-norm-like: x - mean stored in pass 1, the variance pass reads x again
+  Expr v = nested.input(DType::Float32);
+  Expr dev = v - reduce_mean(v);
+  nested.output(dev);
+  nested.output(dev * rsqrt(reduce_mean(dev * dev) + 1e-5));
+  nested.alias_output(0, 0);
+  kiln::testing::expect_error([&] { nested.build(); }, {"output 0 overwrites input 0 in pass 1", "output 1 reads that input again in pass 2"});
 }
 
 // A row longer than the scratch budget recomputes exp instead of keeping it.
