@@ -152,9 +152,9 @@ public:
     if (contraction_->op() == OpId::Conv2d) plan_conv(operands);
     else plan_matmul(operands);
     compile_kernels(operands);
-    kiln::log()->debug("epilogue: %{} ({}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels",
-                 group.result()->name(), contraction_->mnemonic(), nb_, M_, N_, tm_, tn_, epilogue_.size(),
-                 kernels_.size());
+    kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels",
+                 group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
+                 N_, tm_, tn_, epilogue_.size(), kernels_.size());
   }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }
@@ -322,10 +322,15 @@ private:
   int64_t items() const { return nb_ * row_tiles() * col_tiles(); }
 
   // ---- conv2d: one image = one [O, Ho * Wo] tile
+  // A conv whose result type is channels-last (the layout pass's decision)
+  // computes C in NHWC; its epilogue tiles are then [pixels, O] (see compile_tile).
   void plan_conv(const std::vector<Tensor> &operands) {
     KILN_CHECK(domain_.size() == 4, "epilogue: conv2d output is not 4-D");
-    KILN_CHECK(c_result_ < 0 || !group_.results()[size_t(c_result_)]->type().strides,
-               "epilogue: a strided conv2d output");
+    const std::optional<Dims> &cst = contraction_->result()->type().strides;
+    channels_last_ = cst && IntArrayRef(*cst) == IntArrayRef(kiln::detail::channels_last_strides(domain_));
+    KILN_CHECK(!cst || channels_last_, "epilogue: a conv2d output strided other than channels-last");
+    KILN_CHECK(c_result_ < 0 || group_.results()[size_t(c_result_)]->type().strides.has_value() == channels_last_,
+               "epilogue: the conv2d group result's layout differs from the conv's");
     KILN_CHECK(plan_views(operands, 1, 2), "epilogue: an operand's strides do not fold into [C, H*W] images");
     nb_ = domain_[0];
     M_ = domain_[1];
@@ -336,6 +341,10 @@ private:
     block_rows_ = kiln::detail::nn::conv2d_block_rows(w.sizes(), domain_[2], domain_[3]);
     tn_ = block_rows_ * domain_[3];
     c_full_ = MatView{batch_offsets(domain_, contiguous_of(domain_), 1), N_, 1};
+    if (channels_last_) {
+      const Dims cl = kiln::detail::channels_last_strides(domain_);
+      c_full_ = MatView{batch_offsets(domain_, std::vector<int64_t>(cl.begin(), cl.end()), 1), 1, M_};
+    }
   }
 
   // The C buffer's view: a result, a per-call buffer (conv) or a tile scratch.
@@ -382,14 +391,17 @@ private:
         continue;
       }
       const MatView &mv = s.kind == Source::Kind::Contraction ? c : s.view;
-      int64_t rows = mv.rs == 0 ? 1 : mb, cols = mv.cs == 0 ? 1 : nc;
+      const auto [rs, cs] = tile_strides(mv);
+      const auto [tr, tc] = tile_shape(mb, nc);
+      int64_t rows = rs == 0 ? 1 : tr, cols = cs == 0 ? 1 : tc;
       DType t = v->type().dtype;
       ops.push_back(g.add_input(ir::TensorType{t, {rows, cols}, std::nullopt}));
-      metas.push_back(kiln::detail::make_view(kiln::detail::make_tensor({0}, t, true), {rows, cols}, {mv.rs, mv.cs}, 0));
+      metas.push_back(kiln::detail::make_view(kiln::detail::make_tensor({0}, t, true), {rows, cols}, {rs, cs}, 0));
     }
     const ir::Graph &body = *group_.body();
+    const auto [tr, tc] = tile_shape(mb, nc);
     std::vector<ir::TensorType> types;
-    for (size_t o : kernel_outputs_) types.push_back({body.outputs()[o]->type().dtype, {mb, nc}, std::nullopt});
+    for (size_t o : kernel_outputs_) types.push_back({body.outputs()[o]->type().dtype, {tr, tc}, std::nullopt});
     ir::Node *tile = g.create_group(ops, types);
     ir::Graph &tb = *tile->body();
     std::unordered_map<const ir::Value *, ir::Value *> map;
@@ -397,7 +409,7 @@ private:
     for (const ir::Node *n : epilogue_) {
       std::vector<ir::Value *> args;
       for (const ir::Value *v : n->operands()) args.push_back(map.at(v));
-      ir::TensorType t{n->result()->type().dtype, {mb, nc}, std::nullopt};
+      ir::TensorType t{n->result()->type().dtype, {tr, tc}, std::nullopt};
       map[n->result()] = tb.create(n->op(), args, n->attrs(), {t})->result();
     }
     std::vector<ir::Value *> outs;
@@ -407,14 +419,27 @@ private:
     std::vector<size_t> buffers;
     KernelDesc desc = lower_group(*tile, metas, buffers);
     for (size_t k = 0; k < kernel_outputs_.size(); ++k) {
-      const MatView &r = results_[kernel_outputs_[k]];
-      desc.outputs[k].buffer.strides = {r.rs, r.cs};
+      const auto [rs, cs] = tile_strides(results_[kernel_outputs_[k]]);
+      desc.outputs[k].buffer.strides = {rs, cs};
     }
     // Default grain: tiles run inside a parallel region (the kernel's own
     // parallel_for is then serial); a lone tile or image on the calling thread
     // still spreads over the pool.
     buffer_sources_ = buffers;
     return Jit::current().compile(desc);
+  }
+
+  // The kernel's tile is [mb, nc] over (rows, cols) of the partition, or for a
+  // channels-last conv its transpose [nc pixels, mb channels]: the epilogue is
+  // elementwise, so the walk order is free, and the NHWC C tile then has
+  // contiguous rows; per-channel vectors (bn, bias) become last-dim broadcasts
+  // and an NCHW operand or result (the residual x, the graph output) is read or
+  // written through its strides.
+  std::pair<int64_t, int64_t> tile_shape(int64_t mb, int64_t nc) const {
+    return channels_last_ ? std::pair{nc, mb} : std::pair{mb, nc};
+  }
+  std::pair<int64_t, int64_t> tile_strides(const MatView &mv) const {
+    return channels_last_ ? std::pair{mv.cs, mv.rs} : std::pair{mv.rs, mv.cs};
   }
 
   // ---- run
@@ -477,10 +502,13 @@ private:
   }
 
   // The conv output C: a result, else the caller's scratch (or a fresh tensor).
+  // A channels-last C is the same bytes viewed with NHWC strides.
   Tensor conv_output(const std::vector<Tensor> &outs, void *scratch) const {
     if (c_result_ >= 0) return outs[size_t(c_result_)];
-    if (!scratch) return kiln::detail::make_tensor(domain_, dtype_);
-    return from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_));
+    Tensor c = scratch ? from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_))
+                       : kiln::detail::make_tensor(domain_, dtype_);
+    if (!channels_last_) return c;
+    return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
   }
 
   template <class T>
@@ -497,7 +525,8 @@ private:
     auto after = [](void *p, int64_t image, int64_t p0, int64_t np) {
       auto *x = static_cast<Ctx *>(p);
       const Step &s = *x->self;
-      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0, *x->ins, *x->outs);
+      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
+                    *x->outs);
     };
     const Attrs &a = cv.attrs();
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(),
@@ -520,6 +549,7 @@ private:
   MatView a_, b_, c_full_;
   int64_t nb_ = 1, M_ = 0, N_ = 0, K_ = 0, tm_ = 0, tn_ = 0;
   int64_t block_rows_ = 1; // conv2d: output rows per block
+  bool channels_last_ = false; // conv2d computing C in NHWC
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
   std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index

@@ -177,6 +177,10 @@ Tensor flatten(const Tensor &x, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor as_strided(const Tensor &x, IntArrayRef size, IntArrayRef stride,
                   std::optional<int64_t> storage_offset = std::nullopt);
 Tensor contiguous(const Tensor &x);
+// x with `format`'s strides (x itself when it has them). Layout is not part of
+// a traced graph's values: under tracing ChannelsLast returns x unchanged, and
+// the layout pass decides the graph's layouts.
+Tensor contiguous(const Tensor &x, MemoryFormat format);
 Tensor clone(const Tensor &x);
 
 // ---- nn

@@ -116,6 +116,15 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char *op, const char *arg) {
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
+Dims channels_last_strides(IntArrayRef sizes) {
+  KILN_CHECK(sizes.size() == 4, "channels_last: expected a 4-D [N, C, H, W] shape, got ", shape_str(sizes));
+  const int64_t c = std::max<int64_t>(sizes[1], 1), h = std::max<int64_t>(sizes[2], 1),
+                w = std::max<int64_t>(sizes[3], 1);
+  Dims s;
+  for (int64_t v : {h * w * c, int64_t(1), w * c, c}) s.push_back(v);
+  return s;
+}
+
 Dims contiguous_strides(IntArrayRef sizes) {
   Dims st;
   st.resize(sizes.size());
@@ -279,6 +288,17 @@ int64_t Tensor::size(int64_t d) const { return impl().sizes[detail::wrap_dim(d, 
 int64_t Tensor::stride(int64_t d) const { return impl().strides[detail::wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const { return detail::is_contiguous(impl()); }
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous) return is_contiguous();
+  const TensorImpl &t = impl();
+  if (t.sizes.size() != 4) return false;
+  if (t.numel <= 1) return true;
+  const Dims want = detail::channels_last_strides(t.sizes);
+  for (size_t d = 0; d < 4; ++d)
+    if (t.sizes[d] != 1 && t.strides[d] != want[d]) return false;
+  return true;
+}
 
 bool Tensor::is_alias_of(const Tensor &o) const {
   return defined() && o.defined() && impl().storage && impl().storage == o.impl().storage;

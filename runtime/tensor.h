@@ -194,6 +194,11 @@ private:
 };
 
 class Tensor;
+
+// A 4-D tensor's memory layout (torch's at::MemoryFormat): Contiguous is
+// row-major NCHW; ChannelsLast keeps the NCHW shape with NHWC strides
+// (H*W*C, 1, W*C, C), so each pixel's channels are adjacent.
+enum class MemoryFormat { Contiguous, ChannelsLast };
 using TensorList = std::vector<Tensor>;
 
 // dtype (and later device/requires_grad) for factories: torch::TensorOptions.
@@ -230,6 +235,8 @@ public:
   size_t nbytes() const { return numel() * element_size(); }
   int64_t storage_offset() const { return impl().storage_offset; }
   bool is_contiguous() const;
+  // ChannelsLast: 4-D with NHWC strides (size-1 dims may have any stride).
+  bool is_contiguous(MemoryFormat format) const;
   bool is_meta() const { return impl().is_meta; }
   bool is_floating_point() const { return is_floating(dtype()); }
   bool is_same(const Tensor &o) const { return impl_ == o.impl_; }
@@ -266,6 +273,7 @@ public:
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor as_strided(IntArrayRef size, IntArrayRef stride, std::optional<int64_t> storage_offset = std::nullopt) const;
   Tensor contiguous() const;
+  Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor &copy_(const Tensor &src);
@@ -433,6 +441,8 @@ inline bool is_contiguous(const TensorImpl &t) {
   }
   return true;
 }
+// NHWC strides (H*W*C, 1, W*C, C) of a 4-D NCHW shape.
+Dims channels_last_strides(IntArrayRef sizes);
 // Wrap dim into [0, ndim); `op` and `arg` name the caller in the error message.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char *op, const char *arg = "dim");
 // Contiguous strides for `sizes`.

@@ -4,6 +4,7 @@
 namespace kiln {
 
 Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
+Tensor Tensor::contiguous(MemoryFormat format) const { return kiln::contiguous(*this, format); }
 Tensor Tensor::clone() const { return kiln::clone(*this); }
 Tensor Tensor::to(DType dtype) const { return kiln::to(*this, dtype); }
 Tensor & Tensor::copy_(const Tensor &src) { return kiln::copy_(*this, src); }

@@ -1,4 +1,5 @@
-// conv2d (NCHW, stride, padding, dilation, groups, optional bias) by im2col + GEMM.
+// conv2d (NCHW, stride, padding, dilation, groups, optional bias) by im2col + GEMM;
+// a channels-last input runs the NHWC variant below (conv_nhwc).
 //
 // Per image and group: col[C/g * kH * kW, Hout * Wout] is gathered from the
 // input (zeros in the padding), then out_g[O/g, Hout * Wout] = W_g @ col is one
@@ -159,6 +160,136 @@ void conv_run_blocked(const ConvGeom &g, int64_t block_rows, const Tensor &x, co
   run(0, items);
 }
 
+// ---- channels-last (NHWC): the torch layout [N, C, H, W] with strides (H*W*C, 1, W*C, C)
+//
+// Per block of output rows of one image and group: col[np, kH * kW * Cg] is
+// gathered as contiguous runs of Cg channels (one per kernel tap and output
+// pixel), and out[np, Og] = col @ W_g^T is one GEMM whose [pixels, channels]
+// result is the NHWC output itself (ldc = O), with no transpose. The weight is
+// repacked once per call to [O, kH, kW, Cg] so each output channel's row
+// matches col's (kh, kw, c) order; GEMM reads it transposed (no copy).
+
+// Unfolds output rows [oh0, oh1) of image `img` ([H, W, C], channels at c0 of
+// group's Cg) into col ([(oh1 - oh0) * Wo, kH * kW * Cg], row-major).
+template <class T>
+void im2col_nhwc(const ConvGeom &g, const T *img, int64_t c0, T *col, int64_t oh0, int64_t oh1) {
+  const int64_t Cg = g.C / g.groups;
+  T *dst = col;
+  for (int64_t oh = oh0; oh < oh1; ++oh)
+    for (int64_t ow = 0; ow < g.Wo; ++ow)
+      for (int64_t kh = 0; kh < g.kH; ++kh) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        const bool row_in = ih >= 0 && ih < g.H;
+        for (int64_t kw = 0; kw < g.kW; ++kw, dst += Cg) {
+          const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+          if (!row_in || iw < 0 || iw >= g.W) {
+            std::fill(dst, dst + Cg, T(0));
+            continue;
+          }
+          const T *src = img + (ih * g.W + iw) * g.C + c0;
+          std::copy(src, src + Cg, dst);
+        }
+      }
+}
+
+// Output rows [oh0, oh1) of image n (NHWC), every group, then after(ctx, n, p0, np).
+// `wt` is the weight as [O, kH, kW, Cg].
+template <class T>
+void conv_block_nhwc(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T *x, const T *wt,
+                     const T *bias, T *y, T *col, detail::nn::BlockCallback after, void *ctx) {
+  const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, kk = g.kH * g.kW * Cg;
+  const int64_t p0 = oh0 * g.Wo, np = (oh1 - oh0) * g.Wo;
+  const T *img = x + n * g.H * g.W * g.C;
+  T *yblk = y + (n * g.Ho * g.Wo + p0) * g.O;
+  if (bias)
+    for (int64_t p = 0; p < np; ++p) std::copy(bias, bias + g.O, yblk + p * g.O);
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    // direct (1x1, stride 1, no padding): the image's pixel rows are the GEMM operand.
+    const T *a = img + p0 * g.C + gi * Cg;
+    int64_t lda = g.C;
+    if (!g.direct()) {
+      im2col_nhwc(g, img, gi * Cg, col, oh0, oh1);
+      a = col, lda = kk;
+    }
+    gemm<T>(np, Og, kk, T(1), a, lda, 1, wt + gi * Og * kk, 1, kk, bias ? T(1) : T(0), yblk + gi * Og, g.O);
+  }
+  if (after) after(ctx, n, p0, np);
+}
+
+// A channels-last input into an NCHW output (the last conv of a channels-last
+// chain, whose result the user sees): the same NHWC im2col, then the GEMM the
+// other way round, out[Og, np] = W_g @ col^T, reading col transposed (a BLAS
+// flag, no copy), so the block lands in NCHW rows and the epilogue after it
+// reads and writes the NCHW buffers contiguously.
+template <class T>
+void conv_block_nhwc_to_nchw(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T *x, const T *wt,
+                             const T *bias, T *y, T *col, detail::nn::BlockCallback after, void *ctx) {
+  const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, kk = g.kH * g.kW * Cg, hw = g.Ho * g.Wo;
+  const int64_t p0 = oh0 * g.Wo, np = (oh1 - oh0) * g.Wo;
+  const T *img = x + n * g.H * g.W * g.C;
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    T *yout = y + (n * g.O + gi * Og) * hw + p0;
+    const T *b = img + p0 * g.C + gi * Cg; // direct: pixel rows, read transposed
+    int64_t ldb = g.C;
+    if (!g.direct()) {
+      im2col_nhwc(g, img, gi * Cg, col, oh0, oh1);
+      b = col, ldb = kk;
+    }
+    if (bias)
+      for (int64_t o = 0; o < Og; ++o) std::fill(yout + o * hw, yout + o * hw + np, bias[gi * Og + o]);
+    gemm<T>(Og, np, kk, T(1), wt + gi * Og * kk, kk, 1, b, 1, ldb, bias ? T(1) : T(0), yout, hw);
+  }
+  if (after) after(ctx, n, p0, np);
+}
+
+// (image, block of output rows) items over the pool, as conv_run_blocked.
+template <class T>
+void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const Tensor &wt, const Tensor &bias,
+                   const Tensor &out, bool nchw_out, detail::nn::BlockCallback after, void *ctx) {
+  const T *xp = static_cast<const T *>(x.raw_data());
+  const T *wp = static_cast<const T *>(wt.raw_data());
+  const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
+  T *yp = static_cast<T *>(out.raw_data());
+  const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
+  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
+  auto run = [&](int64_t lo, int64_t hi) {
+    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
+      const int64_t oh1 = std::min(g.Ho, oh0 + block_rows);
+      if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+      else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+    }
+  };
+  if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+    set_blas_threads(1);
+    parallel_for(0, items, 1, run);
+    return;
+  }
+  blas_threads_for_caller();
+  run(0, items);
+}
+
+// The NHWC conv of a channels-last input into `out` (channels-last, or
+// contiguous NCHW; checked by the callers).
+void conv_nhwc(const ConvGeom &g, const Tensor &input, const Tensor &weight, const Tensor &bias, const Tensor &out,
+               int64_t block_rows, detail::nn::BlockCallback after, void *ctx) {
+  // [O, Cg, kH, kW] -> [O, kH, kW, Cg]: each output channel's taps in col's order.
+  Tensor wt = packed(weight.permute({0, 2, 3, 1}));
+  Tensor bc = bias.defined() ? packed(bias) : Tensor();
+  dispatch_dtype(input.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      conv_run_nhwc<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), input, wt, bc, out, out.is_contiguous(), after,
+                       ctx);
+  });
+}
+
+// Whether conv2d takes the NHWC path: a 4-D input in channels-last layout
+// (and not also contiguous, which C == 1 or H * W == 1 make ambiguous).
+bool use_channels_last(const Tensor &input) {
+  return input.dim() == 4 && !input.is_contiguous() && input.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
 // Checks conv2d's arguments (kiln::Error naming the one at fault) and returns the geometry.
 ConvGeom conv_geometry(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
                        IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
@@ -219,6 +350,12 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
              pair_arg(padding, "padding", 0), pair_arg(dilation, "dilation", 1), groups);
   Tensor out = detail::make_result(conv_out_shape(g, input.dim() == 4), input.dtype(), {&input, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
+  if (use_channels_last(input)) { // torch's rule: a channels-last input gives a channels-last output
+    out = detail::make_view(out, out.sizes(), detail::channels_last_strides(out.sizes()), 0);
+    conv_nhwc(g, input, weight, bias, out, detail::nn::conv2d_block_rows(weight.sizes(), g.Ho, g.Wo), nullptr,
+              nullptr);
+    return out;
+  }
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) conv_run<T>(g, xc, wc, bc, out);
@@ -232,10 +369,24 @@ void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, 
                  BlockCallback after, void *ctx) {
   const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
   const Dims want = conv_out_shape(g, input.dim() == 4);
+  if (out.dim() == 4 && !out.is_contiguous()) { // a channels-last output: the NHWC conv, converting the input if needed
+    KILN_CHECK(out.sizes() == IntArrayRef(want) && out.dtype() == input.dtype() &&
+                   out.is_contiguous(MemoryFormat::ChannelsLast) && !out.is_meta(),
+               "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " strides ",
+               shape_str(out.strides()), " is neither contiguous nor channels-last for the result ", shape_str(want),
+               " ", input.dtype());
+    if (out.numel() > 0)
+      conv_nhwc(g, input.contiguous(MemoryFormat::ChannelsLast), weight, bias, out, block_rows, after, ctx);
+    return;
+  }
   KILN_CHECK(out.sizes() == IntArrayRef(want) && out.dtype() == input.dtype() && out.is_contiguous() && !out.is_meta(),
              "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " does not match the result ",
              shape_str(want), " ", input.dtype(), " (contiguous)");
   if (out.numel() == 0) return;
+  if (use_channels_last(input)) { // no conversion: NHWC im2col, GEMM into NCHW rows
+    conv_nhwc(g, input, weight, bias, out, block_rows, after, ctx);
+    return;
+  }
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
   dispatch_dtype(input.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)

@@ -1,11 +1,13 @@
 // Conversion and copies: to, copy, copy_, contiguous, clone, fill_, zero_, and
 // the helpers the other elementwise files share.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -116,12 +118,62 @@ Tensor &copy_(Tensor &self, const Tensor &src) {
   return self;
 }
 
+namespace {
+// Transposes each of n images from `x` ([rows, cols], contiguous) into `out`
+// ([cols, rows]) in 32 x 32 tiles, spread over the pool, so that the strided
+// side stays within 32 cache lines, where the generic strided copy walks it
+// across the whole image. NCHW -> NHWC is rows = C, cols = H*W; NHWC -> NCHW
+// the other way round. (W7's x, 1 thread: 1.6 ms and 0.8 ms.)
+template <class T> void transpose_images(const T *x, T *out, int64_t n, int64_t rows, int64_t cols) {
+  constexpr int64_t kB = 32;
+  const int64_t rtiles = (rows + kB - 1) / kB, ctiles = (cols + kB - 1) / kB;
+  parallel_for(0, n * rtiles * ctiles, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t it = lo; it < hi; ++it) {
+      const int64_t img = it / (rtiles * ctiles), i0 = it / ctiles % rtiles * kB, j0 = it % ctiles * kB;
+      const int64_t i1 = std::min(rows, i0 + kB), j1 = std::min(cols, j0 + kB);
+      const T *src = x + img * rows * cols;
+      T *dst = out + img * rows * cols;
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
+    }
+  });
+}
+
+// out = x through transpose_images when both are float/double images of [rows, cols] / [cols, rows].
+bool transpose_floats(const Tensor &x, const Tensor &out, int64_t rows, int64_t cols) {
+  if (x.dtype() != kFloat32 && x.dtype() != kFloat64) return false;
+  dispatch_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      transpose_images(static_cast<const T *>(x.raw_data()), static_cast<T *>(out.raw_data()), x.size(0), rows,
+                       cols);
+  });
+  return true;
+}
+} // namespace
+
 Tensor contiguous(const Tensor &x) {
   detail::check_defined(x, "contiguous", "self");
   if (x.is_contiguous()) return x;
   KILN_TRACE(Contiguous, {x});
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
+  // Channels-last back to NCHW (a graph-output conversion): whole images at once.
+  if (x.dim() == 4 && x.is_contiguous(MemoryFormat::ChannelsLast) &&
+      transpose_floats(x, out, x.size(2) * x.size(3), x.size(1)))
+    return out;
+  detail::cast_into(out, x);
+  return out;
+}
+
+Tensor contiguous(const Tensor &x, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous) return contiguous(x);
+  detail::check_defined(x, "contiguous", "self");
+  KILN_CHECK(x.dim() == 4, "contiguous: ChannelsLast needs a 4-D [N, C, H, W] tensor, got shape ",
+             shape_str(x.sizes()));
+  if (x.is_meta() || x.is_contiguous(MemoryFormat::ChannelsLast)) return x;
+  Tensor flat = detail::make_result({x.numel()}, x.dtype(), {&x});
+  Tensor out = detail::make_view(flat, x.sizes(), detail::channels_last_strides(x.sizes()), 0);
+  if (x.is_contiguous() && transpose_floats(x, out, x.size(1), x.size(2) * x.size(3))) return out;
   detail::cast_into(out, x);
   return out;
 }

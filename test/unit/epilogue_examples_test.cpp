@@ -366,3 +366,82 @@ TEST(EpilogueStructure, W5HeadSplitMergeAndKTransposeAreViews) {
   EXPECT_EQ(contractions, 6);
   EXPECT_EQ(reshapes, 4) << "three head-split views and the head-merge reshape";
 }
+
+// ---------------------------------------------------------------- channels-last conv chains
+
+namespace {
+const char *kChannelsLastPipeline = "decompose,canonicalize,cse,dce,layout-channels-last,fuse,fuse-horizontal,plan-memory";
+
+std::shared_ptr<ir::Graph> optimized_channels_last(const Fn &fn, const std::vector<Tensor> &in) {
+  std::shared_ptr<ir::Graph> g = trace(fn, in);
+  passes::PipelineOptions o;
+  o.verify_each = true;
+  passes::run_pipeline(*g, kChannelsLastPipeline, o);
+  return g;
+}
+
+// The conv nodes inside the graph's epilogue groups.
+std::vector<const ir::Node *> convs_of(const ir::Graph &g) {
+  std::vector<const ir::Node *> convs;
+  for (const ir::Node *n : g.nodes())
+    if (n->kind() == ir::Node::Kind::FusionGroup)
+      if (const ir::Node *c = contraction_in(*n); c && c->op() == OpId::Conv2d) convs.push_back(c);
+  return convs;
+}
+
+// Compiled with the conv chains forced channels-last: every conv but a chain's
+// last writes channels-last (`want_channels_last` of them), the last reads
+// channels-last and writes NCHW; equal to eager, every output NCHW-contiguous,
+// on the plan executor and through kiln::compile.
+void expect_channels_last_equals_eager(const Fn &fn, const std::vector<Tensor> &in, size_t want_channels_last) {
+  std::shared_ptr<ir::Graph> g = optimized_channels_last(fn, copies(in));
+  size_t channels_last = 0;
+  for (const ir::Node *c : convs_of(*g)) {
+    const ir::TensorType &t = c->result()->type();
+    if (!t.strides) continue;
+    EXPECT_EQ(t.strides->vec(), detail::channels_last_strides(t.shape).vec()) << ir::print(*g);
+    ++channels_last;
+  }
+  EXPECT_EQ(channels_last, want_channels_last) << ir::print(*g);
+  const std::vector<Tensor> want = fn(copies(in));
+  auto exe = codegen::make_executable(g, copies(in));
+  EXPECT_EQ(exe->stats().groups_fallen_back, 0);
+  std::vector<Tensor> got = exe->run(copies(in));
+  EXPECT_TRUE(near(got, want));
+  for (const Tensor &t : got) EXPECT_TRUE(t.is_contiguous()) << shape_str(t.strides());
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  o.pipeline = kChannelsLastPipeline;
+  CompiledFunction f = compile(fn, o);
+  for (int call = 0; call < 2; ++call) { // the second call reuses the arena
+    std::vector<Tensor> y = f(copies(in));
+    EXPECT_TRUE(near(y, want)) << "call " << call;
+    for (const Tensor &t : y) EXPECT_TRUE(t.is_contiguous()) << shape_str(t.strides());
+  }
+}
+} // namespace
+
+TEST(EpilogueChannelsLast, W7CompiledEqualsEagerWithNchwOutputs) {
+  examples::Workload w = examples::find_example("w7-resnet-block")->make();
+  expect_channels_last_equals_eager(w.fn, w.inputs, 1);
+}
+
+TEST(EpilogueChannelsLast, ChainVariants) {
+  // Bias, a strided second conv (the residual no longer fits), a grouped conv,
+  // a 1x1 conv, odd sizes, and one thread as well as two.
+  Tensor w1 = rnd({12, 6, 3, 3}, 50, kFloat32, -0.3, 0.3), b1 = rnd({12}, 51);
+  Tensor w2 = rnd({6, 12, 3, 3}, 52, kFloat32, -0.2, 0.2), w3 = rnd({6, 3, 3, 3}, 53, kFloat32, -0.3, 0.3);
+  Tensor w4 = rnd({6, 6, 1, 1}, 54, kFloat32, -0.4, 0.4), s = rnd({1, 6, 1, 1}, 55);
+  Fn fn = [=](const std::vector<Tensor> &x) {
+    Tensor h = relu(conv2d(x[0], w1, b1, 1, 1));
+    h = sigmoid(conv2d(h, w2, {}, 1, 1) * s) + x[0];
+    Tensor g = tanh(conv2d(h, w3, {}, 2, 1, 1, 2));
+    return std::vector<Tensor>{conv2d(g, w4, {}, 1, 0) + 1.0, h};
+  };
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    expect_channels_last_equals_eager(fn, {rnd({3, 6, 11, 13}, 56)}, 2);
+  }
+  set_num_threads(saved);
+}

@@ -1,7 +1,9 @@
 // softmax, log_softmax, layer_norm, batch_norm, dropout, scaled_dot_product_attention
 // and conv2d against naive double-precision loops.
 #include <limits>
+#include <mutex>
 
+#include "runtime/kernels/linalg_internal.h"
 #include "unit/nn_test_util.h"
 
 using namespace kiln;
@@ -429,6 +431,98 @@ TEST_P(NnF, Conv2dScalarArgsLayoutsAndUnbatched) {
   want.shape.erase(want.shape.begin());
   expect_close(y3, want, t);
   expect_close(conv2d(rnd({0, 3, 6, 6}, dt), w, b), Want{{0, 2, 4, 4}, {}}, 0);
+}
+
+// Channels-last input: the NHWC path (im2col of channel runs + one GEMM per
+// block whose result is the NHWC output), every variant of Conv2dCombinations
+// plus W7's 3x3 shape; the output is channels-last, as torch's.
+TEST_P(NnF, Conv2dChannelsLast) {
+  const DType dt = GetParam();
+  const double t = dt == kFloat32 ? 2e-5 : 1e-11;
+  struct Case {
+    Shape x, w;
+    Shape st, pd, dl;
+    int64_t groups;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      {{1, 3, 9, 7}, {5, 3, 3, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},
+      {{2, 4, 10, 10}, {6, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 2, true},
+      {{3, 4, 6, 6}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4, false}, // depthwise
+      {{2, 6, 5, 5}, {6, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},  // 1x1: no im2col
+      {{2, 6, 5, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false}, // 1x1 grouped
+      {{1, 2, 7, 7}, {3, 2, 2, 2}, {3, 3}, {0, 0}, {3, 2}, 1, true},
+      {{2, 16, 14, 14}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}, // W7's conv, smaller
+  };
+  uint32_t seed = 1;
+  const int saved = get_num_threads();
+  for (const Case &c : cases) {
+    Tensor x = rnd(c.x, dt, seed++).contiguous(MemoryFormat::ChannelsLast);
+    Tensor w = rnd(c.w, dt, seed++), b = c.bias ? rnd({c.w[0]}, dt, seed++) : Tensor();
+    ASSERT_TRUE(x.is_contiguous(MemoryFormat::ChannelsLast) && !x.is_contiguous()) << shape_str(c.x);
+    const Want want = ref_conv2d(x, w, b, c.st, c.pd, c.dl, c.groups);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor y = conv2d(x, w, b, c.st, c.pd, c.dl, c.groups);
+      EXPECT_TRUE(y.is_contiguous(MemoryFormat::ChannelsLast)) << shape_str(c.x) << " strides " << shape_str(y.strides());
+      expect_close(y, want, t);
+      // Into an NCHW buffer (the last conv of a channels-last chain): the GEMM
+      // reads the NHWC im2col transposed and writes NCHW rows, 2-row blocks.
+      Tensor nchw = empty(want.shape, dt);
+      detail::nn::conv2d_into(x, w, b, c.st, c.pd, c.dl, c.groups, nchw, 2, nullptr, nullptr);
+      EXPECT_TRUE(nchw.is_contiguous());
+      expect_close(nchw, want, t);
+    }
+  }
+  set_num_threads(saved);
+}
+
+// conv2d_into with a channels-last output: every block reported once, after its GEMM.
+TEST(Nn, Conv2dIntoChannelsLastBlocks) {
+  Tensor x = rnd({2, 8, 9, 6}, kFloat32, 1).contiguous(MemoryFormat::ChannelsLast), w = rnd({5, 8, 3, 3}, kFloat32, 2);
+  Tensor out = empty({2, 5, 9, 6}).contiguous(MemoryFormat::ChannelsLast);
+  struct Seen {
+    std::mutex m;
+    std::vector<int64_t> pixels;
+  } seen;
+  seen.pixels.assign(2 * 9 * 6, 0);
+  auto after = [](void *p, int64_t n, int64_t p0, int64_t np) {
+    auto *s = static_cast<Seen *>(p);
+    std::lock_guard<std::mutex> lock(s->m);
+    for (int64_t i = p0; i < p0 + np; ++i) ++s->pixels[size_t(n * 54 + i)];
+  };
+  detail::nn::conv2d_into(x, w, {}, {1}, {1}, {1}, 1, out, 2, after, &seen);
+  expect_close(out, ref_conv2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, 1), 2e-5);
+  for (int64_t c : seen.pixels) EXPECT_EQ(c, 1);
+  // A contiguous input is converted first (the layout pass's chain input).
+  Tensor out2 = empty({2, 5, 9, 6}).contiguous(MemoryFormat::ChannelsLast);
+  detail::nn::conv2d_into(x.contiguous(), w, {}, {1}, {1}, {1}, 1, out2, 4, nullptr, nullptr);
+  expect_same(out2, out);
+  // Any other output layout is refused, naming the strides.
+  Tensor odd = empty({2, 5, 6, 9}).transpose(2, 3);
+  EXPECT_KILN_ERROR(detail::nn::conv2d_into(x, w, {}, {1}, {1}, {1}, 1, odd, 2, nullptr, nullptr),
+                    "conv2d: output buffer [2, 5, 9, 6] float32 strides [270, 54, 1, 9] is neither contiguous nor channels-last");
+}
+
+TEST(Nn, MemoryFormatChannelsLast) {
+  Tensor x = rnd({2, 3, 4, 5}, kFloat32, 1);
+  EXPECT_TRUE(x.is_contiguous(MemoryFormat::Contiguous));
+  EXPECT_FALSE(x.is_contiguous(MemoryFormat::ChannelsLast));
+  Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.strides().vec(), (Shape{60, 1, 15, 3}));
+  EXPECT_TRUE(cl.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(cl.is_contiguous());
+  EXPECT_TRUE(cl.contiguous(MemoryFormat::ChannelsLast).is_same(cl)); // no copy when it has the layout
+  Tensor back = cl.contiguous();
+  EXPECT_TRUE(back.is_contiguous());
+  expect_same(back, x);
+  // Size-1 channels: both layouts at once.
+  EXPECT_TRUE(rnd({2, 1, 4, 5}).is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(rnd({3, 4, 5}).is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_KILN_ERROR(rnd({3, 4, 5}).contiguous(MemoryFormat::ChannelsLast),
+                    "contiguous: ChannelsLast needs a 4-D [N, C, H, W] tensor, got shape [3, 4, 5]");
 }
 
 // W7-like shape: images in parallel with single-threaded BLAS vs one thread.
