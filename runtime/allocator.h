@@ -31,7 +31,7 @@ void empty_cache();
 // a slot has one user at a time on a thread (each slot is its own buffer, so a
 // conv block's columns and a GEMM tile can be live together). The buffers live
 // until the thread exits or calls empty_cache().
-enum class ScratchSlot { ConvColumns, GemmTile, Count };
+enum class ScratchSlot { ConvColumns, GemmTile, ConvWeight, ConvInput, Count };
 void *thread_scratch(ScratchSlot slot, size_t nbytes);
 
 } // namespace kiln

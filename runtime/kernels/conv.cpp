@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/allocator.h"
+#include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/op_adapters.h"
 #include "runtime/ops.h"
@@ -244,10 +245,8 @@ void conv_block_nhwc_to_nchw(const ConvGeom &g, int64_t n, int64_t oh0, int64_t 
 
 // (image, block of output rows) items over the pool, as conv_run_blocked.
 template <class T>
-void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const Tensor &wt, const Tensor &bias,
+void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const T *xp, const T *wp, const Tensor &bias,
                    const Tensor &out, bool nchw_out, detail::nn::BlockCallback after, void *ctx) {
-  const T *xp = static_cast<const T *>(x.raw_data());
-  const T *wp = static_cast<const T *>(wt.raw_data());
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
   T *yp = static_cast<T *>(out.raw_data());
   const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
@@ -270,18 +269,43 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const Tensor &x, const
   run(0, items);
 }
 
-// The NHWC conv of a channels-last input into `out` (channels-last, or
-// contiguous NCHW; checked by the callers).
-void conv_nhwc(const ConvGeom &g, const Tensor &input, const Tensor &weight, const Tensor &bias, const Tensor &out,
-               int64_t block_rows, detail::nn::BlockCallback after, void *ctx) {
-  // [O, Cg, kH, kW] -> [O, kH, kW, Cg]: each output channel's taps in col's order.
-  Tensor wt = packed(weight.permute({0, 2, 3, 1}));
+// The weight [O, Cg, kH, kW] (any strides) as [O, kH, kW, Cg] in this thread's
+// scratch: each output channel's taps in col's order. Per call, but in reused
+// memory, so a compiled call in steady state allocates nothing for it.
+template <class T> const T *repack_weight_nhwc(const Tensor &weight) {
+  const int64_t O = weight.size(0), Cg = weight.size(1), kH = weight.size(2), kW = weight.size(3);
+  const IntArrayRef st = weight.strides();
+  const T *w = static_cast<const T *>(weight.raw_data());
+  T *wt = static_cast<T *>(thread_scratch(ScratchSlot::ConvWeight, size_t(O * kH * kW * Cg) * sizeof(T)));
+  T *dst = wt;
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t kh = 0; kh < kH; ++kh)
+      for (int64_t kw = 0; kw < kW; ++kw)
+        for (int64_t c = 0; c < Cg; ++c) *dst++ = w[o * st[0] + c * st[1] + kh * st[2] + kw * st[3]];
+  return wt;
+}
+
+// The NHWC conv of `x` (channels-last input data, N*H*W*C elements) into `out`
+// (channels-last, or contiguous NCHW; checked by the callers).
+void conv_nhwc(const ConvGeom &g, const void *x, DType dtype, const Tensor &weight, const Tensor &bias,
+               const Tensor &out, int64_t block_rows, detail::nn::BlockCallback after, void *ctx) {
   Tensor bc = bias.defined() ? packed(bias) : Tensor();
-  dispatch_dtype(input.dtype(), [&]<class T>() {
+  dispatch_dtype(dtype, [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)
-      conv_run_nhwc<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), input, wt, bc, out, out.is_contiguous(), after,
-                       ctx);
+      conv_run_nhwc<T>(g, std::clamp<int64_t>(block_rows, 1, g.Ho), static_cast<const T *>(x),
+                       repack_weight_nhwc<T>(weight), bc, out, out.is_contiguous(), after, ctx);
   });
+}
+
+// An NCHW input converted to channels-last in this thread's scratch (a tiled
+// transpose), or a packed copy when it is not a contiguous float image batch.
+// `keep` holds the copy alive in that rare case.
+const void *channels_last_data(const Tensor &input, Tensor &keep) {
+  const size_t bytes = size_t(input.numel()) * input.element_size();
+  void *dst = thread_scratch(ScratchSlot::ConvInput, bytes);
+  if (detail::nchw_to_channels_last_into(input, dst)) return dst;
+  keep = input.contiguous(MemoryFormat::ChannelsLast);
+  return keep.raw_data();
 }
 
 // Whether conv2d takes the NHWC path: a 4-D input in channels-last layout
@@ -352,8 +376,8 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
   if (out.is_meta() || out.numel() == 0) return out;
   if (use_channels_last(input)) { // torch's rule: a channels-last input gives a channels-last output
     out = detail::make_view(out, out.sizes(), detail::channels_last_strides(out.sizes()), 0);
-    conv_nhwc(g, input, weight, bias, out, detail::nn::conv2d_block_rows(weight.sizes(), g.Ho, g.Wo), nullptr,
-              nullptr);
+    conv_nhwc(g, input.raw_data(), input.dtype(), weight, bias, out,
+              detail::nn::conv2d_block_rows(weight.sizes(), g.Ho, g.Wo), nullptr, nullptr);
     return out;
   }
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();
@@ -375,8 +399,13 @@ void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, 
                "conv2d: output buffer ", shape_str(out.sizes()), " ", out.dtype(), " strides ",
                shape_str(out.strides()), " is neither contiguous nor channels-last for the result ", shape_str(want),
                " ", input.dtype());
-    if (out.numel() > 0)
-      conv_nhwc(g, input.contiguous(MemoryFormat::ChannelsLast), weight, bias, out, block_rows, after, ctx);
+    if (out.numel() == 0) return;
+    if (use_channels_last(input)) {
+      conv_nhwc(g, input.raw_data(), input.dtype(), weight, bias, out, block_rows, after, ctx);
+      return;
+    }
+    Tensor keep;
+    conv_nhwc(g, channels_last_data(input, keep), input.dtype(), weight, bias, out, block_rows, after, ctx);
     return;
   }
   KILN_CHECK(out.sizes() == IntArrayRef(want) && out.dtype() == input.dtype() && out.is_contiguous() && !out.is_meta(),
@@ -384,7 +413,7 @@ void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, 
              shape_str(want), " ", input.dtype(), " (contiguous)");
   if (out.numel() == 0) return;
   if (use_channels_last(input)) { // no conversion: NHWC im2col, GEMM into NCHW rows
-    conv_nhwc(g, input, weight, bias, out, block_rows, after, ctx);
+    conv_nhwc(g, input.raw_data(), input.dtype(), weight, bias, out, block_rows, after, ctx);
     return;
   }
   Tensor xc = packed(input), wc = packed(weight), bc = bias.defined() ? packed(bias) : Tensor();

@@ -18,6 +18,11 @@ namespace detail {
 // (which may be non-contiguous). No validation, no tracing: a kernel.
 void cast_into(const Tensor &out, const Tensor &src);
 
+// Writes the contiguous float/double NCHW image batch x into dst in
+// channels-last order ([N, H, W, C], x.numel() elements). False (nothing
+// written) for any other dtype, rank or layout.
+bool nchw_to_channels_last_into(const Tensor &x, void *dst);
+
 // Float-only ops promote bool/integer inputs to float32, as torch does.
 constexpr DType float_type(DType t) { return is_floating(t) ? t : kFloat32; }
 

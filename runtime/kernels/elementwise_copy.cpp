@@ -151,6 +151,16 @@ bool transpose_floats(const Tensor &x, const Tensor &out, int64_t rows, int64_t 
 }
 } // namespace
 
+bool detail::nchw_to_channels_last_into(const Tensor &x, void *dst) {
+  if (x.dim() != 4 || !x.is_contiguous() || (x.dtype() != kFloat32 && x.dtype() != kFloat64)) return false;
+  dispatch_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      transpose_images(static_cast<const T *>(x.raw_data()), static_cast<T *>(dst), x.size(0), x.size(1),
+                       x.size(2) * x.size(3));
+  });
+  return true;
+}
+
 Tensor contiguous(const Tensor &x) {
   detail::check_defined(x, "contiguous", "self");
   if (x.is_contiguous()) return x;

@@ -538,6 +538,42 @@ TEST(SteadyStateAllocationsOneThread, ContractionWorkloads) {
   }
 }
 
+// A chain of three 64-channel convs goes channels-last (the layout pass's cost
+// model): the chain input's conversion and the repacked weights live in
+// per-thread scratch, so a steady-state call still allocates only its output.
+TEST(SteadyStateAllocationsChannelsLast, ThreeConvChain) {
+  manual_seed(12);
+  Tensor w0 = randn({64, 64, 3, 3}) * 0.05, w1 = randn({64, 64, 3, 3}) * 0.05, w2 = randn({64, 64, 3, 3}) * 0.05;
+  ModelFn fn = [=](const std::vector<Tensor> &in) {
+    Tensor y = relu(conv2d(in[0], w0, {}, 1, 1));
+    y = relu(conv2d(y, w1, {}, 1, 1));
+    return std::vector<Tensor>{relu(conv2d(y, w2, {}, 1, 1) + in[0])};
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  Tensor x = randn({2, 64, 12, 12});
+  std::vector<Tensor> out = f({x});
+  expect_close(out, fn({x}));
+  EXPECT_TRUE(out[0].is_contiguous());
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g);
+  const Dims cl = kiln::detail::channels_last_strides({2, 64, 12, 12});
+  int channels_last_convs = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (n->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Node *m : n->body()->nodes()) {
+      const auto &st = m->result()->type().strides;
+      channels_last_convs += m->op() == OpId::Conv2d && st && std::equal(st->begin(), st->end(), cl.begin(), cl.end());
+    }
+  }
+  EXPECT_EQ(channels_last_convs, 2) << ir::print(*g);
+  SteadyState s = steady_state_allocations(f, {x});
+  EXPECT_EQ(s.storages, kCalls);
+  EXPECT_EQ(s.large_heap, 0u);
+  expect_close(f({x}), fn({x}));
+}
+
 // A tiny linear (M*N*K <= 64K) becomes mul + sum and fuses with its bias and
 // activation into one JIT kernel; the bias is read per row of that kernel.
 TEST(TinyLinear, FusesWithBiasAndReluIntoOneKernel) {
