@@ -149,7 +149,7 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string default_pipeline() { return "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,plan-memory"; }
+std::string default_pipeline() { return "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,materialize-views,plan-memory"; }
 
 PipelineOptions PipelineOptions::from_env() {
   PipelineOptions o;

@@ -245,7 +245,7 @@ TEST_P(EpilogueWorkload, CompiledEqualsEager) {
   EXPECT_TRUE(near(f(copies(w.inputs)), want)) << "second call (arena reused)";
   // The default plan computes groups in place (an epilogue result never lands
   // on an operand it still reads); the same without in-place updates.
-  o.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,plan-memory-no-inplace";
+  o.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,materialize-views,plan-memory-no-inplace";
   CompiledFunction separate = compile(w.fn, o);
   EXPECT_TRUE(near(separate(copies(w.inputs)), want));
   EXPECT_TRUE(near(separate(copies(w.inputs)), want));
@@ -370,7 +370,7 @@ TEST(EpilogueStructure, W5HeadSplitMergeAndKTransposeAreViews) {
 // ---------------------------------------------------------------- channels-last conv chains
 
 namespace {
-const char *kChannelsLastPipeline = "decompose,canonicalize,cse,dce,layout-channels-last,fuse,fuse-horizontal,plan-memory";
+const char *kChannelsLastPipeline = "decompose,canonicalize,cse,dce,layout-channels-last,fuse,fuse-horizontal,materialize-views,plan-memory";
 
 std::shared_ptr<ir::Graph> optimized_channels_last(const Fn &fn, const std::vector<Tensor> &in) {
   std::shared_ptr<ir::Graph> g = trace(fn, in);

@@ -144,7 +144,7 @@ TEST(PlanMemory, FusionGroupsComputeInPlaceAndMatchEager) {
   for (int in_place = 0; in_place < 2; ++in_place) {
     CompileOptions o;
     o.fallback = Fallback::Off;
-    if (!in_place) o.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,plan-memory-no-inplace";
+    if (!in_place) o.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,materialize-views,plan-memory-no-inplace";
     CompiledFunction f = compile(chain_of_groups, o);
     for (int call = 0; call < 2; ++call) expect_close(f(x), want);
     auto g = f.graph_for(x);
