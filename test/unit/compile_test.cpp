@@ -96,6 +96,55 @@ TEST(Compile, GuardMissRecompilesAndSaysWhy) {
   EXPECT_EQ(f.stats().last_recompile_reason, "input 0 dtype float64 != float32");
 }
 
+int count_ops(const ir::Graph &g, OpId op) {
+  int n = 0;
+  for (const ir::Node *node : g.nodes()) n += node->kind() == ir::Node::Kind::Op && node->op() == op;
+  return n;
+}
+
+// materialize-views: a row reduction over a large transposed operand reads it
+// through a contiguous copy (one `contiguous` step before the group); results
+// still equal eager, also when the pass is left out (the operand stays a view).
+void expect_transposed_rows_match_eager(const ModelFn &fn, const Tensor &x) {
+  CompiledFunction f = compile(fn, with_fallback(Fallback::Off));
+  expect_close(f({x}), fn({x}));
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(count_ops(*g, OpId::Contiguous), 1);
+  EXPECT_EQ(count_groups(*g), 1);
+  CompileOptions as_view = with_fallback(Fallback::Off);
+  as_view.pipeline = "decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,plan-memory";
+  CompiledFunction v = compile(fn, as_view);
+  expect_close(v({x}), fn({x}));
+  EXPECT_EQ(count_ops(*v.graph_for({x}), OpId::Contiguous), 0);
+}
+
+TEST(Compile, SoftmaxOfTransposedInputMaterializesAndMatchesEager) {
+  manual_seed(7);
+  ModelFn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{softmax(in[0].t(), -1)}; };
+  expect_transposed_rows_match_eager(fn, randn({1024, 96}) * 4.0);
+  expect_transposed_rows_match_eager(fn, randn({256, 300}) * 4.0);
+}
+
+TEST(Compile, LayerNormOfTransposedInputMaterializesAndMatchesEager) {
+  manual_seed(8);
+  Tensor w = randn({512}), b = randn({512});
+  ModelFn fn = [w, b](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{layer_norm(in[0].t(), {512}, w, b, 1e-5)};
+  };
+  expect_transposed_rows_match_eager(fn, randn({512, 130}) * 3.0 + 1.0);
+}
+
+// A transposed operand read once by an elementwise group stays a view.
+TEST(Compile, ElementwiseOfTransposedInputKeepsTheView) {
+  manual_seed(9);
+  ModelFn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{exp(in[0].t()) * 2.0}; };
+  Tensor x = randn({512, 256});
+  CompiledFunction f = compile(fn, with_fallback(Fallback::Off));
+  expect_close(f({x}), fn({x}));
+  EXPECT_EQ(count_ops(*f.graph_for({x}), OpId::Contiguous), 0);
+}
+
 TEST(Compile, DataDependentReadFallsBackToEager) {
   ModelFn fn = [](const std::vector<Tensor> &in) {
     double s = sum(in[0]).item<double>(); // data-dependent: cannot be traced
