@@ -172,9 +172,11 @@ private:
     for (Node *n : c.groups) {
       for (size_t i = 0; i < n->operands().size(); ++i)
         if (n->operand(i) == c.value) n->set_operand(i, copy);
-      log()->debug("materialize-views: materialize %{} for group %{}: read in {} passes by {} group(s) with stride {} "
+      int p = row_passes(*n->body());
+      log()->debug("materialize-views: materialize %{} for group %{}: read in {} pass{} by {} group{} with stride {} "
                    "along the row",
-                   c.value->name(), n->result()->name(), row_passes(*n->body()), c.groups.size(), c.stride);
+                   c.value->name(), n->result()->name(), p, p == 1 ? "" : "es", c.groups.size(),
+                   c.groups.size() == 1 ? "" : "s", c.stride);
     }
     return true;
   }
