@@ -506,7 +506,7 @@ TEST_P(SteadyStateAllocations, OnlyTheOutputsAllocate) {
 INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
                          ::testing::Values("w1-gelu-chain", "w2-softmax", "w3-layernorm", "w4-mlp-block",
                                            "w5-gpt2-block", "w6-tiny-mlp", "w7-resnet-block", "w8-dispatch",
-                                           "w9-big-add", "mlp-classifier", "small-cnn"),
+                                           "w9-big-add", "mlp-classifier", "small-cnn", "bn-train"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n)
