@@ -188,8 +188,10 @@ Tensor softmax(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::n
 Tensor log_softmax(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor layer_norm(const Tensor &x, IntArrayRef normalized_shape, const Tensor &weight = {},
                   const Tensor &bias = {}, double eps = 1e-5);
-// Inference with running statistics when training is false (kiln has no training yet:
-// training=true normalizes with batch statistics and does not update running stats).
+// Inference with running statistics when training is false; training=true normalizes
+// with the batch statistics and, as torch, updates running_mean / running_var in place
+// when they are given (momentum; unbiased variance). Traced, the update becomes ops
+// with write-backs into the running tensors.
 Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
                   const Tensor &running_var, bool training = false, double momentum = 0.1,
                   double eps = 1e-5);

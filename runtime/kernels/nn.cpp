@@ -175,6 +175,51 @@ void batch_stats(const T *x, int64_t N, int64_t C, int64_t inner, std::vector<do
     }
   });
 }
+// torch's running-statistics update in training mode, in place:
+// running = (1 - momentum) * running + momentum * batch statistic, where the
+// variance statistic is unbiased (n / (n - 1); NaN for one value per channel,
+// as torch).
+template <class T>
+void update_running(const Tensor &running_mean, const Tensor &running_var, const std::vector<double> &mean,
+                    const std::vector<double> &var, int64_t n, double momentum) {
+  const double unbias = double(n) / double(n - 1);
+  auto update = [&](const Tensor &r, const std::vector<double> &stat, double scale) {
+    if (!r.defined()) return;
+    T *p = static_cast<T *>(r.raw_data());
+    const int64_t st = r.stride(0);
+    for (size_t c = 0; c < stat.size(); ++c) {
+      T &v = p[int64_t(c) * st];
+      v = T((1 - momentum) * double(v) + momentum * stat[c] * scale);
+    }
+  };
+  update(running_mean, mean, 1.0);
+  update(running_var, var, unbias);
+}
+
+// The same update while tracing, as ops the graph records: the in-place ops on
+// the running tensors become write-backs, and the statistics are spelled as
+// decompose spells batch_norm's (mean with keepdim, mean of squared
+// deviations), so cse shares them with the normalization.
+void trace_running_stats_update(const Tensor &x, const Tensor &running_mean, const Tensor &running_var,
+                                double momentum) {
+  if (!running_mean.defined() && !running_var.defined()) return;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  const int64_t C = x.size(1), n = x.numel() / std::max<int64_t>(C, 1);
+  const int64_t cshape[1] = {C};
+  Tensor m = mean(x, dims, /*keepdim=*/true);
+  if (running_mean.defined()) {
+    Tensor r = running_mean;
+    r.mul_(1 - momentum).add_(m.reshape(IntArrayRef(cshape, 1)) * momentum);
+  }
+  if (running_var.defined()) {
+    Tensor c = x - m;
+    Tensor v = mean(c * c, dims, /*keepdim=*/true);
+    Tensor r = running_var;
+    r.mul_(1 - momentum).add_(v.reshape(IntArrayRef(cshape, 1)) * (momentum * double(n) / double(n - 1)));
+  }
+}
 } // namespace
 
 Tensor softmax(const Tensor &x, int64_t dim, std::optional<DType> dtype) {
@@ -221,21 +266,29 @@ Tensor layer_norm(const Tensor &x, IntArrayRef normalized_shape, const Tensor &w
   return out;
 }
 
-Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
-                  const Tensor &running_var, bool training, double momentum, double eps) {
+namespace {
+void check_batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
+                      const Tensor &running_var, bool training) {
   detail::check_defined(x, "batch_norm", "input");
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected input with at least 2 dimensions [N, C, *], got shape ",
              shape_str(x.sizes()));
   check_floating(x, "batch_norm", "input");
-  const int64_t C = x.size(1);
-  const int64_t cshape[1] = {C};
+  const int64_t cshape[1] = {x.size(1)};
   check_param(weight, IntArrayRef(cshape, 1), x.dtype(), "batch_norm", "weight");
   check_param(bias, IntArrayRef(cshape, 1), x.dtype(), "batch_norm", "bias");
   check_param(running_mean, IntArrayRef(cshape, 1), x.dtype(), "batch_norm", "running_mean");
   check_param(running_var, IntArrayRef(cshape, 1), x.dtype(), "batch_norm", "running_var");
   KILN_CHECK(training || (running_mean.defined() && running_var.defined()),
              "batch_norm: running_mean and running_var must be defined in evaluation mode (training=false)");
-  KILN_TRACE(BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var), training, momentum, eps);
+}
+
+// The normalization; in training mode with `update_running_stats` also torch's
+// in-place update of the running statistics.
+Tensor batch_norm_forward(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
+                          const Tensor &running_var, bool training, double momentum, double eps,
+                          bool update_running_stats) {
+  check_batch_norm(x, weight, bias, running_mean, running_var, training);
+  const int64_t C = x.size(1);
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x, &weight, &bias, &running_mean, &running_var});
   if (out.is_meta() || out.numel() == 0) return out;
   const int64_t N = x.size(0), inner = x.numel() / std::max<int64_t>(N * C, 1);
@@ -249,6 +302,7 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
         mean.assign(size_t(C), 0);
         var.assign(size_t(C), 0);
         batch_stats(xp, N, C, inner, mean, var);
+        if (update_running_stats) update_running<T>(running_mean, running_var, mean, var, N * inner, momentum);
       } else {
         mean = channel_values(running_mean, C, 0);
         var = channel_values(running_var, C, 1);
@@ -272,6 +326,20 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
     }
   });
   return out;
+}
+} // namespace
+
+Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
+                  const Tensor &running_var, bool training, double momentum, double eps) {
+  if (detail::tracing()) [[unlikely]] {
+    check_batch_norm(x, weight, bias, running_mean, running_var, training);
+    Tensor out = detail::trace_op(OpId::BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var),
+                                  Attrs{training, momentum, eps});
+    if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
+    return out;
+  }
+  return batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps,
+                            /*update_running_stats=*/training);
 }
 
 Tensor dropout(const Tensor &x, double p, bool train) {
@@ -299,8 +367,10 @@ std::vector<Tensor> LayerNorm(const std::vector<Tensor> &in, const Attrs &a) {
 }
 std::vector<Tensor> BatchNorm(const std::vector<Tensor> &in, const Attrs &a) {
   check_num_inputs(in, 5, "batch_norm");
-  return {batch_norm(in[0], in[1], in[2], in[3], in[4], a.at(0).as_bool(), a.at(1).as_float(),
-                     a.at(2).as_float())};
+  // A graph's batch_norm node only normalizes: the running-statistics update
+  // was traced as separate ops with write-backs (see batch_norm).
+  return {batch_norm_forward(in[0], in[1], in[2], in[3], in[4], a.at(0).as_bool(), a.at(1).as_float(),
+                                         a.at(2).as_float(), /*update_running_stats=*/false)};
 }
 std::vector<Tensor> Dropout(const std::vector<Tensor> &in, const Attrs &a) {
   check_num_inputs(in, 1, "dropout");

@@ -301,10 +301,13 @@ void expect_one_kernel(const ModelFn &fn, const std::vector<Tensor> &in, double 
   EXPECT_EQ(f.stats().eager_calls, 0);
 }
 
+// Without running statistics (torch allows None in training mode): the
+// statistics and the output are the whole graph. With them, see
+// BatchNormTrainingUpdatesRunningStatistics.
 ModelFn batch_norm_training(int64_t c) {
-  Tensor w = rand({c}) + 0.5, b = randn({c}), rm = zeros({c}), rv = ones({c});
+  Tensor w = rand({c}) + 0.5, b = randn({c});
   return [=](const std::vector<Tensor> &in) {
-    return std::vector<Tensor>{batch_norm(in[0], w, b, rm, rv, /*training=*/true, 0.1, 1e-5)};
+    return std::vector<Tensor>{batch_norm(in[0], w, b, Tensor(), Tensor(), /*training=*/true, 0.1, 1e-5)};
   };
 }
 
@@ -314,6 +317,72 @@ TEST(MultiDimReduceCompile, BatchNormTrainingIsOneKernel4D) {
   manual_seed(3);
   Tensor x = randn({8, 64, 56, 56}) * 2.0 + 1.0;
   expect_one_kernel(batch_norm_training(64), {x}, 2e-4);
+}
+
+// torch's training mode updates running_mean / running_var in place
+// (momentum, unbiased variance). Compiled, the update is traced as ops with
+// write-backs: the statistics stay one kernel over x (shared with the
+// normalization by cse), plus tiny [C] update kernels. After two calls the
+// running tensors equal eager's and a naive double-precision reference.
+TEST(MultiDimReduceCompile, BatchNormTrainingUpdatesRunningStatistics) {
+  manual_seed(6);
+  const int64_t N = 4, C = 5, H = 3, W = 7, n = N * H * W;
+  const double momentum = 0.25;
+  Tensor w = rand({C}) + 0.5, b = randn({C});
+  Tensor x = randn({N, C, H, W}) * 2.0 + 1.0;
+  auto model = [&](Tensor rm, Tensor rv) -> ModelFn {
+    return [=](const std::vector<Tensor> &in) {
+      return std::vector<Tensor>{batch_norm(in[0], w, b, rm, rv, /*training=*/true, momentum, 1e-5)};
+    };
+  };
+  // Reference: per channel mean and unbiased variance in double, two updates.
+  std::vector<double> ref_m(size_t(C), 0.0), ref_v(size_t(C), 1.0);
+  Tensor xc = x.contiguous();
+  const float *xp = xc.data_ptr<float>();
+  auto at = [&](int64_t i, int64_t c, int64_t h, int64_t k) { return double(xp[((i * C + c) * H + h) * W + k]); };
+  for (int call = 0; call < 2; ++call)
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0, q = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t k = 0; k < W; ++k) s += at(i, c, h, k);
+      const double m = s / double(n);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t k = 0; k < W; ++k) q += std::pow(at(i, c, h, k) - m, 2);
+      ref_m[size_t(c)] = (1 - momentum) * ref_m[size_t(c)] + momentum * m;
+      ref_v[size_t(c)] = (1 - momentum) * ref_v[size_t(c)] + momentum * q / double(n - 1);
+    }
+  Tensor erm = zeros({C}), erv = ones({C}), crm = zeros({C}), crv = ones({C});
+  ModelFn eager = model(erm, erv);
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(model(crm, crv), o);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Tensor> got = f({x}), want = eager({x});
+    EXPECT_LE(max_diff(got[0], want[0]), 1e-5);
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_NEAR(double(erm.data_ptr<float>()[c]), ref_m[size_t(c)], 1e-6) << "eager running_mean " << c;
+    EXPECT_NEAR(double(erv.data_ptr<float>()[c]), ref_v[size_t(c)], 1e-5) << "eager running_var " << c;
+    EXPECT_NEAR(double(crm.data_ptr<float>()[c]), ref_m[size_t(c)], 1e-5) << "compiled running_mean " << c;
+    EXPECT_NEAR(double(crv.data_ptr<float>()[c]), ref_v[size_t(c)], 1e-4) << "compiled running_var " << c;
+  }
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  // The statistics over x are computed once: one group reads x.
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g);
+  int groups_reading_x = 0;
+  for (const ir::Node *node : g->nodes()) {
+    if (node->kind() != ir::Node::Kind::FusionGroup) continue;
+    for (const ir::Value *v : node->operands()) groups_reading_x += v == g->inputs().at(0);
+  }
+  EXPECT_EQ(groups_reading_x, 1) << ir::print(*g);
+  EXPECT_FALSE(reduction_outside_groups(*g));
+  // Evaluation mode leaves them alone.
+  Tensor before = crm.clone();
+  batch_norm(x, w, b, crm, crv, /*training=*/false, momentum, 1e-5);
+  EXPECT_EQ(max_diff(crm, before), 0.0);
 }
 
 TEST(MultiDimReduceCompile, BatchNormTrainingIsOneKernel2D) {

@@ -295,11 +295,30 @@ TEST_P(NnF, BatchNorm) {
   const double t = dt == kFloat32 ? 1e-5 : 1e-10;
   expect_close(batch_norm(x, w, b, rm, rv), ref_batch_norm(x, w, b, rm, rv, false, 1e-5), t);
   expect_close(batch_norm(x, {}, {}, rm, rv, false, 0.1, 1e-3), ref_batch_norm(x, {}, {}, rm, rv, false, 1e-3), t);
-  // Training: batch statistics (running stats neither needed nor updated).
+  // Training: batch statistics; running stats are optional, and when given they
+  // are updated in place as torch does: r = (1 - momentum) r + momentum stat,
+  // with the unbiased variance (n = N * H * W = 40 values per channel).
   expect_close(batch_norm(x, w, b, {}, {}, true), ref_batch_norm(x, w, b, {}, {}, true, 1e-5), t * 10);
-  Want rm_before{{3}, values(rm)};
-  expect_close(batch_norm(x, w, b, rm, rv, true), ref_batch_norm(x, w, b, rm, rv, true, 1e-5), t * 10);
-  expect_close(rm, rm_before, 0);
+  const std::vector<double> xs = values(x), rm0 = values(rm), rv0 = values(rv);
+  Tensor rmt = rm.clone(), rvt = rv.clone();
+  expect_close(batch_norm(x, w, b, rmt, rvt, true, 0.3), ref_batch_norm(x, w, b, rm, rv, true, 1e-5), t * 10);
+  Want rm_want{{3}, {}}, rv_want{{3}, {}};
+  for (int64_t c = 0; c < 3; ++c) {
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 20; ++j) s += xs[size_t(i * 60 + c * 20 + j)];
+    const double m = s / 40;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 20; ++j) q += (xs[size_t(i * 60 + c * 20 + j)] - m) * (xs[size_t(i * 60 + c * 20 + j)] - m);
+    rm_want.v.push_back(0.7 * rm0[size_t(c)] + 0.3 * m);
+    rv_want.v.push_back(0.7 * rv0[size_t(c)] + 0.3 * q / 39);
+  }
+  expect_close(rmt, rm_want, t);
+  expect_close(rvt, rv_want, t);
+  // Evaluation mode reads them and leaves them alone.
+  const Want rm_after{{3}, values(rmt)};
+  batch_norm(x, w, b, rmt, rvt, false);
+  expect_close(rmt, rm_after, 0);
   // 2-D [N, C] and 3-D inputs, non-contiguous input and parameters.
   Tensor x2 = rnd({6, 3}, dt, 5), x3 = rnd({4, 3, 2}, dt, 6).permute({1, 0, 2}).transpose(0, 1);
   Tensor ws = rnd({6}, dt, 7).slice(0, 0, 6, 2);
