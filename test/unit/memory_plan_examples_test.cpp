@@ -369,17 +369,18 @@ std::atomic<uint64_t> g_large_heap_blocks{0};
 
 // Replaced for this test executable only. Out of line, so that GCC does not
 // see the malloc/free pair through the new/delete it inlines (and warn).
-// Not under AddressSanitizer: its own operator new/delete variants would be
-// mixed with these (alloc-dealloc-mismatch); the normal build counts.
+// Not under a sanitizer: ASan's and TSan's runtimes define operator new/delete
+// themselves (ASan would mix its variants with these: alloc-dealloc-mismatch;
+// TSan's static runtime gives duplicate definitions); the normal build counts.
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_TEST_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KILN_TEST_SANITIZED 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_TEST_ASAN 1
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KILN_TEST_SANITIZED 1
 #endif
-#ifndef KILN_TEST_ASAN
+#ifndef KILN_TEST_SANITIZED
 __attribute__((noinline)) void *operator new(size_t n) {
   if (g_count_heap.load(std::memory_order_relaxed) && n >= kLargeHeapBytes)
     g_large_heap_blocks.fetch_add(1, std::memory_order_relaxed);
