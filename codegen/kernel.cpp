@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "codegen/row_plan.h"
 #include "runtime/error.h"
 
 namespace kiln::codegen {
@@ -234,18 +235,6 @@ void check_node(const KernelDesc &k, size_t i) {
              ") needs bool or integer operands");
 }
 
-// Pass of each node in a kernel with reductions (codegen/row_plan.h): the
-// deepest nesting of reductions below it, a Reduce counting itself.
-std::vector<int> reduction_levels(const KernelDesc &k) {
-  std::vector<int> level(k.nodes.size(), 0);
-  for (size_t i = 0; i < k.nodes.size(); ++i) {
-    const Node &n = k.nodes[i];
-    for (int a = 0; a < op_arity(n.op); ++a) level[i] = std::max(level[i], level[n.args[a]]);
-    if (n.op == KOp::Reduce) ++level[i];
-  }
-  return level;
-}
-
 // Whether evaluating `root` element by element loads `input` (per-row values
 // come from the row's stages, computed before any pass stores).
 bool loads_per_element(const KernelDesc &k, const std::vector<uint8_t> &per_row, int32_t root, int32_t input) {
@@ -270,7 +259,7 @@ void check_row_alias(const KernelDesc &k, size_t o, int32_t input) {
   const OutputSpec &out = k.outputs[o];
   KILN_CHECK(!per_row[out.value] || !k.constant_along_row(out.buffer.strides), "kernel: output ", o,
              " is stored once per row and cannot overwrite input ", input, " in place");
-  const std::vector<int> level = reduction_levels(k);
+  const std::vector<int> level = node_levels(k);
   const int pass = level[out.value];
   for (size_t i = 0; i < k.nodes.size(); ++i) {
     const Node &n = k.nodes[i];

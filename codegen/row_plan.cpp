@@ -6,6 +6,17 @@
 #include "runtime/error.h"
 
 namespace kiln::codegen {
+
+std::vector<int> node_levels(const KernelDesc &k) {
+  std::vector<int> level(k.nodes.size(), 0);
+  for (size_t i = 0; i < k.nodes.size(); ++i) {
+    const Node &n = k.nodes[i];
+    for (int a = 0; a < op_arity(n.op); ++a) level[i] = std::max(level[i], level[n.args[a]]);
+    if (n.op == KOp::Reduce) ++level[i];
+  }
+  return level;
+}
+
 namespace {
 
 bool is_expensive(KOp op) {
@@ -16,16 +27,6 @@ bool is_expensive(KOp op) {
   default:
     return false;
   }
-}
-
-std::vector<int> node_levels(const KernelDesc &k) {
-  std::vector<int> level(k.nodes.size(), 0);
-  for (size_t i = 0; i < k.nodes.size(); ++i) {
-    const Node &n = k.nodes[i];
-    for (int a = 0; a < op_arity(n.op); ++a) level[i] = std::max(level[i], level[n.args[a]]);
-    if (n.op == KOp::Reduce) ++level[i];
-  }
-  return level;
 }
 
 bool stored_per_row(const KernelDesc &k, const RowPlan &plan, size_t o) {

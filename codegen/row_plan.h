@@ -37,4 +37,7 @@ struct RowPlan {
 // `max_scratch_bytes` for the whole kernel. `desc` must have reductions and rank >= 1.
 RowPlan plan_rows(const KernelDesc &desc, int64_t max_scratch_bytes);
 
+// Per node: its level (see above), the deepest nesting of reductions below it.
+std::vector<int> node_levels(const KernelDesc &desc);
+
 } // namespace kiln::codegen

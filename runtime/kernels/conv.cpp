@@ -133,6 +133,19 @@ void conv_block(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T 
   if (after) after(ctx, n, p0, np);
 }
 
+// Runs run(lo, hi) over [0, items): over the pool with single-threaded BLAS
+// when there is more than one item and we are not inside a parallel region,
+// else on the caller with the caller's BLAS threads.
+template <class F> void run_items(int64_t items, const F &run) {
+  if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+    set_blas_threads(1);
+    parallel_for(0, items, 1, run);
+    return;
+  }
+  blas_threads_for_caller();
+  run(0, items);
+}
+
 // Blocks of whole output rows whose im2col buffer stays within L2, spread over
 // the pool as (image, block) items with single-threaded BLAS.
 template <class T>
@@ -152,13 +165,7 @@ void conv_run_blocked(const ConvGeom &g, int64_t block_rows, const Tensor &x, co
       conv_block(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col, after, ctx);
     }
   };
-  if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
-    set_blas_threads(1);
-    parallel_for(0, items, 1, run);
-    return;
-  }
-  blas_threads_for_caller();
-  run(0, items);
+  run_items(items, run);
 }
 
 // ---- channels-last (NHWC): the torch layout [N, C, H, W] with strides (H*W*C, 1, W*C, C)
@@ -260,13 +267,7 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const T *xp, const T *
       else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
     }
   };
-  if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
-    set_blas_threads(1);
-    parallel_for(0, items, 1, run);
-    return;
-  }
-  blas_threads_for_caller();
-  run(0, items);
+  run_items(items, run);
 }
 
 // The weight [O, Cg, kH, kW] (any strides) as [O, kH, kW, Cg] in this thread's
