@@ -104,6 +104,19 @@ void choose_scratch(const KernelDesc &k, RowPlan &plan, int64_t max_scratch_byte
   }
 }
 
+// Element-wise ops whose lowering (emit_node) is the same on a float32 vector
+// as on a scalar: IRBuilder arithmetic and intrinsics that take vectors. Not
+// transcendentals (vecmath on vectors is untested here), casts, compares.
+bool lane_op(KOp op) {
+  switch (op) {
+  case KOp::Add: case KOp::Sub: case KOp::Mul: case KOp::Div: case KOp::Min: case KOp::Max:
+  case KOp::Neg: case KOp::Abs: case KOp::Sqrt: case KOp::Rsqrt: case KOp::Fma:
+    return true;
+  default:
+    return false;
+  }
+}
+
 } // namespace
 
 RowPlan plan_rows(const KernelDesc &k, int64_t max_scratch_bytes) {
@@ -123,6 +136,59 @@ RowPlan plan_rows(const KernelDesc &k, int64_t max_scratch_bytes) {
   for (const Node &n : k.nodes) plan.transcendental |= is_expensive(n.op);
   choose_scratch(k, plan, max_scratch_bytes);
   return plan;
+}
+
+// Conservative on purpose; everything else is lowered row by row:
+// - one row dim, one (collapsed) outer dim with at least `lanes` rows, rows of
+//   1..kMaxBlockRowLength elements (a tail of length % lanes is masked);
+// - one pass (plan.passes == 1): reductions of element values only, no
+//   element-wise outputs (every output is per-row), hence no scratch and no
+//   streamed stores; no in-place outputs;
+// - one or two float32 Add/Max/Min reductions (their accumulators, `lanes` of
+//   them each, stay in registers);
+// - the element values (not per-row) are float32 lane ops (see lane_op) of
+//   loads that are contiguous along the row (stride 1); per-row values they
+//   use are computed per row as scalars and broadcast.
+int64_t plan_row_block(const KernelDesc &k, const RowPlan &plan, int64_t lanes) {
+  if (k.shape.size() != 2 || k.row_rank != 1 || lanes < 2 || (lanes & (lanes - 1)) != 0) return 0;
+  int64_t rows = k.shape[0], length = k.shape[1];
+  if (rows < lanes || length < 1 || length > kMaxBlockRowLength) return 0;
+  if (plan.passes != 1 || plan.scratch_bytes != 0) return 0;
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    if (plan.output_pass[o] >= 0 || k.aliased_input(o) >= 0) return 0;
+  int reductions = 0;
+  for (size_t i = 0; i < k.nodes.size(); ++i) {
+    const Node &n = k.nodes[i];
+    if (n.op == KOp::Reduce) {
+      bool combine = n.combine == KOp::Add || n.combine == KOp::Max || n.combine == KOp::Min;
+      if (!combine || n.dtype != DType::Float32) return 0;
+      ++reductions;
+      continue;
+    }
+    if (plan.per_row[i]) continue;
+    if (n.dtype != DType::Float32) return 0;
+    if (n.op == KOp::Load ? k.inputs[size_t(n.input)].strides[1] != 1 : !lane_op(n.op)) return 0;
+  }
+  return reductions >= 1 && reductions <= 2 ? lanes : 0;
+}
+
+// Per-row loads must be contiguous across rows (outer stride 1) or the same
+// for all of them (0), and per-row outputs contiguous across rows.
+bool row_block_stage_is_vector(const KernelDesc &k, const RowPlan &plan) {
+  for (size_t i = 0; i < k.nodes.size(); ++i) {
+    const Node &n = k.nodes[i];
+    if (!plan.per_row[i] || n.op == KOp::Reduce) continue;
+    if (n.dtype != DType::Float32) return false;
+    if (n.op == KOp::Load) {
+      int64_t s = k.inputs[size_t(n.input)].strides[0];
+      if (s != 0 && s != 1) return false;
+      continue;
+    }
+    if (n.op != KOp::Const && !lane_op(n.op)) return false;
+  }
+  for (const OutputSpec &out : k.outputs)
+    if (out.buffer.dtype != DType::Float32 || out.buffer.strides[0] != 1) return false;
+  return true;
 }
 
 } // namespace kiln::codegen

@@ -40,4 +40,20 @@ RowPlan plan_rows(const KernelDesc &desc, int64_t max_scratch_bytes);
 // Per node: its level (see above), the deepest nesting of reductions below it.
 std::vector<int> node_levels(const KernelDesc &desc);
 
+// Longest row (elements) the row-block lowering takes: beyond it the per-row
+// horizontal reduction it saves is lost in the row's own work.
+inline constexpr int64_t kMaxBlockRowLength = 1024;
+
+// Row blocks (lower.cpp, emit_row_block): how many neighbouring rows are
+// reduced side by side, each in its own vector accumulator, then combined by a
+// transposing shuffle tree so that lane r holds row r's result; 0 = row by row.
+// `desc` is the kernel as lowered: outer dims collapsed into one ([rows, L]).
+// `lanes`: float32 lanes of the target's widest vector (the block size).
+int64_t plan_row_block(const KernelDesc &desc, const RowPlan &plan, int64_t lanes);
+
+// For a kernel plan_row_block accepted: whether the per-row values after the
+// pass (bias, relu...) and the per-row outputs can be evaluated as vectors
+// across the block's rows (lane r = row r) instead of row by row.
+bool row_block_stage_is_vector(const KernelDesc &desc, const RowPlan &plan);
+
 } // namespace kiln::codegen
