@@ -365,7 +365,7 @@ private:
   // accumulators into one vector whose lane r is row r's result (about 3
   // shuffles and combines per row), and the per-row stages (bias, relu,
   // stores) run on that vector when the rows' per-row data is contiguous.
-  // Rows left over (count % block_) take emit_row.
+  // The kernel's last rows (count % block_) take emit_row.
 
   // float32 lanes of the widest vector the target has (x86 feature string).
   int64_t f32_lanes() const {
@@ -427,28 +427,58 @@ private:
     return seen;
   }
 
+  // Rows [first, first + block_): the per-row values the pass reads, the
+  // pass (one vector accumulator per row and reduction), the shuffle tree,
+  // then the per-row stages and outputs.
   void emit_row_block(IRBuilder<> &b, Value *first) {
     size_t rows = size_t(block_);
     std::vector<Value *> bases = row_bases(b, first);
     std::vector<std::vector<Value *>> at(rows), row(rows, std::vector<Value *>(k_.nodes.size(), nullptr));
     for (size_t r = 0; r < rows; ++r) at[r] = tile_row(b, bases, b.getInt64(int64_t(r)));
-    std::vector<int32_t> reductions;
+    std::vector<int32_t> reductions; // plan_row_block: all of them fold in the one pass
     for (size_t i = 0; i < k_.nodes.size(); ++i)
       if (k_.nodes[i].op == KOp::Reduce) reductions.push_back(int32_t(i));
-    // Only the per-row values the pass reads before it: the others (bias...)
-    // would hold registers the block_ accumulators need.
+    emit_block_pass_inputs(b, reductions, at, row);
+    std::vector<Value *> results = fold_row_block(b, reductions, at, row);
+    if (row_block_stage_is_vector(k_, plan_)) {
+      emit_block_stage(b, bases, results);
+      return;
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      for (int32_t red : reductions) row[r][size_t(red)] = b.CreateExtractElement(results[size_t(red)], uint64_t(r));
+      emit_stage(b, 0, at[r], row[r]);
+      emit_stage(b, 1, at[r], row[r]);
+    }
+  }
+
+  // Only the per-row values the pass reads, before it: the others (bias...)
+  // would hold registers that the block_ accumulators need. Row-invariant
+  // ones are computed once.
+  void emit_block_pass_inputs(IRBuilder<> &b, const std::vector<int32_t> &reductions,
+                              const std::vector<std::vector<Value *>> &at, std::vector<std::vector<Value *>> &row) {
     std::vector<uint8_t> before = per_row_inputs_of_pass(reductions);
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       if (!before[i]) continue;
-      for (size_t r = 0; r < rows; ++r) {
-        const Node &n = k_.nodes[i];
+      const Node &n = k_.nodes[i];
+      for (size_t r = 0; r < row.size(); ++r) {
         if (invariant_[i] && r > 0) row[r][i] = row[0][i];
         else row[r][i] = n.op == KOp::Load ? load_element(b, n, at[r], b.getInt64(0)) : emit_node(b, n, row[r]);
       }
     }
+  }
+
+  // The pass over the block's rows: full vectors in a loop, then the row's
+  // tail (length % block_) under a mask. Returns, per reduction node, the
+  // finished vector whose lane r is row r's result.
+  std::vector<Value *> fold_row_block(IRBuilder<> &b, const std::vector<int32_t> &reductions,
+                                      const std::vector<std::vector<Value *>> &at,
+                                      const std::vector<std::vector<Value *>> &row) {
+    size_t rows = size_t(block_);
     std::vector<Value *> acc; // reduction a, row r: acc[a * rows + r]
-    for (int32_t red : reductions)
-      for (size_t r = 0; r < rows; ++r) acc.push_back(b.CreateVectorSplat(unsigned(block_), reduce_identity(k_.nodes[size_t(red)])));
+    for (int32_t red : reductions) {
+      Value *identity = b.CreateVectorSplat(unsigned(block_), reduce_identity(k_.nodes[size_t(red)]));
+      acc.insert(acc.end(), rows, identity);
+    }
     int64_t full = inner_size() / block_, tail = inner_size() % block_;
     if (full > 0) {
       emit_carried_loop(b, b.getInt64(full), "block.j", acc, [&](IRBuilder<> &lb, Value *c, std::vector<Value *> &a) {
@@ -460,22 +490,16 @@ private:
       for (int64_t l = 0; l < block_; ++l) bits.push_back(b.getInt1(l < tail));
       fold_block_chunk(b, b.getInt64(full * block_), llvm::ConstantVector::get(bits), reductions, at, row, acc);
     }
-    std::vector<Value *> results(k_.nodes.size(), nullptr); // per reduction: lane r = row r
+    std::vector<Value *> results(k_.nodes.size(), nullptr);
     for (size_t a = 0; a < reductions.size(); ++a) {
       const Node &red = k_.nodes[size_t(reductions[a])];
-      std::vector<Value *> mine(acc.begin() + std::ptrdiff_t(a * rows), acc.begin() + std::ptrdiff_t((a + 1) * rows));
-      results[size_t(reductions[a])] = finish(b, red, transpose_combine(b, red, std::move(mine)));
+      auto from = acc.begin() + std::ptrdiff_t(a * rows);
+      Value *lanes = transpose_combine(b, red, std::vector<Value *>(from, from + std::ptrdiff_t(rows)));
+      results[size_t(reductions[a])] = finish(b, red, lanes);
     }
-    if (row_block_stage_is_vector(k_, plan_)) {
-      emit_block_stage(b, bases, results);
-      return;
-    }
-    for (size_t r = 0; r < rows; ++r) {
-      for (int32_t red : reductions) row[r][size_t(red)] = b.CreateExtractElement(results[size_t(red)], uint64_t(r));
-      emit_stage(b, 0, at[r], row[r]);
-      emit_stage(b, 1, at[r], row[r]);
-    }
+    return results;
   }
+
 
   // One vector of elements [j, j + block_) of every row of the block into the
   // rows' accumulators. `mask` (tail of the row): lanes past its end are
