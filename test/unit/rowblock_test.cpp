@@ -163,8 +163,9 @@ int count_lines(const std::string &assembly, const char *mnemonic_prefix) {
 // ---- numerics of the block path
 
 TEST(RowBlock, SumMaxMinMatchDoubleOverRowCountsAndLengths) {
+  // 1024: beyond kMaxBlockRowLength, the row path (same checks).
   for (KOp combine : {KOp::Add, KOp::Max, KOp::Min})
-    for (int64_t len : {16, 64, 100, 1024})
+    for (int64_t len : {16, 64, 100, 256, 1024})
       for (int64_t rows : {1, 15, 16, 17, 64, 100}) {
         LayerSpec s;
         s.rows = rows, s.len = len, s.combine = combine;
@@ -267,7 +268,9 @@ TEST(RowBlock, PlanDecision) {
   EXPECT_EQ(block_of(layer_desc(s), 8), 8);
   s.rows = 15; // fewer rows than one block
   EXPECT_EQ(block_of(layer_desc(s)), 0);
-  s.rows = 64, s.len = kMaxBlockRowLength + 1; // long rows
+  s.rows = 64, s.len = kMaxBlockRowLength;
+  EXPECT_EQ(block_of(layer_desc(s)), 16);
+  s.len = kMaxBlockRowLength + 1; // long rows
   EXPECT_EQ(block_of(layer_desc(s)), 0);
   s.len = 64, s.combine = KOp::Mul; // products: not a block combine
   EXPECT_EQ(block_of(layer_desc(s)), 0);
