@@ -181,7 +181,12 @@ Value *tanh(IRBuilderBase &b, Value *x) {
   // A 13/6-degree odd/even rational interpolant (Eigen's float tanh; one
   // division, no exp, about half the work of an expm1-based tanh). Clamped at
   // the smallest |x| where it evaluates to exactly 1; tanh(x) = x below 4e-4.
-  Value *xc = fmax(b, fmin(b, x, 7.99881172180175781), -7.99881172180175781);
+  // Clamped by compare-and-select, which keeps a NaN x (both comparisons fail)
+  // where minnum/maxnum would replace it: the NaN then flows through p / q and
+  // needs no select of its own at the end.
+  constexpr double kClamp = 7.99881172180175781;
+  Value *xc = b.CreateSelect(b.CreateFCmpOGT(x, c(x, kClamp)), c(x, kClamp), x);
+  xc = b.CreateSelect(b.CreateFCmpOLT(xc, c(x, -kClamp)), c(x, -kClamp), xc);
   Value *z = b.CreateFMul(xc, xc);
   Value *p = b.CreateFMul(xc, poly(b, z,
                                    {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
@@ -191,8 +196,7 @@ Value *tanh(IRBuilderBase &b, Value *x) {
                   {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                    4.89352518554385e-03});
   Value *tiny = b.CreateFCmpOLT(unary(b, llvm::Intrinsic::fabs, x), c(x, 0.0004));
-  Value *y = b.CreateSelect(tiny, x, b.CreateFDiv(p, q));
-  return b.CreateSelect(is_nan(b, x), x, y);
+  return b.CreateSelect(tiny, x, b.CreateFDiv(p, q));
 }
 
 Value *erf(IRBuilderBase &b, Value *x) {
