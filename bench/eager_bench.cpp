@@ -10,6 +10,10 @@
 //          y = f(x) on 4,194,304-element float tensors, at 1 and 2 threads: the
 //          transcendental unary kernels (runtime/kernels/vecmath.h); bytes
 //          processed = 2 arrays x 4M x 4 bytes. ns/element = Time / 4194304.
+//   Sgemm  mm of [M, K] x [K, N] float tensors (OpenBLAS sgemm), GFLOP/s in the
+//          "flops" counter: 2048^3 at 1 and 2 threads (the machine's GEMM peak),
+//          and at 2 threads the four GEMM shapes of W5 (seq 128, d_model 768),
+//          whose sum bounds W5's compiled time from below.
 // Run: build/bench/kiln_bench_eager
 #include <benchmark/benchmark.h>
 
@@ -116,6 +120,28 @@ void Triad_32M(benchmark::State &state) {
   state.SetBytesProcessed(state.iterations() * 3 * kTriad * int64_t(sizeof(float)));
 }
 BENCHMARK(Triad_32M)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void Sgemm(benchmark::State &state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  kiln::set_num_threads(int(state.range(3)));
+  kiln::manual_seed(0);
+  Tensor a = kiln::randn({m, k}), b = kiln::randn({k, n});
+  for (auto _ : state) {
+    Tensor c = kiln::mm(a, b);
+    benchmark::DoNotOptimize(c.unsafeGetTensorImpl());
+  }
+  state.counters["flops"] = benchmark::Counter(double(2 * m * k * n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(Sgemm)
+    ->ArgNames({"m", "k", "n", "threads"})
+    ->Args({2048, 2048, 2048, 1})
+    ->Args({2048, 2048, 2048, 2})
+    ->Args({128, 768, 2304, 2})
+    ->Args({128, 768, 768, 2})
+    ->Args({128, 768, 3072, 2})
+    ->Args({128, 3072, 768, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 } // namespace
 

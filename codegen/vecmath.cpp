@@ -88,21 +88,35 @@ Value *expm1_reduced(IRBuilderBase &b, Value *r) {
 } // namespace
 
 Value *exp(IRBuilderBase &b, Value *x) {
-  // Clamp so that n stays in [-150, 128]; exp overflows above 88.72 and
-  // underflows to 0 below -103.97, both of which the clamped path reproduces.
-  Value *xc = fmax(b, fmin(b, x, 88.8), -104.0);
-  auto [n, r] = reduce_ln2(b, xc);
-  // Cephes expf: e^r = 1 + r + r^2 P(r).
+  // n = roundeven(x log2e) by the 1.5 * 2^23 trick: the sum's low mantissa bits
+  // are n (two's complement), so shifting its bits left by 23 puts n into an
+  // exponent field without a float-to-int conversion (whose NaN result is
+  // poison in IR). 2^n is then applied by adding that to e^r's bits: exact
+  // while the result is a normal float, which the two selects below ensure.
+  // Compared with two multiplications by 2^(n/2) halves, this is ~12 fewer
+  // vector instructions per exp, which is most of a softmax row's work.
+  constexpr double kMagic = 12582912.0; // 1.5 * 2^23
+  Value *t = fma(b, x, c(x, kLog2e), c(x, kMagic));
+  Value *n = b.CreateFSub(t, c(x, kMagic));
+  Value *r = fma(b, n, c(x, -kLn2Hi), x);
+  r = fma(b, n, c(x, -kLn2Lo), r);
+  // Cephes expf: e^r = 1 + r + r^2 P(r), in [sqrt(1/2), sqrt(2)].
   Value *p = poly(b, r,
                   {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
                    1.6666665459E-1, 5.0000001201E-1});
   Value *er = b.CreateFAdd(fma(b, p, b.CreateFMul(r, r), r), c(x, 1.0));
-  // 2^n in two factors: each half is a normal float even when 2^n is not.
-  Value *ni = b.CreateFPToSI(n, int_type(b, x));
-  Value *n1 = b.CreateAShr(ni, ci(b, x, 1));
-  Value *n2 = b.CreateSub(ni, n1);
-  Value *y = b.CreateFMul(b.CreateFMul(er, pow2i(b, n1)), pow2i(b, n2));
-  return b.CreateSelect(is_nan(b, x), x, y);
+  llvm::Type *it = int_type(b, x);
+  Value *scale = b.CreateShl(b.CreateBitCast(t, it), ci(b, x, 23));
+  Value *y = b.CreateBitCast(b.CreateAdd(b.CreateBitCast(er, it), scale), x->getType());
+  // The exponent add is right for n in [-126, 128] as long as the result stays
+  // normal: above ln(FLT_MAX) the result is inf (from the largest float whose
+  // exponential rounds to inf); below ln(FLT_MIN) = -126 ln2, where the result
+  // would be subnormal, it is flushed to 0 (an absolute error below 1.2e-38).
+  // A NaN x fails both comparisons and keeps y, which is NaN: t's NaN bits
+  // shifted by 23 are 0 and er is NaN.
+  double inf = __builtin_inf();
+  y = b.CreateSelect(b.CreateFCmpOGE(x, c(x, 88.72283935546875)), c(x, inf), y);
+  return b.CreateSelect(b.CreateFCmpOLT(x, c(x, -87.33654022216797)), c(x, 0.0), y);
 }
 
 Value *expm1(IRBuilderBase &b, Value *x) {
@@ -167,7 +181,12 @@ Value *tanh(IRBuilderBase &b, Value *x) {
   // A 13/6-degree odd/even rational interpolant (Eigen's float tanh; one
   // division, no exp, about half the work of an expm1-based tanh). Clamped at
   // the smallest |x| where it evaluates to exactly 1; tanh(x) = x below 4e-4.
-  Value *xc = fmax(b, fmin(b, x, 7.99881172180175781), -7.99881172180175781);
+  // Clamped by compare-and-select, which keeps a NaN x (both comparisons fail)
+  // where minnum/maxnum would replace it: the NaN then flows through p / q and
+  // needs no select of its own at the end.
+  constexpr double kClamp = 7.99881172180175781;
+  Value *xc = b.CreateSelect(b.CreateFCmpOGT(x, c(x, kClamp)), c(x, kClamp), x);
+  xc = b.CreateSelect(b.CreateFCmpOLT(xc, c(x, -kClamp)), c(x, -kClamp), xc);
   Value *z = b.CreateFMul(xc, xc);
   Value *p = b.CreateFMul(xc, poly(b, z,
                                    {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
@@ -177,8 +196,7 @@ Value *tanh(IRBuilderBase &b, Value *x) {
                   {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                    4.89352518554385e-03});
   Value *tiny = b.CreateFCmpOLT(unary(b, llvm::Intrinsic::fabs, x), c(x, 0.0004));
-  Value *y = b.CreateSelect(tiny, x, b.CreateFDiv(p, q));
-  return b.CreateSelect(is_nan(b, x), x, y);
+  return b.CreateSelect(tiny, x, b.CreateFDiv(p, q));
 }
 
 Value *erf(IRBuilderBase &b, Value *x) {

@@ -2,7 +2,8 @@
 // Erf, Sigmoid on float32). They are emitted as branch-free LLVM IR polynomials
 // (codegen/vecmath.cpp) that vectorize to 16-wide AVX-512 code:
 //   exp     Cephes expf: n = roundeven(x log2e), r = x - n ln2 (two-step, fma),
-//           e^r = 1 + r + r^2 P5(r), times 2^n built in two halves (subnormal results).
+//           e^r = 1 + r + r^2 P5(r), times 2^n by adding n to its exponent bits;
+//           results that would be subnormal (x < ln(FLT_MIN) = -87.3365) are 0.
 //   expm1   same reduction, Taylor e^r - 1 to r^8, recombined as 2(t em + t - 1/2),
 //           t = 2^(n-1), exact for n = 0.
 //   log     Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P8(f).
