@@ -44,7 +44,9 @@
 //   ELEMENT TYPE (float32 rows sum in float32), in an unspecified order (the
 //   compiled code keeps several vector partial sums), so results differ from a
 //   sequential sum by rounding. Integer combines wrap and are exact. Float Max
-//   and Min propagate NaN and order -0 < +0 (torch.amax / amin).
+//   and Min propagate NaN (torch.amax / amin); a zero result may be -0 or +0
+//   when the row holds both (torch's vectorized CPU reductions do not order
+//   them either).
 // - An empty row (last dim 0) gives the identity: 0 (Add, +0.0 for floats),
 //   1 (Mul), the dtype's lowest value or -inf (Max), highest or +inf (Min).
 //   Mean is the caller's job: reduce(Add, v) * (1.0 / L).

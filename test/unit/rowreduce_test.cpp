@@ -421,12 +421,60 @@ TEST(RowReduce, MaxMinPropagateNaNLikeTorchAmax) {
   EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mn[0]) && std::isnan(sum[0]));
   EXPECT_TRUE(std::isnan(mx[1]) && std::isnan(mn[1]));
   EXPECT_EQ(mx[2], float(kInf));
-  EXPECT_EQ(mx[3], 0.f);
-  EXPECT_FALSE(std::signbit(mx[3])); // -0 < +0
+  EXPECT_EQ(mx[3], 0.f); // -0 or +0: the sign of a zero max/min is unspecified (codegen/kernel.h)
   EXPECT_EQ(mn[3], 0.f);
-  EXPECT_TRUE(std::signbit(mn[3]));
   EXPECT_FALSE(std::signbit(sum[3])); // a sum of zeros is +0
   expect_matches_interpreter(desc, {bytes_of(x)}, out_bytes, 0, "nan rows");
+}
+
+// The row path folds float max/min with a NaN-ignoring max plus a separate
+// "saw a NaN" flag: a NaN anywhere in a row (vector body, interleaved copies,
+// scalar tail, first or last element, a row of several dims) must still make
+// that row's max and min NaN, and only that row's; infinities must not.
+TEST(RowReduce, MaxMinNaNFlagAtEveryPosition) {
+  for (std::vector<int64_t> row : {std::vector<int64_t>{1024}, {67}, {1000}, {3, 70}}) {
+    int64_t cols = 1;
+    for (int64_t d : row) cols *= d;
+    const std::vector<int64_t> nan_at = {0, 1, 15, 16, 63, 64, cols / 2, cols - 2, cols - 1};
+    const int64_t rows = int64_t(nan_at.size()) + 3; // + a clean row, a +-inf row, an all -inf row
+    std::vector<float> x = random_values<float>(size_t(rows * cols), -100, 100, 23);
+    for (size_t r = 0; r < nan_at.size(); ++r) x[r * cols + nan_at[r]] = float(kNaN);
+    const int64_t inf_row = rows - 2, neg_row = rows - 1;
+    x[inf_row * cols + 3] = float(kInf);
+    x[inf_row * cols + cols - 1] = -float(kInf);
+    for (int64_t c = 0; c < cols; ++c) x[neg_row * cols + c] = -float(kInf);
+    std::vector<int64_t> shape = {rows};
+    shape.insert(shape.end(), row.begin(), row.end());
+    KernelBuilder k(shape, int(row.size()));
+    Expr in = k.input(DType::Float32);
+    k.output_per_row(reduce_max(in));
+    k.output_per_row(reduce_min(in));
+    k.output(in - reduce_max(in)); // a per-row value used element-wise, as softmax does
+    auto out = run_jit(k.build(), {bytes_of(x), std::vector<uint8_t>(rows * 4), std::vector<uint8_t>(rows * 4),
+                                   std::vector<uint8_t>(size_t(rows * cols * 4))});
+    auto mx = values_of<float>(out[1]), mn = values_of<float>(out[2]), d = values_of<float>(out[3]);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want_max = -kInf, want_min = kInf;
+      bool nan = false;
+      for (int64_t c = 0; c < cols; ++c) {
+        double v = x[size_t(r * cols + c)];
+        nan |= std::isnan(v);
+        want_max = std::max(want_max, v);
+        want_min = std::min(want_min, v);
+      }
+      std::string where = "row dims " + std::to_string(row.size()) + " x " + std::to_string(cols) + ", row " +
+                          std::to_string(r);
+      if (nan) {
+        EXPECT_TRUE(std::isnan(mx[size_t(r)]) && std::isnan(mn[size_t(r)])) << where;
+        EXPECT_TRUE(std::isnan(d[size_t(r * cols)])) << where;
+        continue;
+      }
+      EXPECT_EQ(double(mx[size_t(r)]), want_max) << where;
+      EXPECT_EQ(double(mn[size_t(r)]), want_min) << where;
+      if (r == neg_row || r == inf_row) continue; // x - max is NaN / -inf there
+      EXPECT_EQ(double(d[size_t(r * cols + 7)]), double(float(x[size_t(r * cols + 7)] - want_max))) << where;
+    }
+  }
 }
 
 TEST(RowReduce, Float64MaxWithNaN) {
