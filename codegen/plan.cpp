@@ -52,7 +52,14 @@ struct Step {
   // Kernel: per buffer (inputs, then outputs), the env slot it lies in and the
   // byte offset from that slot's element 0 (a view resolved to its base).
   std::vector<std::pair<int, int64_t>> buffer_refs;
-  std::vector<ir::TensorType> out_types; // Kernel: result types (contiguous)
+  // Kernel: each result's shape, contiguous strides and element count, checked
+  // once here so that a call allocates its outputs without deriving them.
+  struct OutShape {
+    Dims sizes, strides;
+    int64_t numel;
+    DType dtype;
+  };
+  std::vector<OutShape> out_shapes;
   bool stream_stores = false;             // Kernel: compiled with KernelDesc::stream_stores
   // Eager: the arena slots its results are placed in (those that have one).
   struct Place {
@@ -205,8 +212,9 @@ private:
     };
     for (size_t i = 0; i < inputs.size(); ++i) bind_fixed(i, inputs[i]);
     size_t k = inputs.size();
+    // Captured tensors are read live (their data may move between calls);
+    // constants are the plan's own and were bound with the call state.
     for (const ir::Value *p : graph.params()) bind_fixed(k++, p->tensor());
-    for (const ir::Value *c : graph.consts()) bind_fixed(k++, c->tensor());
     void *buffers[64];
     const StepObserver *observer = t_step_observer;
     for (const Step &s : steps_) {
@@ -234,9 +242,10 @@ private:
     return out;
   }
 
-  static void bind(CallState &st, size_t slot, const Tensor &t) {
-    st.env[slot] = t;
+  // By value: a fresh result moves in without touching its reference count.
+  static void bind(CallState &st, size_t slot, Tensor t) {
     st.ptr[slot] = t.defined() && !t.is_meta() ? t.raw_data() : nullptr;
+    st.env[slot] = std::move(t);
   }
 
   bool in_arena(const CallState &st, const Tensor &t) const {
@@ -283,6 +292,13 @@ private:
     st->env.resize(num_slots_);
     st->ptr.assign(num_slots_, nullptr);
     st->ins.reserve(max_operands_);
+    size_t k = first_const_slot_;
+    for (const ir::Value *c : g_->consts()) {
+      const Tensor &t = c->tensor();
+      if (tensor_needed_[k]) bind(*st, k, t);
+      else st->ptr[k] = t.defined() && !t.is_meta() ? t.raw_data() : nullptr;
+      ++k;
+    }
     if (arena_bytes_ > 0) {
       st->arena_bytes = size_t(arena_bytes_);
       st->arena = cached_alloc(st->arena_bytes);
@@ -322,7 +338,8 @@ private:
       for (size_t i = 0; i < s.out.size(); ++i) {
         const size_t slot = size_t(s.out[i]);
         if (arena_slot_[slot]) continue;
-        bind(st, slot, kiln::detail::make_tensor(s.out_types[i].shape, s.out_types[i].dtype));
+        const Step::OutShape &o = s.out_shapes[i];
+        bind(st, slot, kiln::detail::make_checked_tensor(o.sizes, o.strides, o.numel, o.dtype));
         buffers[s.buffer_operands.size() + i] = st.ptr[slot];
       }
       if (s.stream_stores) check_stream_alignment(s, buffers);
@@ -408,7 +425,11 @@ private:
       s.stream_stores = desc.stream_stores;
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
-      for (const ir::Value *r : n.results()) s.out_types.push_back(r->type());
+      for (const ir::Value *r : n.results()) {
+        IntArrayRef shape(r->type().shape);
+        s.out_shapes.push_back({Dims(shape), kiln::detail::contiguous_strides(shape),
+                                kiln::detail::checked_numel(shape, "empty"), r->type().dtype});
+      }
       ++stats_.kernels;
     } catch (const Error &e) {
       fall_back(n, e.what(), s);
@@ -576,7 +597,11 @@ private:
       for (int o : s.out) transient_slots_.push_back(o);
       if (s.kind == Step::Kind::Eager) place_eager(s, offset, bytes);
     }
-    for (size_t i = 0; i < num_fixed_; ++i) transient_slots_.push_back(int(i));
+    // Inputs and captured tensors a call bound as Tensors (the others only by
+    // address); constants stay bound in the state.
+    first_const_slot_ = num_inputs_ + graph.params().size();
+    for (size_t i = 0; i < first_const_slot_; ++i)
+      if (tensor_needed_[i]) transient_slots_.push_back(int(i));
     find_owned_outputs();
     reserve_step_scratch();
     stats_.arena_values = int64_t(arena_slots_.size());
@@ -690,6 +715,7 @@ private:
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;
   size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
+  size_t first_const_slot_ = 0; // slots [num_inputs_, first_const_slot_) are params, then constants
   int64_t arena_bytes_ = 0, scratch_offset_ = 0;
   std::vector<ir::TensorType> slot_types_;
   std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena

@@ -78,6 +78,24 @@ std::vector<int> alias_pattern(const std::vector<Tensor> &in, const std::vector<
   return pattern;
 }
 
+// The memory a tensor views; null for an undefined or meta tensor (which alias nothing).
+inline const Storage *storage_of(const Tensor &t) { return t.defined() ? t.impl().storage.get() : nullptr; }
+
+// alias_pattern(in, params) is the identity: no input shares memory with an
+// earlier input or a captured tensor. The common pattern, checked on every
+// call: storage pointers compared inline.
+bool no_aliases(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Storage *s = storage_of(in[i]);
+    if (!s) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (storage_of(in[j]) == s) return false;
+    for (const ParamGuard &p : params)
+      if (storage_of(p.live) == s) return false;
+  }
+  return true;
+}
+
 // alias_pattern(in, params) == pattern, without allocating (every call checks it).
 bool alias_pattern_is(const std::vector<Tensor> &in, const std::vector<ParamGuard> &params,
                       const std::vector<int> &pattern) {
@@ -118,12 +136,22 @@ struct Specialization {
   int threads = 1;
   std::vector<ParamGuard> params;
   std::vector<int> aliases; // alias_pattern(inputs, params) at compile time
+  bool aliases_none = false; // aliases is the identity (see no_aliases)
   std::vector<bool> fresh;  // fresh_outputs of the traced graph, false where the plan allocates the output itself
+  bool any_fresh = true;    // some entry of fresh is true: own_outputs has work to do
+
+  // Set once the specialization is complete: what the per-call checks read.
+  void summarize() {
+    aliases_none = true;
+    for (size_t i = 0; i < aliases.size(); ++i) aliases_none &= aliases[i] == int(i);
+    any_fresh = std::find(fresh.begin(), fresh.end(), true) != fresh.end();
+  }
 
   // Copies each result that eager returns as a tensor of its own but the plan
   // returns as (a view of) an input, a captured tensor, a constant or an
   // earlier result.
   void own_outputs(std::vector<Tensor> &out, const std::vector<Tensor> &in) const {
+    if (!any_fresh) return;
     for (size_t i = 0; i < out.size() && i < fresh.size(); ++i) {
       if (!fresh[i] || !shares_memory(out[i], out, i, in)) continue;
       out[i] = out[i].clone();
@@ -151,7 +179,7 @@ struct Specialization {
       if (!inputs[i].matches(in[i])) return false;
     for (const ParamGuard &p : params)
       if (!p.holds()) return false;
-    return alias_pattern_is(in, params, aliases);
+    return aliases_none ? no_aliases(in, params) : alias_pattern_is(in, params, aliases);
   }
 };
 
@@ -281,6 +309,7 @@ struct CompiledFunction::Impl {
       spec->params.clear();
       spec->aliases = alias_pattern(in, spec->params);
     }
+    spec->summarize();
     compiles.fetch_add(1, std::memory_order_relaxed);
     return spec;
   }

@@ -29,11 +29,7 @@ std::string shape_str(IntArrayRef s) {
 
 std::ostream &operator<<(std::ostream &os, IntArrayRef s) { return os << shape_str(s); }
 
-Dims::Dims(IntArrayRef r) {
-  KILN_CHECK(r.size() <= size_t(kMaxDims), "tensors have at most ", kMaxDims, " dimensions, got ", r.size());
-  std::copy(r.begin(), r.end(), v_);
-  n_ = r.size();
-}
+void Dims::fail_too_many(size_t n) { KILN_FAIL("tensors have at most ", kMaxDims, " dimensions, got ", n); }
 
 void Dims::push_back(int64_t x) {
   KILN_CHECK(n_ < size_t(kMaxDims), "tensors have at most ", kMaxDims, " dimensions");
@@ -158,18 +154,43 @@ static Ref<Storage> allocate_for(IntArrayRef sizes, int64_t n, DType dtype) {
   }
 }
 
+// contiguous_strides written in place: a Dims returned by value and copied
+// is read back with wide loads right after its narrow stores, which stalls.
+static void set_contiguous_strides(Dims &st, IntArrayRef sizes) {
+  st.resize(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(sizes[i], 1);
+  }
+}
+
 Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta) {
   int64_t n = checked_numel(sizes, "empty");
-  KILN_CHECK(uint64_t(n) <= (uint64_t(1) << 60) / itemsize(dtype), "empty: shape ", shape_str(sizes),
-             " of ", dtype, " is too large to allocate");
+  // n * itemsize <= 2^60 without a division (every result passes here): with
+  // n <= 2^60 first, the product of at most 8 cannot overflow.
+  constexpr uint64_t kMaxBytes = uint64_t(1) << 60;
+  KILN_CHECK(uint64_t(n) <= kMaxBytes && uint64_t(n) * itemsize(dtype) <= kMaxBytes, "empty: shape ",
+             shape_str(sizes), " of ", dtype, " is too large to allocate");
   auto *impl = new TensorImpl;
   Ref<TensorImpl> ref(impl);
   impl->dtype = dtype;
   impl->is_meta = meta;
   impl->sizes = Dims(sizes);
-  impl->strides = contiguous_strides(sizes);
+  set_contiguous_strides(impl->strides, sizes);
   impl->numel = n;
   if (!meta) impl->storage = allocate_for(sizes, n, dtype);
+  return Tensor(std::move(ref));
+}
+
+Tensor make_checked_tensor(const Dims &sizes, const Dims &strides, int64_t numel, DType dtype) {
+  auto *impl = new TensorImpl;
+  Ref<TensorImpl> ref(impl);
+  impl->dtype = dtype;
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->numel = numel;
+  impl->storage = allocate_for(sizes, numel, dtype);
   return Tensor(std::move(ref));
 }
 
@@ -279,9 +300,11 @@ void check_defined(const Tensor &t, const char *op, const char *arg) {
 
 // ---------------------------------------------------------------- Tensor accessors
 
-TensorImpl &Tensor::impl() const {
-  KILN_CHECK(impl_, "cannot use an undefined tensor (default-constructed kiln::Tensor)");
-  return *impl_;
+void Tensor::fail_undefined() { KILN_FAIL("cannot use an undefined tensor (default-constructed kiln::Tensor)"); }
+
+void Tensor::fail_meta_data() {
+  if (detail::trace_hooks().data_read) detail::trace_hooks().data_read("data_ptr");
+  throw TraceError("data_ptr: a meta tensor has no data");
 }
 
 int64_t Tensor::size(int64_t d) const { return impl().sizes[detail::wrap_dim(d, dim(), "size")]; }
@@ -298,19 +321,6 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   for (size_t d = 0; d < 4; ++d)
     if (t.sizes[d] != 1 && t.strides[d] != want[d]) return false;
   return true;
-}
-
-bool Tensor::is_alias_of(const Tensor &o) const {
-  return defined() && o.defined() && impl().storage && impl().storage == o.impl().storage;
-}
-
-void *Tensor::raw_data() const {
-  const TensorImpl &t = impl();
-  if (t.is_meta) {
-    if (detail::trace_hooks().data_read) detail::trace_hooks().data_read("data_ptr");
-    throw TraceError("data_ptr: a meta tensor has no data");
-  }
-  return static_cast<char *>(t.storage->data()) + t.storage_offset * int64_t(itemsize(t.dtype));
 }
 
 void *Tensor::data_ptr() const { return raw_data(); }
@@ -492,7 +502,7 @@ Tensor select(const Tensor &x, int64_t dim, int64_t index) {
   if (index < 0) index += len;
   KILN_TRACE(Select, {x}, d, index);
   Dims sz(x.sizes()), st(x.strides());
-  int64_t off = x.storage_offset() + index * st[d];
+  int64_t off = x.storage_offset() + index * x.strides()[size_t(d)];
   sz.erase(d);
   st.erase(d);
   return detail::make_view(x, sz, st, off);

@@ -64,7 +64,13 @@ std::ostream &operator<<(std::ostream &os, IntArrayRef s);
 class Dims {
 public:
   Dims() = default;
-  Dims(IntArrayRef r);
+  // Inline: every result a tensor op makes copies its shape through here.
+  Dims(IntArrayRef r) {
+    if (r.size() > size_t(kMaxDims)) [[unlikely]]
+      fail_too_many(r.size());
+    for (size_t i = 0; i < r.size(); ++i) v_[i] = r[i];
+    n_ = r.size();
+  }
   Dims(std::initializer_list<int64_t> il) : Dims(IntArrayRef(il)) {}
   int64_t *begin() { return v_; }
   int64_t *end() { return v_ + n_; }
@@ -83,6 +89,7 @@ public:
   std::vector<int64_t> vec() const { return {v_, v_ + n_}; }
 
 private:
+  [[noreturn]] static void fail_too_many(size_t n);
   int64_t v_[kMaxDims];
   size_t n_ = 0;
 };
@@ -382,13 +389,33 @@ public:
   Tensor mm(const Tensor &mat2) const;
   Tensor bmm(const Tensor &mat2) const;
 
-  TensorImpl &impl() const;
+  // Inline (with the error out of line): every accessor goes through it.
+  TensorImpl &impl() const {
+    if (!impl_) [[unlikely]]
+      fail_undefined();
+    return *impl_;
+  }
   TensorImpl *unsafeGetTensorImpl() const { return impl_.get(); }
   const Ref<TensorImpl> &impl_ref() const { return impl_; }
 
 private:
+  [[noreturn]] static void fail_undefined();
+  [[noreturn]] static void fail_meta_data();
   Ref<TensorImpl> impl_;
 };
+
+// Inline: compiled calls read every input's address and compare storages on
+// each call, where a call into the library would cost more than the work.
+inline bool Tensor::is_alias_of(const Tensor &o) const {
+  return defined() && o.defined() && impl().storage && impl().storage == o.impl().storage;
+}
+
+inline void *Tensor::raw_data() const {
+  const TensorImpl &t = impl();
+  if (t.is_meta) [[unlikely]]
+    fail_meta_data();
+  return static_cast<char *>(t.storage->data()) + t.storage_offset * int64_t(itemsize(t.dtype));
+}
 
 // ---- Tensor operators (torch semantics)
 Tensor operator+(const Tensor &a, const Tensor &b);
@@ -451,6 +478,10 @@ Dims contiguous_strides(IntArrayRef sizes);
 int64_t checked_numel(IntArrayRef sizes, const char *op);
 // A fresh contiguous tensor; meta when `meta` is true (no storage).
 Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta = false);
+// make_tensor for a shape checked before (a compiled plan's output, checked
+// when the plan was built): `strides` are contiguous_strides(sizes) and `numel`
+// their product, both precomputed, so nothing is checked or derived per call.
+Tensor make_checked_tensor(const Dims &sizes, const Dims &strides, int64_t numel, DType dtype);
 // A view sharing `base`'s storage with new metadata (meta if base is meta).
 Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 // The result tensor of an op: meta if any input is meta. Kernels return it

@@ -1,7 +1,9 @@
 // The steady-state compiled call: the lock-free lookup of the first
 // specializations and the locked one behind it, outputs handed over to the
-// caller (each call's own memory), outputs that must still be copied, and
-// concurrent callers while new specializations are being published.
+// caller (each call's own memory), outputs that must still be copied,
+// concurrent callers while new specializations are being published, the
+// inline alias guard (inputs sharing memory with each other or with a captured
+// tensor) and constants bound once per call state.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -104,4 +106,99 @@ TEST(CallPath, ConcurrentCallersWhileSpecializationsArePublished) {
   for (auto &th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(f.stats().specializations, 6);
+}
+
+// The per-call alias guard compares storages inline when the specialization
+// was built for inputs that share no memory; one built for aliased inputs
+// checks the full pattern. Each pattern gets its own specialization, and a
+// later call of either kind finds its own again.
+TEST(CallPath, AliasedAndDistinctInputsEachFindTheirSpecialization) {
+  manual_seed(7);
+  ModelFn fn = scaled_add();
+  CompiledFunction f = compile(fn);
+  Tensor x = randn({2, 8}), y = randn({2, 8});
+  Tensor row = x.select(0, 1), other_row = x.select(0, 0);
+  auto check = [&](const std::vector<Tensor> &in, const char *what) {
+    std::vector<Tensor> got = f(in), want = fn(in);
+    ASSERT_EQ(got.size(), 1u) << what;
+    EXPECT_LE(max_abs_diff(got[0], want[0]), 1e-6) << what;
+  };
+  check({row, other_row}, "two views of one tensor"); // built for aliased inputs
+  EXPECT_EQ(f.stats().specializations, 1);
+  check({row, y.select(0, 0)}, "distinct inputs");
+  EXPECT_EQ(f.stats().specializations, 2);
+  check({other_row, row}, "aliased again");
+  check({y.select(0, 1), row}, "distinct again");
+  check({row, row}, "one view passed twice");
+  EXPECT_EQ(f.stats().specializations, 2);
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+TEST(CallPath, InputThatIsACapturedTensorGetsItsOwnSpecialization) {
+  manual_seed(8);
+  Tensor w = randn({16});
+  ModelFn fn = [w](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0] * w + 1.0}; };
+  CompiledFunction f = compile(fn);
+  Tensor x = randn({16});
+  EXPECT_LE(max_abs_diff(f({x})[0], fn({x})[0]), 1e-6);
+  EXPECT_LE(max_abs_diff(f({w})[0], fn({w})[0]), 1e-6);
+  EXPECT_EQ(f.stats().specializations, 2);
+  EXPECT_LE(max_abs_diff(f({x})[0], fn({x})[0]), 1e-6);
+  EXPECT_LE(max_abs_diff(f({w})[0], fn({w})[0]), 1e-6);
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+namespace {
+// A constant matrix made inside the function (folded into a plan constant),
+// read by a contraction, and returned as a result of its own.
+ModelFn with_constants() {
+  return [](const std::vector<Tensor> &in) {
+    Tensor c = full({8, 8}, 0.25) + eye(8);
+    return std::vector<Tensor>{matmul(in[0], c) + 1.0, c * 1.0};
+  };
+}
+} // namespace
+
+// Constants are bound once per call state, not per call: a caller writing to
+// a returned constant must not change later calls.
+TEST(CallPath, ConstantsStayIntactWhenTheCallerWritesToResults) {
+  manual_seed(9);
+  ModelFn fn = with_constants();
+  CompiledFunction f = compile(fn);
+  Tensor x = randn({4, 8});
+  std::vector<Tensor> want = fn({x});
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_LE(max_abs_diff(got[0], want[0]), 1e-5) << "call " << call;
+    EXPECT_LE(max_abs_diff(got[1], want[1]), 1e-6) << "call " << call;
+    got[0].fill_(-5.0);
+    got[1].fill_(-7.0);
+  }
+}
+
+TEST(CallPath, ConcurrentCallersShareConstants) {
+  manual_seed(10);
+  ModelFn fn = with_constants();
+  CompiledFunction f = compile(fn);
+  std::vector<Tensor> inputs, want0, want1;
+  for (int t = 0; t < 4; ++t) {
+    inputs.push_back(randn({4, 8}));
+    std::vector<Tensor> w = fn({inputs.back()});
+    want0.push_back(w[0]);
+    want1.push_back(w[1]);
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        std::vector<Tensor> got = f({inputs[size_t(t)]});
+        if (max_abs_diff(got[0], want0[size_t(t)]) > 1e-5 || max_abs_diff(got[1], want1[size_t(t)]) > 1e-6) ++bad;
+        got[1].fill_(double(t)); // each caller's own copy
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(f.stats().specializations, 1);
 }
