@@ -41,6 +41,9 @@ public:
   // guards do): skips that check, which costs as much as the guards on tiny calls.
   virtual std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const = 0;
   virtual PlanStats stats() const = 0;
+  // How many calls (run or run_matched) have started so far. Counted without a
+  // read-modify-write per call: exact once the calls have returned.
+  virtual int64_t calls() const = 0;
   // Per graph output: true when every call returns it in memory the call
   // allocated for it alone (a kernel's result outside the arena), so it can
   // share memory with no input, parameter, constant or other output.

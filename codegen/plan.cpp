@@ -23,7 +23,9 @@
 namespace kiln::codegen {
 
 namespace {
-thread_local const StepObserver *t_step_observer = nullptr;
+// initial-exec: read on every call, and the general TLS model of a shared
+// library would make that a __tls_get_addr call.
+__attribute__((tls_model("initial-exec"))) thread_local const StepObserver *t_step_observer = nullptr;
 
 double steady_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -80,6 +82,11 @@ struct CallState {
   std::vector<Tensor> env;  // per slot: the value (arena slots hold fixed views)
   std::vector<void *> ptr;  // per slot: address of element 0
   std::vector<Tensor> ins;  // scratch operands of an eager step
+  bool primary = false;     // the plan's first state (see Plan::acquire)
+  // Calls run with this state. Only the call holding the state writes it, so
+  // a load and a store count (no locked read-modify-write); Plan::calls() reads.
+  std::atomic<int64_t> calls{0};
+  void count_call() { calls.store(calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   ~CallState() {
     env.clear();
     if (arena) cached_free(arena, arena_bytes);
@@ -149,27 +156,34 @@ public:
   }
 
   std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
-    std::unique_ptr<CallState> st = acquire();
+    CallState &st = *acquire();
+    st.count_call();
     std::vector<Tensor> out;
     try {
-      out = run_with(*st, inputs);
+      out = run_with(st, inputs);
     } catch (...) {
-      clear(*st);
-      release(std::move(st));
+      clear(st);
+      release(&st);
       throw;
     }
-    clear(*st);
-    release(std::move(st));
+    clear(st);
+    release(&st);
     return out;
   }
 
   PlanStats stats() const override { return stats_; }
 
+  int64_t calls() const override {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    int64_t n = retired_calls_;
+    for (const CallState *st : states_) n += st->calls.load(std::memory_order_relaxed);
+    return n;
+  }
+
   std::vector<bool> outputs_allocated_per_call() const override {
     return std::vector<bool>(output_owned_.begin(), output_owned_.end());
   }
 
-  ~Plan() override { delete idle_.load(); }
 
 private:
   struct Expected {
@@ -261,34 +275,52 @@ private:
     for (Tensor &t : st.ins) t = Tensor();
   }
 
-  std::unique_ptr<CallState> acquire() const {
-    // One state waits in an atomic slot: a call at a time needs no lock.
-    if (CallState *st = idle_.exchange(nullptr, std::memory_order_acquire)) return std::unique_ptr<CallState>(st);
+  // A call at a time runs on the primary state: claimed with one exchange and
+  // handed back with a plain store (no lock, no second read-modify-write).
+  // Concurrent calls take the others from the pool.
+  CallState *acquire() const {
+    if (!primary_busy_.exchange(true, std::memory_order_acquire)) {
+      if (primary_) [[likely]]
+        return primary_.get();
+      try {
+        primary_ = make_state(true);
+      } catch (...) {
+        primary_busy_.store(false, std::memory_order_release);
+        throw;
+      }
+      return primary_.get();
+    }
     {
       std::lock_guard<std::mutex> lock(pool_mu_);
       if (!pool_.empty()) {
-        std::unique_ptr<CallState> st = std::move(pool_.back());
+        CallState *st = pool_.back().release();
         pool_.pop_back();
         return st;
       }
     }
-    return make_state();
+    return make_state(false).release();
   }
 
-  void release(std::unique_ptr<CallState> st) const {
-    CallState *expected = nullptr;
-    if (idle_.compare_exchange_strong(expected, st.get(), std::memory_order_release)) {
-      st.release();
+  void release(CallState *st) const {
+    if (st->primary) {
+      primary_busy_.store(false, std::memory_order_release);
       return;
     }
+    std::unique_ptr<CallState> owned(st);
     std::lock_guard<std::mutex> lock(pool_mu_);
     // Keep as many states as calls ever ran at once; with reserve() a steady
     // state pushes back without allocating.
-    if (pool_.size() < kMaxPooledStates) pool_.push_back(std::move(st));
+    if (pool_.size() < kMaxPooledStates) {
+      pool_.push_back(std::move(owned));
+      return;
+    }
+    retired_calls_ += st->calls.load(std::memory_order_relaxed);
+    states_.erase(std::find(states_.begin(), states_.end(), st));
   }
 
-  std::unique_ptr<CallState> make_state() const {
+  std::unique_ptr<CallState> make_state(bool primary) const {
     auto st = std::make_unique<CallState>();
+    st->primary = primary;
     st->env.resize(num_slots_);
     st->ptr.assign(num_slots_, nullptr);
     st->ins.reserve(max_operands_);
@@ -310,6 +342,8 @@ private:
         st->ptr[size_t(slot)] = p;
       }
     }
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    states_.push_back(st.get());
     return st;
   }
 
@@ -724,9 +758,12 @@ private:
   std::vector<uint8_t> output_owned_;                  // per output: see find_owned_outputs
   PlanStats stats_;
   std::vector<uint8_t> tensor_needed_; // per slot: some eager step, output or write-back reads its Tensor
-  mutable std::atomic<CallState *> idle_{nullptr};
-  mutable std::mutex pool_mu_;
+  mutable std::atomic<bool> primary_busy_{false};
+  mutable std::unique_ptr<CallState> primary_; // made by the first call; touched only while primary_busy_
+  mutable std::mutex pool_mu_;                  // guards the three below
   mutable std::vector<std::unique_ptr<CallState>> pool_;
+  mutable std::vector<const CallState *> states_; // every state alive (their call counts)
+  mutable int64_t retired_calls_ = 0;             // calls of the states freed so far
 };
 
 } // namespace

@@ -241,6 +241,7 @@ struct CompiledFunction::Impl {
   static constexpr size_t kFastSpecs = 8;
   std::array<std::atomic<const Specialization *>, kFastSpecs> fast{};
   std::mutex compile_mu; // one compile at a time per function
+  // calls: those no plan ran (each plan counts its own, see CompileStats::calls).
   std::atomic<int64_t> calls{0}, compiles{0}, eager_calls{0};
   std::string last_fallback_reason, last_recompile_reason;
   bool warned_cache_limit = false;
@@ -367,16 +368,27 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   // tracing"), and a call back into this function would wait on compile_mu
   // forever.
   if (detail::tracing()) return impl.fn(inputs);
-  impl.calls.fetch_add(1, std::memory_order_relaxed);
-  if (impl.fallback == Fallback::Force) return impl.run_eager(inputs);
+  if (impl.fallback == Fallback::Force) {
+    impl.calls.fetch_add(1, std::memory_order_relaxed);
+    return impl.run_eager(inputs);
+  }
   const Specialization *spec = impl.find_fast(inputs, get_num_threads());
   std::shared_ptr<Specialization> held; // a specialization found or built the slow way
   if (!spec) {
-    held = impl.select(inputs);
+    try {
+      held = impl.select(inputs);
+    } catch (...) {
+      impl.calls.fetch_add(1, std::memory_order_relaxed);
+      throw;
+    }
     spec = held.get();
   }
-  if (!spec || !spec->executable) return impl.run_eager(inputs);
-  // The guards above checked every input against the plan's signature.
+  if (!spec || !spec->executable) {
+    impl.calls.fetch_add(1, std::memory_order_relaxed);
+    return impl.run_eager(inputs);
+  }
+  // The guards above checked every input against the plan's signature. The
+  // plan counts the call: a locked add here would cost as much as the guards.
   std::vector<Tensor> out = spec->executable->run_matched(inputs);
   spec->own_outputs(out, inputs);
   return out;
@@ -402,8 +414,11 @@ CompileStats CompiledFunction::stats() const {
   s.eager_calls = impl.eager_calls.load();
   std::shared_lock lock(impl.mu);
   s.specializations = int64_t(impl.specs.size());
-  for (const auto &spec : impl.specs)
-    if (spec->executable) s.peak_arena_bytes = std::max(s.peak_arena_bytes, spec->executable->stats().arena_bytes);
+  for (const auto &spec : impl.specs) {
+    if (!spec->executable) continue;
+    s.peak_arena_bytes = std::max(s.peak_arena_bytes, spec->executable->stats().arena_bytes);
+    s.calls += spec->executable->calls();
+  }
   s.last_fallback_reason = impl.last_fallback_reason;
   s.last_recompile_reason = impl.last_recompile_reason;
   return s;

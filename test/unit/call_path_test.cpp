@@ -206,3 +206,36 @@ TEST(CallPath, ConcurrentCallersShareConstants) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(f.stats().specializations, 1);
 }
+
+// A plan counts the calls it runs (CompileStats::calls adds them to the calls
+// run eagerly or that failed before running), from any number of threads.
+TEST(CallPath, ConcurrentCallsAreCountedWhicheverPathRunsThem) {
+  manual_seed(11);
+  ModelFn fn = scaled_add();
+  CompileOptions opts;
+  opts.cache_limit = 1;
+  CompiledFunction f = compile(fn, opts);
+  std::vector<Tensor> planned{randn({4}), randn({4})}, eager{randn({5}), randn({5})};
+  for (int i = 0; i < 3; ++i) f(planned);
+  for (int i = 0; i < 2; ++i) f(eager); // over the cache limit: runs eagerly
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.calls, 5);
+  EXPECT_EQ(s.eager_calls, 2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) f(i % 5 == t ? eager : planned);
+    });
+  for (auto &th : threads) th.join();
+  s = f.stats();
+  EXPECT_EQ(s.calls, 5 + 200);
+  EXPECT_EQ(s.eager_calls, 2 + 40); // i % 5 == t for 10 of each thread's 50 calls
+  EXPECT_EQ(s.specializations, 1);
+
+  CompileOptions off;
+  off.fallback = Fallback::Off;
+  CompiledFunction g = compile(fn, off);
+  g(planned);
+  EXPECT_THROW(g({Tensor(), planned[1]}), Error); // a failed compile is a call too
+  EXPECT_EQ(g.stats().calls, 2);
+}
