@@ -56,12 +56,16 @@ struct Step {
   std::vector<std::pair<int, int64_t>> buffer_refs;
   // Kernel: each result's shape, contiguous strides and element count, checked
   // once here so that a call allocates its outputs without deriving them.
+  // The few fields a call reads come first, next to each other.
   struct OutShape {
-    Dims sizes, strides;
+    bool allocate; // no arena slot: a fresh tensor per call (set by use_memory_plan)
+    int slot;
     int64_t numel;
     DType dtype;
+    Dims sizes, strides;
   };
   std::vector<OutShape> out_shapes;
+  CompiledKernel::Fn fn = nullptr; // Kernel: kernel->fn(), one indirection less per call
   bool stream_stores = false;             // Kernel: compiled with KernelDesc::stream_stores
   // Eager: the arena slots its results are placed in (those that have one).
   struct Place {
@@ -369,15 +373,14 @@ private:
       size_t b = 0;
       for (auto [slot, off] : s.buffer_refs) buffers[b++] = static_cast<char *>(st.ptr[size_t(slot)]) + off;
       // Outputs without an arena slot (graph outputs) are the call's only allocations.
-      for (size_t i = 0; i < s.out.size(); ++i) {
-        const size_t slot = size_t(s.out[i]);
-        if (arena_slot_[slot]) continue;
+      for (size_t i = 0; i < s.out_shapes.size(); ++i) {
         const Step::OutShape &o = s.out_shapes[i];
-        bind(st, slot, kiln::detail::make_checked_tensor(o.sizes, o.strides, o.numel, o.dtype));
-        buffers[s.buffer_operands.size() + i] = st.ptr[slot];
+        if (!o.allocate) continue;
+        bind(st, size_t(o.slot), kiln::detail::make_checked_tensor(o.sizes, o.strides, o.numel, o.dtype));
+        buffers[s.buffer_operands.size() + i] = st.ptr[size_t(o.slot)];
       }
       if (s.stream_stores) check_stream_alignment(s, buffers);
-      s.kernel->run(buffers);
+      s.fn(buffers);
       return;
     }
     st.ins.resize(s.in.size());
@@ -458,11 +461,12 @@ private:
       desc.stream_stores = streaming_stores_pay_off(desc);
       s.stream_stores = desc.stream_stores;
       s.kernel = Jit::current().compile(desc);
+      s.fn = s.kernel->fn();
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) {
         IntArrayRef shape(r->type().shape);
-        s.out_shapes.push_back({Dims(shape), kiln::detail::contiguous_strides(shape),
-                                kiln::detail::checked_numel(shape, "empty"), r->type().dtype});
+        s.out_shapes.push_back({true, -1, kiln::detail::checked_numel(shape, "empty"), r->type().dtype, Dims(shape),
+                                kiln::detail::contiguous_strides(shape)});
       }
       ++stats_.kernels;
     } catch (const Error &e) {
@@ -617,12 +621,15 @@ private:
       }
       if (s.kind == Step::Kind::Kernel) {
         for (size_t i : s.buffer_operands) s.buffer_refs.push_back(view_ref(s.in[i]));
-        for (int o : s.out) {
+        for (size_t r = 0; r < s.out.size(); ++r) {
+          const int o = s.out[r];
           s.buffer_refs.push_back({o, 0});
+          s.out_shapes[r].slot = o;
           if (offset[size_t(o)] < 0) {
             transient_slots_.push_back(o);
             continue;
           }
+          s.out_shapes[r].allocate = false;
           arena_slot_[size_t(o)] = 1;
           arena_slots_.emplace_back(o, offset[size_t(o)]);
         }
