@@ -21,23 +21,13 @@
 #include "ir/printer.h"
 #include "runtime/error.h"
 
+#include "jit_test_util.h"
+
 using namespace kiln;
 using namespace kiln::codegen;
+using namespace kiln::test;
 
 namespace {
-
-Jit &test_jit() {
-  static Jit jit;
-  return jit;
-}
-
-template <class T> std::vector<T> random_values(size_t n, double lo, double hi, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<T> v(n);
-  for (auto &x : v) x = T(d(g));
-  return v;
-}
 
 // x laid out as an NCHW tensor at x[n*sn + c*sc + h*sh + w*sw] (strides may leave gaps).
 struct Nchw {

@@ -19,26 +19,16 @@
 #include "codegen/row_plan.h"
 #include "runtime/ops.h"
 
+#include "jit_test_util.h"
+
 using namespace kiln::codegen;
+using namespace kiln::test;
 using kiln::DType;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-Jit &test_jit() {
-  static Jit jit;
-  return jit;
-}
-
-template <class T> std::vector<T> random_values(size_t n, double lo, double hi, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<T> v(n);
-  for (auto &x : v) x = T(d(g));
-  return v;
-}
 
 // A linear layer as kiln traces it: out[n] = relu(fold_k x[k] * W[n, k] + b[n])
 // over an iteration space [rows, len]; x broadcast over rows, W rows with
@@ -144,18 +134,6 @@ template <class T> void check_layer(const LayerSpec &s, int64_t nan_row = -1) {
 // The decision for the kernel as lowered (its outer dims already one dim here).
 int64_t block_of(const KernelDesc &desc, int64_t lanes = 16) {
   return plan_row_block(desc, plan_rows(desc, 1 << 20), lanes);
-}
-
-bool is_packed_line(const std::string &line, const char *mnemonic_prefix) {
-  size_t start = line.find_first_not_of(" \t");
-  return start != std::string::npos && line.compare(start, std::strlen(mnemonic_prefix), mnemonic_prefix) == 0;
-}
-
-int count_lines(const std::string &assembly, const char *mnemonic_prefix) {
-  std::istringstream in(assembly);
-  int n = 0;
-  for (std::string line; std::getline(in, line);) n += is_packed_line(line, mnemonic_prefix);
-  return n;
 }
 
 } // namespace
