@@ -188,7 +188,6 @@ public:
     return std::vector<bool>(output_owned_.begin(), output_owned_.end());
   }
 
-
 private:
   struct Expected {
     DType dtype;
