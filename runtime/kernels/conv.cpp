@@ -146,6 +146,21 @@ template <class F> void run_items(int64_t items, const F &run) {
   run(0, items);
 }
 
+// block(col, n, oh0, oh1) for every (image n, block of output rows [oh0, oh1))
+// item, spread as run_items does; `col` is the running thread's reusable
+// im2col scratch (a compiled call's steady state allocates none).
+template <class T, class Block> void for_each_row_block(const ConvGeom &g, int64_t block_rows, const Block &block) {
+  const int64_t blocks = (g.Ho + block_rows - 1) / block_rows;
+  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
+  run_items(g.N * blocks, [&](int64_t lo, int64_t hi) {
+    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
+      block(col, n, oh0, std::min(g.Ho, oh0 + block_rows));
+    }
+  });
+}
+
 // Blocks of whole output rows whose im2col buffer stays within L2, spread over
 // the pool as (image, block) items with single-threaded BLAS.
 template <class T>
@@ -155,17 +170,9 @@ void conv_run_blocked(const ConvGeom &g, int64_t block_rows, const Tensor &x, co
   const T *wp = static_cast<const T *>(w.raw_data());
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
   T *yp = static_cast<T *>(out.raw_data());
-  const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
-  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
-  auto run = [&](int64_t lo, int64_t hi) {
-    // The running thread's reusable scratch: a compiled call's steady state allocates none.
-    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
-    for (int64_t i = lo; i < hi; ++i) {
-      const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
-      conv_block(g, n, oh0, std::min(g.Ho, oh0 + block_rows), xp, wp, bp, yp, col, after, ctx);
-    }
-  };
-  run_items(items, run);
+  for_each_row_block<T>(g, block_rows, [&](T *col, int64_t n, int64_t oh0, int64_t oh1) {
+    conv_block(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+  });
 }
 
 // ---- channels-last (NHWC): the torch layout [N, C, H, W] with strides (H*W*C, 1, W*C, C)
@@ -256,18 +263,10 @@ void conv_run_nhwc(const ConvGeom &g, int64_t block_rows, const T *xp, const T *
                    const Tensor &out, bool nchw_out, detail::nn::BlockCallback after, void *ctx) {
   const T *bp = bias.defined() ? static_cast<const T *>(bias.raw_data()) : nullptr;
   T *yp = static_cast<T *>(out.raw_data());
-  const int64_t blocks = (g.Ho + block_rows - 1) / block_rows, items = g.N * blocks;
-  const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * block_rows * g.Wo);
-  auto run = [&](int64_t lo, int64_t hi) {
-    T *col = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, col_elems * sizeof(T)));
-    for (int64_t i = lo; i < hi; ++i) {
-      const int64_t n = i / blocks, oh0 = i % blocks * block_rows;
-      const int64_t oh1 = std::min(g.Ho, oh0 + block_rows);
-      if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
-      else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
-    }
-  };
-  run_items(items, run);
+  for_each_row_block<T>(g, block_rows, [&](T *col, int64_t n, int64_t oh0, int64_t oh1) {
+    if (nchw_out) conv_block_nhwc_to_nchw(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+    else conv_block_nhwc(g, n, oh0, oh1, xp, wp, bp, yp, col, after, ctx);
+  });
 }
 
 // The weight [O, Cg, kH, kW] (any strides) as [O, kH, kW, Cg] in this thread's

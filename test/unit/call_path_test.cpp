@@ -16,7 +16,11 @@
 #include "frontend/compile.h"
 #include "ir/graph.h"
 
+#include "concurrency_test_util.h"
+
 using namespace kiln;
+
+using kiln::test::concurrent_failures;
 
 namespace {
 
@@ -94,18 +98,11 @@ TEST(CallPath, ConcurrentCallersWhileSpecializationsArePublished) {
     inputs.push_back({randn({n, 5}), randn({n, 5})});
     want.push_back(fn(inputs.back())[0]);
   }
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 200; ++i) {
-        size_t k = size_t(t + i) % inputs.size(); // every thread meets every signature, some first
-        Tensor got = f(inputs[k])[0];
-        if (max_abs_diff(got, want[k]) > 1e-6) ++bad;
-      }
-    });
-  for (auto &th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  int bad = concurrent_failures(4, 200, [&](int t, int i) {
+    size_t k = size_t(t + i) % inputs.size(); // every thread meets every signature, some first
+    return max_abs_diff(f(inputs[k])[0], want[k]) <= 1e-6;
+  });
+  EXPECT_EQ(bad, 0);
   EXPECT_EQ(f.stats().specializations, 6);
 }
 
@@ -192,18 +189,13 @@ TEST(CallPath, ConcurrentCallersShareConstants) {
     want0.push_back(w[0]);
     want1.push_back(w[1]);
   }
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 100; ++i) {
-        std::vector<Tensor> got = f({inputs[size_t(t)]});
-        if (max_abs_diff(got[0], want0[size_t(t)]) > 1e-5 || max_abs_diff(got[1], want1[size_t(t)]) > 1e-6) ++bad;
-        got[1].fill_(double(t)); // each caller's own copy
-      }
-    });
-  for (auto &th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  int bad = concurrent_failures(4, 100, [&](int t, int) {
+    std::vector<Tensor> got = f({inputs[size_t(t)]});
+    bool ok = max_abs_diff(got[0], want0[size_t(t)]) <= 1e-5 && max_abs_diff(got[1], want1[size_t(t)]) <= 1e-6;
+    got[1].fill_(double(t)); // each caller's own copy
+    return ok;
+  });
+  EXPECT_EQ(bad, 0);
   EXPECT_EQ(f.stats().specializations, 1);
 }
 
@@ -221,12 +213,7 @@ TEST(CallPath, ConcurrentCallsAreCountedWhicheverPathRunsThem) {
   CompileStats s = f.stats();
   EXPECT_EQ(s.calls, 5);
   EXPECT_EQ(s.eager_calls, 2);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 50; ++i) f(i % 5 == t ? eager : planned);
-    });
-  for (auto &th : threads) th.join();
+  concurrent_failures(4, 50, [&](int t, int i) { return !f(i % 5 == t ? eager : planned).empty(); });
   s = f.stats();
   EXPECT_EQ(s.calls, 5 + 200);
   EXPECT_EQ(s.eager_calls, 2 + 40); // i % 5 == t for 10 of each thread's 50 calls

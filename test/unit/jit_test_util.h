@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -13,6 +14,9 @@
 #include "codegen/kernel.h"
 
 namespace kiln::test {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // One JIT per test binary: identical kernels compile once.
 inline codegen::Jit &test_jit() {

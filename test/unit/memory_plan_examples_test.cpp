@@ -23,9 +23,22 @@
 #include "passes/plan_memory.h"
 #include "runtime/allocator.h"
 
+#include "concurrency_test_util.h"
+
 using namespace kiln;
+using kiln::test::concurrent_failures;
 
 namespace {
+
+// Every output within f32 tolerance of the eager one (relative to its size).
+bool close_to(const std::vector<Tensor> &got, const std::vector<Tensor> &want) {
+  if (got.size() != want.size()) return false;
+  for (size_t k = 0; k < got.size(); ++k) {
+    double scale = amax(abs(want[k])).item<double>();
+    if (!(amax(abs(got[k] - want[k])).item<double>() <= 1e-5 + 1e-4 * scale)) return false;
+  }
+  return true;
+}
 
 std::unique_ptr<ir::Graph> planned(const std::string &text, const char *pass = "plan-memory") {
   auto g = ir::parse(text);
@@ -338,20 +351,7 @@ TEST(ArenaExecutor, ConcurrentCallsFromFourThreads) {
     xs.push_back(randn({24, 48}));
     want.push_back(fn({xs.back()}));
   }
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 200; ++i) {
-        std::vector<Tensor> got = f({xs[size_t(t)]});
-        for (size_t k = 0; k < got.size(); ++k) {
-          double scale = amax(abs(want[size_t(t)][k])).item<double>();
-          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale) ++bad;
-        }
-      }
-    });
-  for (auto &th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(concurrent_failures(4, 200, [&](int t, int) { return close_to(f({xs[size_t(t)]}), want[size_t(t)]); }), 0);
 }
 
 namespace {
@@ -452,20 +452,7 @@ TEST(ArenaExecutor, ConcurrentEpilogueScratch) {
   EXPECT_EQ(conv_groups, 1) << ir::print(*g);
   EXPECT_EQ(gemm_groups, 1) << ir::print(*g);
   EXPECT_EQ(steady_state_allocations(f, {xs[0]}).storages, 2 * kCalls);
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 50; ++i) {
-        std::vector<Tensor> got = f({xs[size_t(t)]});
-        for (size_t k = 0; k < got.size(); ++k) {
-          double scale_k = amax(abs(want[size_t(t)][k])).item<double>();
-          if (amax(abs(got[k] - want[size_t(t)][k])).item<double>() > 1e-5 + 1e-4 * scale_k) ++bad;
-        }
-      }
-    });
-  for (auto &th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(concurrent_failures(4, 50, [&](int t, int) { return close_to(f({xs[size_t(t)]}), want[size_t(t)]); }), 0);
 }
 
 // max(x, dim) has two results (f32 values, int64 indices), both intermediates:

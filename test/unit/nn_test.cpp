@@ -406,28 +406,35 @@ TEST(Nn, SdpaErrors) {
 
 // ---------------------------------------------------------------- conv2d
 
+namespace {
+struct ConvCase {
+  Shape x, w;
+  Shape st, pd, dl;
+  int64_t groups;
+  bool bias;
+};
+
+// The conv2d variants both layouts are checked on: padding, stride, dilation,
+// groups, depthwise, 1x1 (no im2col).
+const std::vector<ConvCase> kConvCases = {
+    {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+    {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
+    {{1, 3, 9, 7}, {5, 3, 3, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},
+    {{2, 4, 10, 10}, {6, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 2, true},
+    {{3, 4, 6, 6}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4, false}, // depthwise
+    {{2, 6, 5, 5}, {6, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},  // 1x1: no im2col
+    {{2, 6, 5, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false}, // 1x1 grouped
+    {{1, 2, 7, 7}, {3, 2, 2, 2}, {3, 3}, {0, 0}, {3, 2}, 1, true},
+};
+} // namespace
+
 TEST_P(NnF, Conv2dCombinations) {
   const DType dt = GetParam();
   const double t = dt == kFloat32 ? 2e-5 : 1e-11;
-  struct Case {
-    Shape x, w;
-    Shape st, pd, dl;
-    int64_t groups;
-    bool bias;
-  };
-  const std::vector<Case> cases = {
-      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
-      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
-      {{1, 3, 9, 7}, {5, 3, 3, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},
-      {{2, 4, 10, 10}, {6, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 2, true},
-      {{3, 4, 6, 6}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4, false}, // depthwise
-      {{2, 6, 5, 5}, {6, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},  // 1x1: no im2col
-      {{2, 6, 5, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false}, // 1x1 grouped
-      {{1, 2, 7, 7}, {3, 2, 2, 2}, {3, 3}, {0, 0}, {3, 2}, 1, true},
-      {{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
-  };
+  std::vector<ConvCase> cases = kConvCases;
+  cases.push_back({{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true});
   uint32_t seed = 1;
-  for (const Case &c : cases) {
+  for (const ConvCase &c : cases) {
     Tensor x = rnd(c.x, dt, seed++), w = rnd(c.w, dt, seed++), b = c.bias ? rnd({c.w[0]}, dt, seed++) : Tensor();
     Tensor y = conv2d(x, w, b, c.st, c.pd, c.dl, c.groups);
     expect_close(y, ref_conv2d(x, w, b, c.st, c.pd, c.dl, c.groups), t);
@@ -458,26 +465,11 @@ TEST_P(NnF, Conv2dScalarArgsLayoutsAndUnbatched) {
 TEST_P(NnF, Conv2dChannelsLast) {
   const DType dt = GetParam();
   const double t = dt == kFloat32 ? 2e-5 : 1e-11;
-  struct Case {
-    Shape x, w;
-    Shape st, pd, dl;
-    int64_t groups;
-    bool bias;
-  };
-  const std::vector<Case> cases = {
-      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
-      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
-      {{1, 3, 9, 7}, {5, 3, 3, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},
-      {{2, 4, 10, 10}, {6, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 2, true},
-      {{3, 4, 6, 6}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4, false}, // depthwise
-      {{2, 6, 5, 5}, {6, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},  // 1x1: no im2col
-      {{2, 6, 5, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false}, // 1x1 grouped
-      {{1, 2, 7, 7}, {3, 2, 2, 2}, {3, 3}, {0, 0}, {3, 2}, 1, true},
-      {{2, 16, 14, 14}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}, // W7's conv, smaller
-  };
+  std::vector<ConvCase> cases = kConvCases;
+  cases.push_back({{2, 16, 14, 14}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}); // W7's conv, smaller
   uint32_t seed = 1;
   const int saved = get_num_threads();
-  for (const Case &c : cases) {
+  for (const ConvCase &c : cases) {
     Tensor x = rnd(c.x, dt, seed++).contiguous(MemoryFormat::ChannelsLast);
     Tensor w = rnd(c.w, dt, seed++), b = c.bias ? rnd({c.w[0]}, dt, seed++) : Tensor();
     ASSERT_TRUE(x.is_contiguous(MemoryFormat::ChannelsLast) && !x.is_contiguous()) << shape_str(c.x);

@@ -27,9 +27,6 @@ using kiln::DType;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // A linear layer as kiln traces it: out[n] = relu(fold_k x[k] * W[n, k] + b[n])
 // over an iteration space [rows, len]; x broadcast over rows, W rows with
 // stride `w_row_stride` (len = contiguous) and element stride `w_col_stride`.

@@ -28,9 +28,6 @@ using kiln::DType;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // softmax over the last dim of a [rows, cols] iteration space; x has `x_strides`.
 KernelDesc softmax_desc(int64_t rows, int64_t cols, DType t, std::vector<int64_t> x_strides = {}) {
   KernelBuilder k({rows, cols});
