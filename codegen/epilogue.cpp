@@ -493,11 +493,9 @@ private:
     };
     const int64_t n = items();
     if (n > 1 && get_num_threads() > 1 && !in_parallel_region()) {
-      kiln::detail::nn::set_blas_threads(1);
       parallel_for(0, n, 1, work);
       return;
     }
-    kiln::detail::nn::blas_threads_for_caller();
     work(0, n);
   }
 

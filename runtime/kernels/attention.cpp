@@ -2,8 +2,8 @@
 //
 // Each batch's [L, S] score matrix is produced by one GEMM (k read as a
 // transposed view, no copy), masked and softmaxed row by row, then multiplied by
-// v with a second GEMM straight into the output. Batches run in parallel with
-// single-threaded BLAS; a single batch uses OpenBLAS's threads.
+// v with a second GEMM straight into the output. Batches run in parallel, each
+// on one thread; a single batch's GEMMs split over kiln's threads (gemm_blas).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -102,11 +102,9 @@ template <class T> void sdpa_run(const SdpaPlan &pl, const Tensor &q, const Tens
   };
   const int64_t work = std::max<int64_t>(1, pl.L * pl.S * (pl.E + pl.Ev));
   if (batch_parallel(nbatch, work)) {
-    set_blas_threads(1);
     parallel_for(0, nbatch, std::max<int64_t>(1, (int64_t(1) << 18) / work), run);
     return;
   }
-  blas_threads_for_caller();
   run(0, nbatch);
 }
 

@@ -97,14 +97,12 @@ template <class T> void conv_run(const ConvGeom &g, const Tensor &x, const Tenso
   const size_t col_elems = g.direct() ? 0 : size_t(g.C / g.groups * g.kH * g.kW * g.Ho * g.Wo);
   const int64_t flops_per_image = g.O * g.Ho * g.Wo * (g.C / g.groups) * g.kH * g.kW;
   if (batch_parallel(g.N, flops_per_image)) {
-    set_blas_threads(1);
     parallel_for(0, g.N, 1, [&](int64_t lo, int64_t hi) {
       std::vector<T> col(col_elems); // one scratch per chunk of images
       for (int64_t n = lo; n < hi; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), false);
     });
     return;
   }
-  blas_threads_for_caller();
   std::vector<T> col(col_elems);
   for (int64_t n = 0; n < g.N; ++n) conv_image(g, n, xp, wp, bp, yp, col.data(), true);
 }
@@ -133,16 +131,14 @@ void conv_block(const ConvGeom &g, int64_t n, int64_t oh0, int64_t oh1, const T 
   if (after) after(ctx, n, p0, np);
 }
 
-// Runs run(lo, hi) over [0, items): over the pool with single-threaded BLAS
-// when there is more than one item and we are not inside a parallel region,
-// else on the caller with the caller's BLAS threads.
+// Runs run(lo, hi) over [0, items): over the pool when there is more than one
+// item and we are not inside a parallel region (each item's GEMM then runs on
+// its thread alone), else on the caller (whose GEMMs split over the pool).
 template <class F> void run_items(int64_t items, const F &run) {
   if (items > 1 && get_num_threads() > 1 && !in_parallel_region()) {
-    set_blas_threads(1);
     parallel_for(0, items, 1, run);
     return;
   }
-  blas_threads_for_caller();
   run(0, items);
 }
 

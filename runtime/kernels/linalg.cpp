@@ -7,7 +7,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <optional>
 #include <string>
@@ -28,15 +27,19 @@ namespace detail::nn {
 // ------------------------------------------------------------------ threads
 
 namespace {
-std::atomic<int> g_blas_threads{0}; // what OpenBLAS was last told (0: never)
-} // namespace
-
-void set_blas_threads(int n) {
-  n = std::max(n, 1);
-  if (g_blas_threads.exchange(n, std::memory_order_relaxed) != n) openblas_set_num_threads(n);
+// OpenBLAS's thread count is process-wide, and OpenBLAS 0.3.21 does not support
+// changing it while another thread is inside it, which concurrent callers of a
+// compiled function would do. So OpenBLAS runs single-threaded for the whole
+// process, set once before kiln's first BLAS call, and kiln spreads large
+// products over its own pool instead (gemm_blas).
+void blas_single_threaded() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
 }
-
-void blas_threads_for_caller() { set_blas_threads(in_parallel_region() ? 1 : get_num_threads()); }
+} // namespace
 
 bool batch_parallel(int64_t nbatch, int64_t flops_each) {
   const int threads = get_num_threads();
@@ -151,11 +154,28 @@ template <class T> void scale_c(int64_t m, int64_t n, T beta, T *C, int64_t ldc)
     for (int64_t j = 0; j < n; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
 }
 
+// Products of at least this many multiply-adds, called outside a parallel
+// region, are split over kiln's threads: OpenBLAS's own threshold for threading
+// (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c).
+constexpr int64_t kSplitMacs = int64_t(1) << 18;
+// Split points fall on multiples of this many rows or columns (a multiple of
+// every OpenBLAS micro-kernel's register block), so no part gets a ragged edge
+// that a single call would not have had.
+constexpr int64_t kSplitAlign = 16;
+
+// How many parts to split an m x n x k product into over `threads` threads.
+int64_t split_parts(int64_t m, int64_t n, int64_t k, int threads) {
+  if (threads < 2 || in_parallel_region() || m * n * k < kSplitMacs) return 1;
+  const int64_t blocks = (std::max(m, n) + kSplitAlign - 1) / kSplitAlign;
+  return std::min<int64_t>(threads, blocks);
+}
+
 template <class T>
 void gemm_blas(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
                int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc) {
   KILN_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && ldc <= INT_MAX,
              "matmul: matrix dimensions ", m, "x", k, " and ", k, "x", n, " are too large for BLAS");
+  blas_single_threaded();
   std::vector<T> abuf, bbuf;
   BlasOperand la = blas_layout(m, k, ars, acs);
   if (!la.ok) {
@@ -167,8 +187,26 @@ void gemm_blas(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars
     B = pack_operand(B, k, n, brs, bcs, bbuf);
     lb = {true, false, std::max<int64_t>(n, 1)};
   }
-  blas_call<T>(la.trans, lb.trans, int(m), int(n), int(k), alpha, A, int(la.ld), B, int(lb.ld), beta, C,
-               int(std::max<int64_t>(ldc, 1)));
+  ldc = std::max<int64_t>(ldc, 1);
+  // Rows [i0, i0 + mi) x columns [j0, j0 + nj) of C: one single-threaded BLAS call.
+  auto part = [&](int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+    const T *a = A + (la.trans ? i0 : i0 * la.ld);
+    const T *b = B + (lb.trans ? j0 * lb.ld : j0);
+    blas_call<T>(la.trans, lb.trans, int(mi), int(nj), int(k), alpha, a, int(la.ld), b, int(lb.ld), beta,
+                 C + i0 * ldc + j0, int(ldc));
+  };
+  const int64_t parts = split_parts(m, n, k, get_num_threads());
+  if (parts == 1) return part(0, m, 0, n);
+  // Split the longer side: each part packs all of the other operand, so the
+  // packing done twice is the smaller one.
+  const bool by_rows = m >= n;
+  const int64_t len = by_rows ? m : n;
+  const int64_t blocks = (len + kSplitAlign - 1) / kSplitAlign;
+  parallel_for(0, blocks, (blocks + parts - 1) / parts, [&](int64_t lo, int64_t hi) {
+    const int64_t s = lo * kSplitAlign, e = std::min(hi * kSplitAlign, len);
+    if (by_rows) part(s, e - s, 0, n);
+    else part(0, m, s, e - s);
+  });
 }
 
 // Integer (and any non-BLAS) product: i-p-j loops, unsigned arithmetic so that
@@ -298,15 +336,13 @@ void batched_gemm(IntArrayRef batch, int64_t m, int64_t n, int64_t k, const Oper
           gemm<T>(m, n, k, al, a + aoff[i], A.rs, A.cs, b + boff[i], B.rs, B.cs, be,
                   c + i * m * n, n);
       };
-      // Several batches: one single-threaded BLAS call per batch, batches spread
-      // over kiln's pool. One batch: the call itself uses OpenBLAS's threads.
+      // Several batches: one BLAS call per batch, batches spread over kiln's
+      // pool. Otherwise each call spreads its own product (gemm_blas).
       if (batch_parallel(nb, m * n * k)) {
-        set_blas_threads(1);
         const int64_t grain = std::max<int64_t>(1, kGemmGrainFlops / std::max<int64_t>(m * n * k, 1));
         parallel_for(0, nb, grain, run);
         return;
       }
-      blas_threads_for_caller();
       run(0, nb);
     }
   });

@@ -14,13 +14,6 @@
 
 namespace kiln::detail::nn {
 
-// OpenBLAS runs its own threads. Before a BLAS call made on the calling thread,
-// sync them with kiln's thread count (1 inside a kiln parallel region); before a
-// parallel_for whose chunks call BLAS, set them to 1 so the two pools never
-// oversubscribe the cores. openblas_set_num_threads is only called on a change.
-void set_blas_threads(int n);
-void blas_threads_for_caller();
-
 // Whether `nbatch` independent products of `flops_each` multiply-adds should run
 // batch-parallel (single-threaded BLAS per batch) rather than one after another
 // with OpenBLAS's own threads: yes when there are enough batches to fill kiln's
@@ -33,7 +26,10 @@ bool batch_parallel(int64_t nbatch, int64_t flops_each);
 // with A[i, p] at A[i * ars + p * acs], B[p, j] at B[p * brs + j * bcs] and C
 // row-major with leading dimension ldc. beta == 0 ignores C's contents (NaN too).
 // float/double go to OpenBLAS: a row-major or transposed operand is passed as is
-// (a transpose flag, no copy); any other layout is packed first. Integer types
+// (a transpose flag, no copy); any other layout is packed first. OpenBLAS runs
+// single-threaded for the whole process (its thread count is process-wide and
+// may not change under concurrent callers); a large product called outside a
+// kiln parallel region is split along its longer side over kiln's threads. Integer types
 // use plain loops with wrap-around arithmetic, as torch's CPU integer matmul.
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,

@@ -1,4 +1,8 @@
 // mm, bmm, matmul, addmm, linear against naive double-precision loops.
+#include <cblas.h>
+
+#include <thread>
+
 #include "unit/nn_test_util.h"
 
 using namespace kiln;
@@ -162,6 +166,69 @@ TEST(Linalg, MmInsideParallelRegion) {
     for (int64_t i = lo; i < hi; ++i) outs[size_t(i)] = mm(a, b);
   });
   for (const Tensor &o : outs) expect_close(o, want, 1e-4);
+}
+
+// Products large enough to be split over kiln's threads (gemm_blas splits the
+// longer side at multiples of 16): rows split (m >= n), columns split, sizes
+// that leave a ragged last part, transposed and packed operands, and addmm's
+// beta, at 1 and 2 threads. Each part is its own BLAS call, so a wrong offset
+// into A, B or C shows up as wrong values here.
+TEST_P(LinalgF, SplitProductsMatchReference) {
+  const DType dt = GetParam();
+  const std::vector<std::array<int64_t, 3>> cases = {{200, 70, 40}, {40, 70, 200}, {33, 300, 33}, {17, 1000, 47}};
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (auto [m, k, n] : cases) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, " << m << "x" << k << "x" << n);
+      Tensor a = rnd({m, k}, dt, 1), b = rnd({k, n}, dt, 2);
+      Tensor at_ = rnd({k, m}, dt, 3).t(), bt = rnd({n, k}, dt, 4).t();
+      Tensor as = rnd({m, 2 * k}, dt, 5).slice(1, 0, 2 * k, 2); // column stride 2: packed first
+      expect_close(mm(a, b), ref_matmul(a, b), tol(dt, k));
+      expect_close(mm(at_, bt), ref_matmul(at_, bt), tol(dt, k));
+      expect_close(mm(as, bt), ref_matmul(as, bt), tol(dt, k));
+      Tensor in = rnd({m, n}, dt, 6);
+      Want want = ref_matmul(a, b);
+      for (size_t i = 0; i < want.v.size(); ++i) want.v[i] = 0.5 * values(in)[i] + 2 * want.v[i];
+      expect_close(addmm(in, a, b, 0.5, 2), want, tol(dt, k));
+    }
+  }
+  set_num_threads(saved);
+}
+
+// OpenBLAS's thread count is process-wide and must not change per call: a
+// caller switching it while another thread is inside OpenBLAS is unsupported.
+// kiln keeps it at 1 whatever kiln's own thread count.
+TEST(Linalg, OpenBlasStaysSingleThreaded) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  Tensor a = rnd({256, 128}, kFloat32, 1), b = rnd({128, 256}, kFloat32, 2);
+  expect_close(mm(a, b), ref_matmul(a, b), 1e-3);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  Tensor x = rnd({2, 8, 20, 20}, kFloat32, 3), w = rnd({16, 8, 3, 3}, kFloat32, 4);
+  conv2d(x, w);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  set_num_threads(saved);
+}
+
+// Several caller threads at once, each running products that split over the
+// pool next to batched products whose batches spread over it (the mix that
+// used to switch OpenBLAS's thread count under another caller's BLAS call).
+TEST(Linalg, ConcurrentCallersSplitProducts) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  Tensor a = rnd({160, 96}, kFloat32, 1), b = rnd({96, 120}, kFloat32, 2);
+  Tensor ba = rnd({8, 24, 32}, kFloat32, 3), bb = rnd({8, 32, 16}, kFloat32, 4);
+  const Want want = ref_matmul(a, b), bwant = ref_matmul(ba, bb);
+  std::vector<std::thread> callers;
+  std::vector<Tensor> outs(8);
+  for (size_t t = 0; t < outs.size(); ++t)
+    callers.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) outs[t] = t % 2 ? bmm(ba, bb) : mm(a, b);
+    });
+  for (std::thread &c : callers) c.join();
+  for (size_t t = 0; t < outs.size(); ++t) expect_close(outs[t], t % 2 ? bwant : want, 1e-3);
+  set_num_threads(saved);
 }
 
 // ---------------------------------------------------------------- matmul
