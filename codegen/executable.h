@@ -56,7 +56,9 @@ struct StepEvent {
   // epilogue if any), "eager" (an eager op; views included) or "eager-group"
   // (a fusion group codegen could not lower, interpreted).
   std::string_view category;
-  std::string_view name; // kernel symbol or op mnemonic
+  // The value it computes as the IR dump names it, then the kernel symbol or
+  // what runs: "%86 kiln_k_<hash>", "%90 contraction+epilogue", "%5 matmul".
+  std::string_view name;
   double start_us = 0;   // steady_clock microseconds
   double dur_us = 0;
 };

@@ -145,9 +145,13 @@ struct State {
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
   }
 
+  // A kernel whose IR or assembly is wanted (KILN_DUMP=llvm|asm) is compiled
+  // even when its object is on disk: a dump must show the code, warm cache or not.
+  bool use_disk() const { return disk && !opts.capture_ir && !opts.capture_asm; }
+
   void transform(llvm::Module &m) {
     // An object on disk makes O3 wasted work: skip it (the compiler loads the object).
-    if (disk && disk->prefetch(m)) return;
+    if (use_disk() && disk->prefetch(m)) return;
     auto t0 = Clock::now();
     optimize(m);
     mark_streamed_stores(m);
@@ -178,7 +182,7 @@ public:
       : IRCompiler(orc::irManglingOptionsFromTargetOptions(tm->Options)), tm_(std::move(tm)), st_(st) {}
 
   llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module &m) override {
-    if (st_->disk) {
+    if (st_->use_disk()) {
       if (auto obj = st_->disk->getObject(&m)) {
         st_->capture.from_disk = true;
         return obj;
@@ -283,6 +287,8 @@ Jit::Jit(JitOptions options) : impl_(std::make_unique<Impl>()) {
         return tsm;
       });
   define_host_symbols(*st.lljit);
+  if (st.disk && !st.use_disk())
+    kiln::log()->debug("kiln jit: KILN_DUMP asks for IR/assembly: kernels are compiled, not loaded from the disk cache");
   kiln::log()->debug("kiln jit: LLVM {} for {} ({}), disk cache {}", LLVM_VERSION_STRING, st.cpu,
                     st.target.triple, st.disk ? st.opts.cache_dir : "off");
 }

@@ -29,8 +29,9 @@ namespace kiln::codegen {
 struct JitOptions {
   // Keep each kernel's optimized LLVM IR / assembly text on the CompiledKernel.
   // Assembly is produced by a second code generation from the optimized IR, so
-  // it costs a compile. Neither exists for an object loaded from the disk cache
-  // (no IR is optimized or compiled then): use no cache_dir when inspecting.
+  // it costs a compile. With either set, kernels are optimized and compiled even
+  // when their object is in the disk cache (which has no IR to show); the
+  // objects are still written to it.
   bool capture_ir = false;
   bool capture_asm = false;
   // Also print captured text through the "kiln.dump" spdlog logger (KILN_DUMP).

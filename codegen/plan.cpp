@@ -75,6 +75,9 @@ struct Step {
   std::vector<Place> places;
   // Epilogue: bytes of per-call scratch, at scratch_offset_ in the arena.
   int64_t scratch_bytes = 0;
+  // Its name in a trace (StepEvent::name): the IR value it computes, as the
+  // dump prints it, then the kernel symbol or what runs ("%86 kiln_k_...").
+  std::string label;
 };
 
 // The mutable state of one running call: the arena and the value table. A plan
@@ -144,6 +147,9 @@ public:
         define(n->results()[i], outs.at(i));
       }
       resolve_view(s, ins, meta);
+      s.label = label_of(s);
+      if (s.kind == Step::Kind::Kernel)
+        kiln::log()->debug("codegen: %{} runs as kernel {}", n->result()->name(), s.kernel->symbol());
       steps_.push_back(std::move(s));
     }
     num_slots_ = meta.size();
@@ -360,11 +366,18 @@ private:
     }
     return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
   }
-  static std::string_view step_name(const Step &s) {
-    if (s.kind == Step::Kind::Kernel) return s.kernel->symbol();
-    if (s.kind == Step::Kind::EagerGroup) return "fusion_group";
-    if (s.kind == Step::Kind::Epilogue) return "contraction+epilogue";
-    return op_info(s.node->op()).mnemonic;
+  static std::string_view step_name(const Step &s) { return s.label; }
+  static std::string label_of(const Step &s) {
+    std::string what;
+    switch (s.kind) {
+    case Step::Kind::Kernel: what = s.kernel->symbol(); break;
+    case Step::Kind::EagerGroup: what = "fusion_group (eager)"; break;
+    case Step::Kind::Epilogue: what = "contraction+epilogue"; break;
+    case Step::Kind::Skip:
+    case Step::Kind::Eager: what = std::string(op_info(s.node->op()).mnemonic); break;
+    }
+    if (s.node->results().empty()) return what;
+    return std::string("%").append(s.node->result()->name()).append(" ").append(what);
   }
 
   void run_step(const Step &s, CallState &st, void **buffers) const {

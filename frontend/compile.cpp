@@ -13,6 +13,7 @@
 #include "codegen/executable.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
+#include "passes/dump_names.h"
 #include "passes/pass_manager.h"
 #include "runtime/log.h"
 #include "runtime/op_registry.h"
@@ -285,7 +286,9 @@ struct CompiledFunction::Impl {
       std::shared_ptr<ir::Graph> g = trace(fn, in, options.name);
       spec->fresh = fresh_outputs(*g);
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
-      passes::run_pipeline(*g, pipeline, passes::PipelineOptions::from_env());
+      passes::PipelineOptions dumps = passes::PipelineOptions::from_env();
+      passes::use_graph_dump_dir(dumps, *g); // KILN_DUMP_DIR: a folder per function and specialization
+      passes::run_pipeline(*g, pipeline, dumps);
       for (const ir::Value *p : g->params())
         spec->params.push_back({p->tensor(), p->tensor().dtype(), Dims(p->tensor().sizes())});
       spec->aliases = alias_pattern(in, spec->params);

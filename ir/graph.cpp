@@ -43,19 +43,57 @@ const AttrValue *Node::attr(std::string_view name) const {
   return nullptr;
 }
 
+// Fresh names depend only on the values a graph holds: next_id_ is always one
+// past the highest numeric name among them, and a name is taken only while its
+// value is in the graph (created and not erased). So a graph and its printed
+// and re-parsed copy name new values alike, and kiln-opt run on a dump numbers
+// values as the compiler did.
+namespace {
+
+// The number a name like "12" stands for, or -1 ("x", "007", "1e3").
+int64_t numeric_name(const std::string &n) {
+  if (n.empty() || n.size() > 15 || (n.size() > 1 && n[0] == '0')) return -1;
+  int64_t v = 0;
+  for (char c : n) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// A graph's taken names and its next fresh number (Graph::used_names_, next_id_).
+void take_name(std::unordered_set<std::string> &used, int64_t &next_id, const std::string &n) {
+  used.insert(n);
+  next_id = std::max(next_id, numeric_name(n) + 1);
+}
+
+void release_name(std::unordered_set<std::string> &used, int64_t &next_id, const std::string &n) {
+  used.erase(n);
+  int64_t id = numeric_name(n);
+  if (id < 0 || id + 1 != next_id) return;
+  // The highest number left: scan down past the free ones, or recount if that is longer.
+  next_id = id;
+  for (size_t steps = 0; next_id > 0 && !used.count(std::to_string(next_id - 1)); ++steps) {
+    if (steps > used.size()) {
+      next_id = 0;
+      for (const std::string &u : used) next_id = std::max(next_id, numeric_name(u) + 1);
+      return;
+    }
+    --next_id;
+  }
+}
+
+} // namespace
+
 void Value::set_name(std::string n) {
+  if (graph_) release_name(graph_->used_names_, graph_->next_id_, name_);
   name_ = std::move(n);
-  if (graph_) graph_->used_names_.insert(name_);
+  if (graph_) take_name(graph_->used_names_, graph_->next_id_, name_);
 }
 
 std::string Graph::unique_name(const std::string &hint) {
   std::string base = hint;
-  if (base.empty()) {
-    for (;;) {
-      std::string cand = std::to_string(next_id_++);
-      if (!used_names_.count(cand)) return cand;
-    }
-  }
+  if (base.empty()) return std::to_string(next_id_); // free: above every numeric name taken
   std::string cand = base;
   for (int i = 1; used_names_.count(cand); ++i) cand = base + "_" + std::to_string(i);
   return cand;
@@ -67,7 +105,7 @@ Value *Graph::new_value(Value::Kind kind, TensorType type, std::string name) {
   v->type_ = std::move(type);
   v->name_ = unique_name(name);
   v->graph_ = this;
-  used_names_.insert(v->name_);
+  take_name(used_names_, next_id_, v->name_);
   values_.push_back(std::move(v));
   return values_.back().get();
 }
@@ -148,7 +186,9 @@ void Graph::erase(Node *n) {
   for (Value *r : n->results_)
     KILN_CHECK(!has_uses(r), "ir: cannot erase ", n->mnemonic(), " while %", r->name(), " is still used");
   memory_plan_.reset();
-  nodes_.erase(find(n));
+  auto it = find(n);
+  for (const Value *r : n->results_) release_name(used_names_, next_id_, r->name());
+  nodes_.erase(it);
 }
 
 void Graph::move_before(Node *n, Node *before) {

@@ -50,7 +50,8 @@ public:
   void set_type(TensorType t) { type_ = std::move(t); }
   // Printed as %name. Unique within its graph.
   const std::string &name() const { return name_; }
-  // Also reserves the name in its graph, so that unique_name never hands it out again.
+  // Takes the name in its graph (and frees the old one), so that unique_name
+  // does not hand it out while the value is in the graph.
   void set_name(std::string n);
   // The producing node for Result values; nullptr otherwise.
   Node *producer() const { return producer_; }
@@ -182,7 +183,9 @@ public:
   // Replaces every use of `from` (node operands, outputs, write-backs) by `to`.
   void replace_all_uses(Value *from, Value *to);
 
-  // A fresh unique value name ("0", "1", ... for results unless given).
+  // A fresh unique value name: for results unless given, one past the highest
+  // numeric name the graph holds, so that fresh names depend only on the graph
+  // (a printed and re-parsed copy names new values alike; see graph.cpp).
   std::string unique_name(const std::string &hint);
 
 private:

@@ -86,6 +86,7 @@ bool dropped_row_misaligned(IntArrayRef d, const std::vector<int64_t> &red) {
 
 struct Group {
   int id;
+  std::string seed; // the result name of its first node: logs say "the group of %seed"
   std::vector<Node *> members; // in graph order
   std::vector<size_t> members_index; // their original positions (filled when outlined)
   Dims domain;
@@ -137,6 +138,7 @@ public:
     if (grp.members.size() + extra > kMaxGroupNodes) return "group size limit reached";
     return shape_misfit(n, grp);
   }
+  std::string seed(int group) const override { return groups_.at(group).seed; }
   void add(Node &n, int group) override { add(n, groups_.at(group)); }
   void remove(const Node &n) override {
     auto it = group_of_.find(&n);
@@ -265,7 +267,7 @@ private:
                                 "contraction twice or create a cycle)"
                               : "would create a cycle";
       if (!why.empty()) {
-        refuse(*n, "into group " + std::to_string(id) + ": " + why);
+        refuse(*n, "into the group of %" + grp.seed + ": " + why);
         continue;
       }
       if (joined < 0) {
@@ -279,6 +281,7 @@ private:
     // Start a new group. A reduction's domain is its input shape.
     Group grp;
     grp.id = next_id_++;
+    grp.seed = n->result()->name();
     bool red = n->info().kind == OpKind::Reduction;
     if (std::string why = red ? reduction_misfit(*n) : ""; !why.empty()) return refuse(*n, why);
     grp.domain = red ? Dims(n->operand(0)->type().shape) : Dims(n->result()->type().shape);
@@ -291,6 +294,7 @@ private:
     if (std::string why = contraction_misfit(*n); !why.empty()) return refuse(*n, "no epilogue: " + why);
     Group grp;
     grp.id = next_id_++;
+    grp.seed = n->result()->name();
     grp.domain = Dims(n->result()->type().shape);
     grp.contraction = n;
     groups_.emplace(grp.id, grp);
@@ -446,8 +450,29 @@ private:
     for (Value *r : ext_out) body_outs.push_back(map.at(r));
     body.set_outputs(body_outs);
     for (size_t i = 0; i < ext_out.size(); ++i) g_.replace_all_uses(ext_out[i], group->results()[i]);
+    log_outlined(grp, *group, ext_out);
     for (auto it = grp.members.rbegin(); it != grp.members.rend(); ++it) g_.erase(*it);
     return true;
+  }
+
+  // "fuse: %86 = fusion_group, formed as the group of %12: %12 (mul), %13 (add);
+  // results %86 <- %13": the %id that the dump, the dot cluster and the trace
+  // slice give the group, its members under their names before fusion, and
+  // which member's value each result carries.
+  void log_outlined(const Group &grp, const Node &group, const std::vector<Value *> &ext_out) const {
+    if (!log()->should_log(spdlog::level::debug)) return;
+    std::string results, members, carried;
+    for (const Value *r : group.results()) results.append(results.empty() ? "%" : ", %").append(r->name());
+    for (const Node *m : grp.members)
+      members.append(members.empty() ? "%" : ", %")
+          .append(m->results().empty() ? std::string("?") : m->result()->name())
+          .append(" (")
+          .append(m->mnemonic())
+          .append(")");
+    for (size_t i = 0; i < ext_out.size(); ++i)
+      carried.append(i ? ", %" : "%").append(group.result(i)->name()).append(" <- %").append(ext_out[i]->name());
+    log()->debug("fuse: {} = fusion_group, formed as the group of %{}: {}; results {}", results, grp.seed, members,
+                 carried);
   }
 
   Graph &g_;

@@ -83,11 +83,6 @@ bool is_cheap(OpId op) {
 
 std::string name_of(const Node &n) { return "%" + n.result()->name(); }
 
-std::string groups_str(const std::vector<int> &ids) {
-  std::string s = ids.size() == 1 ? "group " : "groups ";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
-  return s;
-}
 
 class Duplicator {
 public:
@@ -117,7 +112,14 @@ private:
 
   void refuse(const Node &p, const std::string &why) { log()->debug("fuse: not duplicating {}: {}", name_of(p), why); }
   void refuse(const Node &p, int group, const std::string &why) {
-    log()->debug("fuse: not duplicating {} into group {}: {}", name_of(p), group, why);
+    log()->debug("fuse: not duplicating {} into the group of %{}: {}", name_of(p), groups_.seed(group), why);
+  }
+
+  // "the group of %12", "the groups of %12, %20" (see FuseGroups::seed).
+  std::string groups_str(const std::vector<int> &ids) const {
+    std::string s = ids.size() == 1 ? "the group of " : "the groups of ";
+    for (size_t i = 0; i < ids.size(); ++i) s.append(i ? ", %" : "%").append(groups_.seed(ids[i]));
+    return s;
   }
 
   void reindex() {

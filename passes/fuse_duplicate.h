@@ -28,6 +28,9 @@ public:
   // Why a copy of `n` (same op, same result type) cannot join `group` with
   // `extra` other new members, or "" when it can (shape, group size).
   virtual std::string misfit(const ir::Node &n, int group, size_t extra) const = 0;
+  // The result name of `group`'s first node: logs call a forming group "the
+  // group of %12"; its own %id is logged when it is outlined.
+  virtual std::string seed(int group) const = 0;
   // Membership changes: a new node joins a group; a node leaves its group.
   virtual void add(ir::Node &n, int group) = 0;
   virtual void remove(const ir::Node &n) = 0;

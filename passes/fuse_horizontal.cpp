@@ -159,8 +159,15 @@ private:
     body.set_outputs(outs);
 
     size_t r = 0;
+    std::string carried;
     for (Node *n : {a, b})
-      for (Value *old : n->results()) g_.replace_all_uses(old, merged->results()[r++]);
+      for (Value *old : n->results()) {
+        carried.append(r ? ", %" : "%").append(merged->result(r)->name()).append(" <- %").append(old->name());
+        g_.replace_all_uses(old, merged->results()[r++]);
+      }
+    // The merged group's %id replaces the two in the dumps and traces that follow.
+    kiln::log()->debug("fuse-horizontal: %{} = fusion_group merging %{} and %{}; results {}",
+                       merged->result()->name(), a->result()->name(), b->result()->name(), carried);
     g_.erase(b);
     g_.erase(a);
   }

@@ -3,6 +3,7 @@
 // lowering log and MLIR's --print-ir-after-all).
 #include "passes/pass_manager.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/dump_names.h"
 #include "runtime/log.h"
 
 namespace kiln::passes {
@@ -82,14 +84,7 @@ public:
       os << "// ----- IR " << stage << " -----\n" << text << std::flush;
       return;
     }
-    char num[16];
-    std::snprintf(num, sizeof num, "%02zu-", index);
-    std::string file = stage;
-    for (char &c : file)
-      if (c == ' ') c = '-';
-    // "after decompose" -> "01-decompose.kir", "before decompose" -> "01-before-decompose.kir".
-    if (file.rfind("after-", 0) == 0) file = file.substr(6);
-    std::filesystem::path path = std::filesystem::path(opts_.dump_dir) / (num + file + ".kir");
+    std::filesystem::path path = std::filesystem::path(opts_.dump_dir) / dump_file_name(index, stage);
     std::ofstream out(path);
     out << text;
     out.flush();
@@ -105,6 +100,20 @@ private:
   const PipelineOptions &opts_;
   bool disabled_ = false;
 };
+
+// A file or folder name from `s`: anything but [A-Za-z0-9._-] becomes '_'.
+std::string file_safe(std::string s) {
+  for (char &c : s)
+    if (!std::isalnum((unsigned char)c) && c != '.' && c != '-' && c != '_') c = '_';
+  if (s.empty() || s == "." || s == "..") s.insert(0, "_");
+  return s;
+}
+
+std::string join_dims(IntArrayRef d) {
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s.append(i ? "x" : "").append(std::to_string(d[i]));
+  return d.empty() ? std::string("scalar") : s;
+}
 
 void verify_after(const ir::Graph &g, std::string_view pass) {
   try {
@@ -127,6 +136,47 @@ bool run_pass(Pass &pass, ir::Graph &g) {
 }
 
 } // namespace
+
+std::string dump_file_name(size_t index, std::string_view stage, std::string_view extension) {
+  char num[24];
+  std::snprintf(num, sizeof num, "%02zu-", index);
+  std::string file(stage);
+  for (char &c : file)
+    if (c == ' ') c = '-';
+  return std::string(num).append(file_safe(file)).append(extension);
+}
+
+std::string dump_subdir(const ir::Graph &g) {
+  std::string sig;
+  for (const ir::Value *v : g.inputs()) {
+    const ir::TensorType &t = v->type();
+    sig.append(sig.empty() ? "" : "_").append(short_name(t.dtype)).append("-").append(join_dims(t.shape));
+    if (t.strides) sig.append("-s").append(join_dims(*t.strides));
+  }
+  if (sig.empty()) sig = "no-inputs";
+  if (sig.size() > 100) {
+    char h[24];
+    std::snprintf(h, sizeof h, "-%016llx", (unsigned long long)std::hash<std::string>{}(sig));
+    sig = sig.substr(0, 60) + h;
+  }
+  return file_safe(g.name()) + "/" + file_safe(sig);
+}
+
+void use_graph_dump_dir(PipelineOptions &o, const ir::Graph &g) {
+  if (o.dump_dir.empty() || (o.dump_after.empty() && o.dump_before.empty())) return;
+  std::filesystem::path dir = std::filesystem::path(o.dump_dir) / dump_subdir(g);
+  o.dump_dir = dir.string();
+  // Numbered dumps already there come from an earlier run (whose passes may
+  // have changed more) and would read as this run's.
+  std::error_code ec;
+  for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string f = e.path().filename().string();
+    bool numbered = f.size() > 7 && std::isdigit((unsigned char)f[0]) && std::isdigit((unsigned char)f[1]) &&
+                    f[2] == '-' && f.compare(f.size() - 4, 4, ".kir") == 0;
+    std::error_code ignored;
+    if (numbered && e.is_regular_file(ignored)) std::filesystem::remove(e.path(), ignored);
+  }
+}
 
 void register_pass(std::string name, PassFactory factory) {
   Registry &r = registry();

@@ -37,8 +37,8 @@ struct PipelineOptions {
   // Passes after which to dump ("*" = all); dumps happen only when a pass changed the graph.
   std::vector<std::string> dump_after;
   std::vector<std::string> dump_before;
-  // When set, dumps go to numbered files "00-trace.kir", "01-decompose.kir", ... here;
-  // otherwise to `dump_stream` (stderr when null).
+  // When set, dumps go to files "00-after-trace.kir", "01-after-decompose.kir", ...
+  // here (passes/dump_names.h); otherwise to `dump_stream` (stderr when null).
   std::string dump_dir;
   std::ostream *dump_stream = nullptr;
   // Reads KILN_DUMP=after-all|after:<pass>[,<pass>] and KILN_DUMP_DIR into this.

@@ -5,7 +5,9 @@
 //            [--print-ir-before=<pass>] [--verify-each] [--dump-dir=DIR] FILE|-
 //
 // Errors go to stderr ("file:line:col: message" for the parser) with exit code
-// 1; bad usage prints the usage and exits with 2.
+// 1; bad usage (an unknown option or pass, no input) prints the usage and exits
+// with 2. The printed graph is always verified: an ill-typed result is an error.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -28,9 +30,10 @@ constexpr const char *kUsage =
     "  --print-ir-before=PASS   dump the IR before PASS (repeatable)\n"
     "  --verify-each            verify after every pass\n"
     "  --dump-dir=DIR           write dumps as numbered .kir files into DIR (alone: after every pass)\n"
-    "  --no-verify              do not verify the input\n"
+    "  --no-verify              do not verify the input (the output is always verified)\n"
     "  -h, --help               this text\n"
-    "Reads FILE (or stdin for -), prints the resulting graph to stdout.\n";
+    "Reads FILE (or stdin for -), prints the resulting graph to stdout.\n"
+    "Exit status: 0 success, 1 bad input or an ill-typed result, 2 bad usage.\n";
 
 struct Options {
   std::string input;
@@ -52,6 +55,23 @@ std::string flag_value(const std::string &arg, std::string_view name) {
   std::string v = arg.substr(name.size());
   if (v.empty()) usage_error("missing value in '" + arg + "'");
   return v;
+}
+
+std::string known_passes() {
+  std::string s;
+  for (const std::string &p : kiln::passes::pass_names()) s += (s.empty() ? "" : ", ") + p;
+  return s;
+}
+
+// An unknown pass name is bad usage (exit 2), reported before reading the input.
+void check_pass_names(const std::string &passes) {
+  std::stringstream ss(passes);
+  for (std::string name; std::getline(ss, name, ',');) {
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.erase(0, 1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+    if (!name.empty() && !kiln::passes::create_pass(name))
+      usage_error("unknown pass '" + name + "' (known passes: " + known_passes() + ")");
+  }
 }
 
 Options parse_args(int argc, char **argv) {
@@ -85,21 +105,28 @@ Options parse_args(int argc, char **argv) {
     }
   }
   if (o.input.empty()) usage_error("no input file (use - for stdin)");
+  check_pass_names(o.passes);
   // A dump directory alone asks for every stage (as KILN_DUMP_DIR does).
   if (!o.pipeline.dump_dir.empty() && o.pipeline.dump_after.empty() && o.pipeline.dump_before.empty())
     o.pipeline.dump_after.push_back("*");
   return o;
 }
 
-bool read_input(const std::string &path, std::string &out) {
+// Empty on success, else why `path` cannot be read.
+std::string read_input(const std::string &path, std::string &out) {
   if (path == "-") {
     out.assign(std::istreambuf_iterator<char>(std::cin), {});
-    return true;
+    return {};
   }
+  // A directory opens as a stream on Linux and fails only when read (with an
+  // exception from the stream buffer): say what it is instead.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return "is a directory";
   std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
+  if (!f) return "cannot read the file";
   out.assign(std::istreambuf_iterator<char>(f), {});
-  return true;
+  if (f.bad()) return "cannot read the file";
+  return {};
 }
 
 // Verifies a freshly parsed graph; an error at a node points at its line.
@@ -117,8 +144,8 @@ void verify_parsed(const kiln::ir::Graph &g, const std::string &file, const kiln
 int run(const Options &o) {
   const std::string file = o.input == "-" ? "<stdin>" : o.input;
   std::string text;
-  if (!read_input(o.input, text)) {
-    std::cerr << file << ": error: cannot read the file\n";
+  if (std::string why = read_input(o.input, text); !why.empty()) {
+    std::cerr << "kiln-opt: " << file << ": " << why << "\n";
     return 1;
   }
   try {
@@ -129,8 +156,11 @@ int run(const Options &o) {
       kiln::passes::PipelineOptions opts = o.pipeline;
       opts.dump_stream = &std::cerr;
       kiln::passes::run_pipeline(*g, o.passes, opts);
-      if (o.verify) kiln::ir::verify(*g);
     }
+    // Whatever the flags, never print an ill-typed graph as a success. Without
+    // passes the output is the input, whose nodes still have their lines.
+    if (o.has_passes) kiln::ir::verify(*g);
+    else verify_parsed(*g, file, locations);
     kiln::ir::print(*g, std::cout);
     std::cout.flush();
   } catch (const kiln::Error &e) {

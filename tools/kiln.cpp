@@ -28,6 +28,7 @@
 #include "example.h"
 #include "frontend/bench.h"
 #include "ir/printer.h"
+#include "passes/dump_names.h"
 #include "passes/plan_memory.h"
 
 namespace {
@@ -263,8 +264,12 @@ private:
   // The body's inputs stand for the group's operands; the group's results for the body's outputs.
   void group(const kiln::ir::Node &n, const std::string &ind) {
     const kiln::ir::Graph &body = *n.body();
+    // Labelled as the text dump's line: "%86 = fusion_group", the name logs and traces use.
+    std::string label;
+    for (const kiln::ir::Value *r : n.results()) label.append(label.empty() ? "%" : ", %").append(r->name());
+    label.append(label.empty() ? "" : " = ").append("fusion_group");
     os_ << ind << "subgraph cluster_" << clusters_++ << " {\n"
-        << ind << "  label=\"fusion_group\";\n"
+        << ind << "  label=\"" << dot_escape(label) << "\";\n"
         << ind << "  style=rounded;\n"
         << ind << "  color=blue;\n";
     for (size_t i = 0; i < body.inputs().size() && i < n.operands().size(); ++i)
@@ -298,7 +303,8 @@ bool selected(const std::vector<std::string> &list, const std::string &pass) {
   return false;
 }
 
-// Writes graph dumps to stdout or to numbered files in --out.
+// Writes graph dumps to stdout or to files in --out named as KILN_DUMP_DIR names
+// them (passes::dump_file_name: "06-after-fuse.kir", NN the pass's position).
 class DumpSink {
 public:
   explicit DumpSink(const Args &o) : o_(o) {
@@ -311,7 +317,7 @@ public:
     fs::remove(fs::path(o.out_dir) / ".kiln-write-test", ec);
   }
 
-  void emit(const kiln::ir::Graph &g, const std::string &when) {
+  void emit(const kiln::ir::Graph &g, size_t index, const std::string &when) {
     std::ostringstream text;
     if (o_.format == "dot") DotWriter(text).write(g, when);
     else kiln::ir::print(g, text);
@@ -320,12 +326,7 @@ public:
       std::cout << text.str();
       return;
     }
-    char prefix[8];
-    std::snprintf(prefix, sizeof prefix, "%02d-", count_++);
-    std::string file = prefix + when;
-    for (char &c : file)
-      if (c == ' ') c = '-';
-    fs::path path = fs::path(o_.out_dir) / (file + (o_.format == "dot" ? ".dot" : ".kir"));
+    fs::path path = fs::path(o_.out_dir) / kiln::passes::dump_file_name(index, when, o_.format == "dot" ? ".dot" : ".kir");
     std::ofstream os(path);
     os << text.str();
     if (!os) throw std::runtime_error("cannot write " + path.string());
@@ -334,19 +335,21 @@ public:
 
 private:
   const Args &o_;
-  int count_ = 0;
 };
 
 void print_summary(std::ostream &os, const std::map<std::string, int> &before, const kiln::ir::Graph &g,
-                   int64_t kernels) {
+                   const kiln::codegen::PlanStats &plan) {
   auto after = op_counts(g);
   os << "summary:\n  nodes per op (traced -> optimized):\n";
   std::map<std::string, std::pair<int, int>> all;
   for (const auto &[k, v] : before) all[k].first = v;
   for (const auto &[k, v] : after) all[k].second = v;
   for (const auto &[k, v] : all) os << "    " << k << ": " << v.first << " -> " << v.second << "\n";
-  os << "  fusion groups: " << (after.count("fusion_group") ? after.at("fusion_group") : 0) << "\n";
-  os << "  kernels per call: " << kernels << "\n";
+  // Each group runs as one JIT kernel, a contraction with its epilogue, or eagerly (docs/performance.md).
+  os << "  fusion groups: " << (after.count("fusion_group") ? after.at("fusion_group") : 0) << " (" << plan.kernels
+     << " JIT kernel, " << plan.epilogue_steps << " contraction+epilogue, " << plan.groups_fallen_back
+     << " eager)\n";
+  os << "  kernels per call: " << plan.kernels << "\n";
   os << "  bytes moved per call (estimate): " << kiln::bytes_moved_estimate(g) << "\n";
   kiln::passes::GraphStats st = kiln::passes::graph_stats(g);
   os << "  bytes read/written per call (per node, estimate): " << st.bytes_read << " / " << st.bytes_written << "\n";
@@ -365,19 +368,20 @@ int cmd_dump(const Args &o) {
   kiln::examples::Workload w = ex.make();
   std::shared_ptr<kiln::ir::Graph> g = kiln::trace(w.fn, w.inputs, "main");
   auto before = op_counts(*g);
-  if (selected(o.after, "trace")) sink.emit(*g, "after trace");
-  for (const std::string &pass : pipeline) {
-    if (selected(o.before, pass)) sink.emit(*g, "before " + pass);
+  if (selected(o.after, "trace")) sink.emit(*g, 0, "after trace");
+  for (size_t i = 0; i < pipeline.size(); ++i) {
+    const std::string &pass = pipeline[i];
+    if (selected(o.before, pass)) sink.emit(*g, i + 1, "before " + pass);
     auto timings = kiln::passes::run_pipeline(*g, pass);
     bool changed = !timings.empty() && timings.front().changed;
     // --after-all shows only passes that changed the graph; a named pass is always shown.
     bool named = std::find(o.after.begin(), o.after.end(), pass) != o.after.end();
-    if (named || (selected(o.after, pass) && changed)) sink.emit(*g, "after " + pass);
+    if (named || (selected(o.after, pass) && changed)) sink.emit(*g, i + 1, "after " + pass);
   }
-  if (o.after.empty() && o.before.empty()) sink.emit(*g, "after " + pipeline.back());
+  if (o.after.empty() && o.before.empty()) sink.emit(*g, pipeline.size(), "after " + pipeline.back());
   auto exe = kiln::codegen::make_executable(g, w.inputs);
   // Keep dot output on stdout a valid Graphviz file: the summary goes to stderr then.
-  print_summary(o.format == "dot" && o.out_dir.empty() ? std::cerr : std::cout, before, *g, exe->stats().kernels);
+  print_summary(o.format == "dot" && o.out_dir.empty() ? std::cerr : std::cout, before, *g, exe->stats());
   return 0;
 }
 

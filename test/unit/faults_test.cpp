@@ -447,7 +447,7 @@ TEST(FaultsDumpDir, UnwritableDumpDirWarnsAndCompiledResultsAreCorrect) {
   }
   // A dump directory that exists but where one dump file name is taken by a directory.
   fs::path taken = dir / "taken";
-  fs::create_directories(taken / "00-trace.kir");
+  fs::create_directories(taken / "main" / "f32-5x16" / "00-after-trace.kir");
   setenv("KILN_DUMP_DIR", taken.c_str(), 1);
   CompiledFunction f = compile(fn);
   std::vector<Tensor> got;

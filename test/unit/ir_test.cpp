@@ -118,9 +118,9 @@ TEST(IrPrinter, FusionGroupsPrintNested) {
   EXPECT_EQ(print(g), "graph @g(%x: f32[4, 8], %y: f32[8]) {\n"
                       "  %0 = fusion_group(%x, %y) : f32[4, 8] {\n"
                       "    graph @g.group(%a: f32[4, 8], %b: f32[8]) {\n"
-                      // create_group named the body inputs %0 and %1 before they were renamed.
-                      "      %2 = mul(%a, %b) : f32[4, 8]\n"
-                      "      return %2\n"
+                      // Renaming the body inputs (created as %0 and %1) freed their numbers.
+                      "      %0 = mul(%a, %b) : f32[4, 8]\n"
+                      "      return %0\n"
                       "    }\n"
                       "  }\n"
                       "  return %0\n"

@@ -8,7 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "frontend/compile.h"
+#include "ir/parser.h"
 #include "ir/printer.h"
+#include "passes/dump_names.h"
 #include "passes/rewrite.h"
 
 using namespace kiln;
@@ -421,14 +424,60 @@ TEST(PassManager, EnvDumpDirWritesNumberedFiles) {
   auto g = trace([](const std::vector<Tensor> &x) { return std::vector<Tensor>{x[0].softmax(0) * 1}; },
                  {rnd({4}, 1)});
   passes::run_pipeline(*g, "decompose,cse,canonicalize,dce", o);
-  EXPECT_TRUE(fs::exists(dir / "00-trace.kir"));
-  EXPECT_TRUE(fs::exists(dir / "01-decompose.kir"));
-  EXPECT_FALSE(fs::exists(dir / "02-cse.kir")) << "cse changed nothing";
-  EXPECT_TRUE(fs::exists(dir / "03-canonicalize.kir"));
-  std::ifstream f(dir / "01-decompose.kir");
+  // Named as `kiln dump --out` names them (passes::dump_file_name).
+  EXPECT_TRUE(fs::exists(dir / "00-after-trace.kir"));
+  EXPECT_TRUE(fs::exists(dir / "01-after-decompose.kir"));
+  EXPECT_FALSE(fs::exists(dir / "02-after-cse.kir")) << "cse changed nothing";
+  EXPECT_TRUE(fs::exists(dir / "03-after-canonicalize.kir"));
+  std::ifstream f(dir / "01-after-decompose.kir");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("amax"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// KILN_DUMP_DIR under kiln::compile: each specialization (input signature) and
+// each function (CompileOptions::name) gets its own folder, and a rerun leaves
+// no numbered dump of an earlier run.
+TEST(PassManager, EnvDumpDirKeepsFunctionsAndSpecializationsApartAndDropsStaleDumps) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln-dump-spec-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "f" / "f32-5");
+  std::ofstream(dir / "f" / "f32-5" / "07-after-fuse.kir") << "stale";
+  std::ofstream(dir / "f" / "f32-5" / "notes.txt") << "not a dump";
+  auto fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{x[0].softmax(-1) * 2}; };
+  setenv("KILN_DUMP_DIR", dir.c_str(), 1);
+  CompileOptions f_opts, other_opts;
+  f_opts.name = "f";
+  other_opts.name = "other";
+  CompiledFunction f = compile(fn, f_opts), other = compile(fn, other_opts);
+  f({rnd({2, 3}, 1)});
+  f({rnd({5}, 2)});
+  other({rnd({5}, 3)});
+  unsetenv("KILN_DUMP_DIR");
+  for (const char *sub : {"f/f32-2x3", "f/f32-5", "other/f32-5"}) {
+    EXPECT_TRUE(fs::exists(dir / sub / "00-after-trace.kir")) << sub;
+    EXPECT_TRUE(fs::exists(dir / sub / "01-after-decompose.kir")) << sub;
+  }
+  EXPECT_FALSE(fs::exists(dir / "f" / "f32-5" / "07-after-fuse.kir")) << "a stale dump of an earlier run";
+  EXPECT_TRUE(fs::exists(dir / "f" / "f32-5" / "notes.txt")) << "only numbered dumps are removed";
+  std::ifstream in(dir / "f" / "f32-2x3" / "00-after-trace.kir");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("f32[2, 3]"), std::string::npos) << text;
+  EXPECT_EQ(passes::dump_subdir(*trace(fn, {rnd({2, 3}, 1)}, "f")), "f/f32-2x3");
+  fs::remove_all(dir);
+}
+
+// Fresh values are numbered from what the graph holds, not from the names it
+// used before: a printed-and-parsed copy gets the same new names.
+TEST(PassManager, FreshNamesDependOnlyOnTheLiveGraph) {
+  auto g = trace([](const std::vector<Tensor> &x) { return std::vector<Tensor>{(x[0] * 2 + 1).softmax(0)}; },
+                 {rnd({4}, 1)});
+  passes::run_pipeline(*g, "canonicalize,cse,dce", {});
+  auto copy = ir::parse(ir::print(*g));
+  passes::run_pipeline(*g, passes::default_pipeline(), {});
+  passes::run_pipeline(*copy, passes::default_pipeline(), {});
+  EXPECT_EQ(ir::print(*g), ir::print(*copy));
 }
 
 TEST(PassManager, FromEnvParsesPassLists) {

@@ -7,6 +7,7 @@ slice per contraction in the optimized graph (given on the command line).
 usage: check_trace.py TRACE JSON EXAMPLE MIN_BLAS
 """
 import json
+import re
 import sys
 
 trace_path, json_path, example, min_blas = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -25,9 +26,12 @@ for want in ["stream triad", example, example + ": eager", example + ": compile 
 kernels = [e for e in events if e["cat"] == "kernel"]
 if len(kernels) != row["kernels"]:
     fail(f"{len(kernels)} kernel slices, but the row says {row['kernels']} kernels per call")
-if not all(e["name"].startswith("kiln_k_") for e in kernels):
-    fail("kernel slices must be named by their kernel symbol")
+# A step slice names the IR value it computes as the dump does, then what runs.
+if not all(re.fullmatch(r"%\S+ kiln_k_[0-9a-f]+\S*", e["name"]) for e in kernels):
+    fail(f"kernel slices must be named '%<value> <kernel symbol>': {[e['name'] for e in kernels]}")
 blas = [e for e in events if e["cat"] == "blas"]
+if not all(e["name"].startswith("%") for e in blas):
+    fail(f"blas slices must start with the %value they compute: {[e['name'] for e in blas]}")
 if len(blas) < min_blas:
     fail(f"{len(blas)} blas slices, expected at least {min_blas}")
 # The steps of the one traced call lie inside the row's slice, one after another.
