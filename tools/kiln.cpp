@@ -203,14 +203,22 @@ const kiln::examples::Example &example_or_throw(const std::string &name) {
 
 // Random values for a graph input or parameter of type `t`: normal floats,
 // integers in [0, 10) (valid indices for most index operands), fair bools.
-Tensor random_tensor(const kiln::ir::TensorType &t) {
+// Float parameters are scaled by 1/sqrt(last dim), the scale of nn.Linear's
+// init, so that activations through a chain of linears stay near 1 (with N(0, 1)
+// weights a GPT-2 block's outputs reach ~1e4 and float rounding shows as a
+// large absolute difference between compiled and eager).
+Tensor random_tensor(const kiln::ir::TensorType &t, bool parameter) {
   const kiln::Dims &shape = t.shape;
   switch (t.dtype) {
   case kiln::DType::Bool: return kiln::randint(0, 2, shape, kiln::kInt64).to(kiln::kBool);
   case kiln::DType::Int32:
   case kiln::DType::Int64: return kiln::randint(0, 10, shape, t.dtype);
   case kiln::DType::Float32:
-  case kiln::DType::Float64: return kiln::randn(shape, t.dtype);
+  case kiln::DType::Float64: {
+    Tensor x = kiln::randn(shape, t.dtype);
+    if (!parameter || shape.size() == 0 || shape[shape.size() - 1] == 0) return x;
+    return x.mul_(1.0 / std::sqrt(double(shape[shape.size() - 1])));
+  }
   }
   throw std::logic_error("random_tensor: bad dtype");
 }
@@ -236,7 +244,7 @@ std::vector<Tensor> bind_values(const std::vector<kiln::ir::Value *> &values, co
                                 const char *what) {
   std::vector<Tensor> out;
   if (file_name.empty()) {
-    for (const kiln::ir::Value *v : values) out.push_back(random_tensor(v->type()));
+    for (const kiln::ir::Value *v : values) out.push_back(random_tensor(v->type(), v->kind() == kiln::ir::Value::Kind::Param));
     return out;
   }
   std::map<std::string, Tensor> file = kiln::load_safetensors(file_name);
