@@ -5,7 +5,10 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <cstdio>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "codegen/jit.h"
 #include "ir/graph.h"
@@ -166,6 +169,50 @@ BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector
   row.achieved_gbps = row.compiled_us > 0 ? double(row.bytes_moved) / (row.compiled_us * 1e3) : 0;
   row.bandwidth_fraction = options.stream_gbps > 0 ? row.achieved_gbps / options.stream_gbps : 0;
   return row;
+}
+
+namespace {
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+} // namespace
+
+void print_bench_table(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows) {
+  char line[512];
+  std::snprintf(line, sizeof line, "threads: %d, stream triad: %.2f GB/s\n", threads, stream_gbps);
+  os << line;
+  std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %10s %10s %7s %8s %7s %10s\n", "example", "eager us",
+                "compiled us", "speedup", "cold ms", "warm ms", "kernels", "GB/s", "triad", "max diff");
+  os << line;
+  for (const BenchRow &r : rows) {
+    std::snprintf(line, sizeof line, "%-18s %12.2f %12.2f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %10.3g\n",
+                  r.name.c_str(), r.eager_us, r.compiled_us, r.speedup, r.compile_ms_cold, r.compile_ms_warm,
+                  (long long)r.kernels, r.achieved_gbps, 100 * r.bandwidth_fraction, r.max_abs_diff);
+    os << line;
+  }
+}
+
+void write_bench_json(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows) {
+  os << "{\"threads\": " << threads << ", \"stream_gbps\": " << json_number(stream_gbps) << ", \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const BenchRow &r = rows[i];
+    // The name may be a file path: quoted and escaped as JSON.
+    os << (i ? ",\n  " : "\n  ") << "{\"name\": " << nlohmann::json(r.name).dump(-1, ' ', false,
+                                                                              nlohmann::json::error_handler_t::replace)
+       << ", \"eager_us\": " << json_number(r.eager_us) << ", \"compiled_us\": " << json_number(r.compiled_us)
+       << ", \"speedup\": " << json_number(r.speedup) << ", \"compile_ms_cold\": " << json_number(r.compile_ms_cold)
+       << ", \"compile_ms_warm\": " << json_number(r.compile_ms_warm) << ", \"kernels\": " << r.kernels
+       << ", \"bytes_moved\": " << r.bytes_moved << ", \"achieved_gbps\": " << json_number(r.achieved_gbps)
+       << ", \"bandwidth_fraction\": " << json_number(r.bandwidth_fraction)
+       << ", \"max_abs_diff\": " << json_number(r.max_abs_diff)
+       << ", \"max_rel_diff\": " << json_number(r.max_rel_diff) << "}";
+  }
+  os << "\n]}\n";
 }
 
 double stream_triad_gbps(int threads) {

@@ -2,10 +2,16 @@
 // compiled time per call, compile cost, kernels per call, estimated bytes moved,
 // achieved bandwidth and the compiled-vs-eager difference. `kiln bench` prints
 // these rows; stream_triad_gbps() measures the bandwidth they are compared to.
+// Your own function goes into the same table (docs/bench.md,
+// examples/bench_custom.cpp):
+//
+//   std::vector<kiln::BenchRow> rows{kiln::bench_row("my-model", fn, inputs)};
+//   kiln::print_bench_table(std::cout, kiln::get_num_threads(), 0, rows);
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -66,5 +72,14 @@ int64_t bytes_moved_estimate(const ir::Graph &g);
 // STREAM-like triad a = b + s*c over 3 x 32M floats on `threads` threads with
 // kiln::parallel_for; the best of a few runs, in GB/s (3 x 128 MiB per run).
 double stream_triad_gbps(int threads);
+
+// The table `kiln bench` prints: a line with the thread count and the triad
+// bandwidth (`stream_gbps`, 0 when not measured), a header, one line per row.
+void print_bench_table(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
+
+// The same as `kiln bench --json` writes: {"threads", "stream_gbps", "rows": [{"name", "eager_us",
+// "compiled_us", "speedup", "compile_ms_cold", "compile_ms_warm", "kernels", "bytes_moved",
+// "achieved_gbps", "bandwidth_fraction", "max_abs_diff", "max_rel_diff"}, ...]}; null for a non-finite number.
+void write_bench_json(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
 
 } // namespace kiln

@@ -1,4 +1,5 @@
-// kiln's one logger. Level from KILN_LOG=debug|info|warn|error|off (default warn).
+// kiln's one logger. Level from KILN_LOG=trace|debug|info|warn|error|critical|off
+// (default warn; an unknown value logs one warning naming it and the valid ones).
 // The header does not include spdlog: the library's .cpp files include
 // <spdlog/spdlog.h> and call kiln::log()->warn(...).
 #pragma once

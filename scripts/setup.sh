@@ -2,7 +2,7 @@
 # Installs the Debian packages kiln needs that are missing; does nothing when all are present.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config python3 llvm-19-dev llvm-19-tools
-          libopenblas-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang-19 libclang-rt-19-dev)
 missing=()
 for p in "${packages[@]}"; do

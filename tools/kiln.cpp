@@ -5,6 +5,7 @@
 //   kiln dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]
 //             [--kernels|--llvm|--asm]
 //   kiln bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]
+//   kiln run|dump|bench FILE.kir [--seed N] [--params W.safetensors] [--inputs X.safetensors] ...
 //
 // Bad usage (unknown command, example, pass or flag, malformed number,
 // unwritable --out/--json) prints one line and the usage to stderr and exits 2;
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,9 +29,13 @@
 #include "codegen/executable.h"
 #include "example.h"
 #include "frontend/bench.h"
+#include "ir/interpreter.h"
+#include "ir/parser.h"
 #include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/dump_names.h"
 #include "passes/plan_memory.h"
+#include "runtime/safetensors.h"
 
 namespace {
 
@@ -49,6 +55,11 @@ constexpr const char *kUsage =
     "                                            eager vs compiled table; --repeat: timed calls (20);\n"
     "                                            --trace: Chrome trace (Perfetto, chrome://tracing) of the\n"
     "                                            phases and of one compiled call, a slice per kernel/BLAS call\n"
+    "  run|dump|bench FILE.kir [--seed N] [--params W.safetensors] [--inputs X.safetensors] [options above]\n"
+    "                                            a graph file (the IR's text form, e.g. a KILN_DUMP_DIR dump)\n"
+    "                                            instead of an example: the interpreter is the eager path;\n"
+    "                                            inputs and parameters are random from --seed (default 0)\n"
+    "                                            or bound by name from safetensors files\n"
     "compiled kernels are cached in $KILN_CACHE_DIR (default ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n";
 
 // Bad usage: reported with the usage text and exit code 2.
@@ -65,6 +76,9 @@ struct Args {
   std::vector<std::string> after, before;
   std::string format = "text";
   std::string out_dir, json_file, trace_file, jit_dump;
+  // Graph files only (FILE.kir).
+  std::optional<uint64_t> seed;
+  std::string params_file, inputs_file;
 };
 
 bool starts_with(const std::string &s, std::string_view p) { return s.rfind(p, 0) == 0; }
@@ -80,6 +94,19 @@ int parse_positive(const std::string &flag, const std::string &text) {
   if (used != text.size() || v < 1 || v > 1 << 20)
     throw UsageError(flag + " expects a positive integer, got '" + text + "'");
   return int(v);
+}
+
+uint64_t parse_seed(const std::string &text) {
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || text[0] == '-')
+    throw UsageError("--seed expects a non-negative integer, got '" + text + "'");
+  return v;
 }
 
 // "--flag VALUE" or "--flag=VALUE"; advances i past a separate value.
@@ -101,9 +128,10 @@ bool take_value(const std::vector<std::string> &a, size_t &i, const std::string 
 bool flag_allowed(const std::string &cmd, const std::string &flag) {
   static const std::map<std::string, std::vector<std::string>> allowed = {
       {"list", {}},
-      {"run", {"--eager", "--compiled", "--threads"}},
-      {"dump", {"--after-all", "--after", "--before", "--format", "--out", "--kernels", "--llvm", "--asm"}},
-      {"bench", {"--threads", "--repeat", "--json", "--trace"}},
+      {"run", {"--eager", "--compiled", "--threads", "--seed", "--params", "--inputs"}},
+      {"dump", {"--after-all", "--after", "--before", "--format", "--out", "--kernels", "--llvm", "--asm", "--seed",
+                "--params", "--inputs"}},
+      {"bench", {"--threads", "--repeat", "--json", "--trace", "--seed", "--params", "--inputs"}},
   };
   std::string name = flag.substr(0, flag.find('='));
   for (const std::string &f : allowed.at(cmd))
@@ -126,7 +154,27 @@ void parse_flag(const std::vector<std::string> &a, size_t &i, Args &o) {
   else if (take_value(a, i, "--out", v)) o.out_dir = v;
   else if (take_value(a, i, "--json", v)) o.json_file = v;
   else if (take_value(a, i, "--trace", v)) o.trace_file = v;
+  else if (take_value(a, i, "--seed", v)) o.seed = parse_seed(v);
+  else if (take_value(a, i, "--params", v)) o.params_file = v;
+  else if (take_value(a, i, "--inputs", v)) o.inputs_file = v;
   else throw UsageError("option '" + f + "' needs a value");
+}
+
+// ---- graph files (FILE.kir)
+
+// A target is a graph file when it ends in .kir, or names an existing file that is no example.
+bool is_graph_file(const std::string &target) {
+  if (target.size() > 4 && target.ends_with(".kir")) return true;
+  std::error_code ec;
+  return !kiln::examples::find_example(target) && fs::is_regular_file(target, ec);
+}
+
+void check_graph_file_flags(const Args &o) {
+  bool file = !o.target.empty() && o.target != "all" && is_graph_file(o.target);
+  if (file) return;
+  for (const auto &[flag, set] : {std::pair{"--seed", o.seed.has_value()}, std::pair{"--params", !o.params_file.empty()},
+                                  std::pair{"--inputs", !o.inputs_file.empty()}})
+    if (set) throw UsageError(std::string(flag) + " applies to graph files (FILE.kir), not to '" + o.target + "'");
 }
 
 Args parse_args(int argc, char **argv) {
@@ -144,6 +192,7 @@ Args parse_args(int argc, char **argv) {
   if (o.command != "list" && o.target.empty()) throw UsageError("'" + o.command + "' needs an example name");
   if (o.command == "list" && !o.target.empty()) throw UsageError("unexpected argument '" + o.target + "'");
   if (o.format != "text" && o.format != "dot") throw UsageError("--format must be text or dot, got '" + o.format + "'");
+  check_graph_file_flags(o);
   return o;
 }
 
@@ -151,6 +200,103 @@ const kiln::examples::Example &example_or_throw(const std::string &name) {
   const kiln::examples::Example *ex = kiln::examples::find_example(name);
   if (!ex) throw UsageError("unknown example '" + name + "' (see 'kiln list')");
   return *ex;
+}
+
+// Random values for a graph input or parameter of type `t`: normal floats,
+// integers in [0, 10) (valid indices for most index operands), fair bools.
+// Float parameters are scaled by 1/sqrt(last dim), the scale of nn.Linear's
+// init, so that activations through a chain of linears stay near 1 (with N(0, 1)
+// weights a GPT-2 block's outputs reach ~1e4 and float rounding shows as a
+// large absolute difference between compiled and eager).
+Tensor random_tensor(const kiln::ir::TensorType &t, bool parameter) {
+  const kiln::Dims &shape = t.shape;
+  switch (t.dtype) {
+  case kiln::DType::Bool: return kiln::randint(0, 2, shape, kiln::kInt64).to(kiln::kBool);
+  case kiln::DType::Int32:
+  case kiln::DType::Int64: return kiln::randint(0, 10, shape, t.dtype);
+  case kiln::DType::Float32:
+  case kiln::DType::Float64: {
+    Tensor x = kiln::randn(shape, t.dtype);
+    if (!parameter || shape.size() == 0 || shape[shape.size() - 1] == 0) return x;
+    return x.mul_(1.0 / std::sqrt(double(shape[shape.size() - 1])));
+  }
+  }
+  throw std::logic_error("random_tensor: bad dtype");
+}
+
+// The tensor named like `v` (an input or parameter, `what`) in a safetensors
+// file, which must have v's dtype and shape.
+Tensor tensor_for(const std::map<std::string, Tensor> &file, const std::string &file_name, const kiln::ir::Value &v,
+                  const char *what) {
+  auto it = file.find(v.name());
+  if (it == file.end())
+    throw kiln::Error(file_name + ": no tensor named '" + v.name() + "' for " + what + " %" + v.name() + " (" +
+                      v.type().str() + ")");
+  const Tensor &t = it->second;
+  if (t.dtype() != v.type().dtype || t.sizes() != kiln::IntArrayRef(v.type().shape))
+    throw kiln::Error(std::string(what) + " %" + v.name() + " is " + v.type().str() + ", but tensor '" + v.name() +
+                      "' in " + file_name + " is " + kiln::ir::TensorType::of(t).str());
+  return t;
+}
+
+// One tensor per value of `values`: from `file_name` when given (every value
+// must be there; other tensors of the file are listed on stderr), else random.
+std::vector<Tensor> bind_values(const std::vector<kiln::ir::Value *> &values, const std::string &file_name,
+                                const char *what) {
+  std::vector<Tensor> out;
+  if (file_name.empty()) {
+    for (const kiln::ir::Value *v : values) out.push_back(random_tensor(v->type(), v->kind() == kiln::ir::Value::Kind::Param));
+    return out;
+  }
+  std::map<std::string, Tensor> file = kiln::load_safetensors(file_name);
+  for (const kiln::ir::Value *v : values) {
+    out.push_back(tensor_for(file, file_name, *v, what));
+    file.erase(v->name());
+  }
+  for (const auto &[name, t] : file)
+    std::fprintf(stderr, "kiln: note: tensor '%s' of %s is no %s of the graph\n", name.c_str(), file_name.c_str(), what);
+  return out;
+}
+
+std::shared_ptr<kiln::ir::Graph> read_graph_file(const std::string &path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read graph file '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::shared_ptr<kiln::ir::Graph> g = kiln::ir::parse(text.str(), path);
+  kiln::ir::verify(*g);
+  return g;
+}
+
+// A graph file as an example: its model function runs the graph through the
+// interpreter (the eager path; compile() traces it back into the same graph),
+// its parameters bound to tensors from --params or --seed, its inputs from
+// --inputs or --seed (inputs first, then parameters, in graph order).
+kiln::examples::Example graph_file_example(const Args &o) {
+  std::shared_ptr<kiln::ir::Graph> g = read_graph_file(o.target);
+  uint64_t seed = o.seed.value_or(0);
+  std::ostringstream desc;
+  desc << "graph @" << g->name() << " (" << g->inputs().size() << " inputs, " << g->params().size()
+       << " parameters, " << g->num_nodes() << " nodes); inputs "
+       << (o.inputs_file.empty() ? "random (seed " + std::to_string(seed) + ")" : "from " + o.inputs_file)
+       << ", parameters "
+       << (o.params_file.empty() ? "random (seed " + std::to_string(seed) + ")" : "from " + o.params_file);
+  auto make = [g, seed, params = o.params_file, inputs = o.inputs_file] {
+    kiln::manual_seed(seed);
+    kiln::examples::Workload w;
+    w.inputs = bind_values(g->inputs(), inputs, "input");
+    std::vector<Tensor> p = bind_values(g->params(), params, "parameter");
+    for (size_t i = 0; i < p.size(); ++i) g->bind_param(g->params()[i], p[i]);
+    w.fn = [g](const std::vector<Tensor> &in) { return kiln::ir::interpret(*g, in); };
+    return w;
+  };
+  return {o.target, desc.str(), make};
+}
+
+// The built-in example named by the target, or the graph file it names.
+kiln::examples::Example example_or_file(const Args &o) {
+  if (is_graph_file(o.target)) return graph_file_example(o);
+  return example_or_throw(o.target);
 }
 
 double max_abs_diff(const std::vector<Tensor> &a, const std::vector<Tensor> &b) {
@@ -168,7 +314,7 @@ int cmd_list() {
 }
 
 int cmd_run(const Args &o) {
-  const auto &ex = example_or_throw(o.target);
+  const kiln::examples::Example ex = example_or_file(o);
   kiln::examples::Workload w = ex.make();
   std::vector<Tensor> eager = w.fn(w.inputs);
   kiln::CompiledFunction f = kiln::compile(w.fn);
@@ -358,7 +504,7 @@ void print_summary(std::ostream &os, const std::map<std::string, int> &before, c
 }
 
 int cmd_dump(const Args &o) {
-  const auto &ex = example_or_throw(o.target);
+  const kiln::examples::Example ex = example_or_file(o);
   std::vector<std::string> pipeline = split_commas(kiln::passes::default_pipeline());
   for (const auto *list : {&o.after, &o.before})
     for (const std::string &p : *list)
@@ -392,32 +538,6 @@ std::string json_number(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-void write_json(std::ostream &os, int threads, double stream, const std::vector<kiln::BenchRow> &rows) {
-  os << "{\"threads\": " << threads << ", \"stream_gbps\": " << json_number(stream) << ", \"rows\": [";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const kiln::BenchRow &r = rows[i];
-    os << (i ? ",\n  " : "\n  ") << "{\"name\": \"" << r.name << "\", \"eager_us\": " << json_number(r.eager_us)
-       << ", \"compiled_us\": " << json_number(r.compiled_us) << ", \"speedup\": " << json_number(r.speedup)
-       << ", \"compile_ms_cold\": " << json_number(r.compile_ms_cold)
-       << ", \"compile_ms_warm\": " << json_number(r.compile_ms_warm) << ", \"kernels\": " << r.kernels
-       << ", \"bytes_moved\": " << r.bytes_moved << ", \"achieved_gbps\": " << json_number(r.achieved_gbps)
-       << ", \"bandwidth_fraction\": " << json_number(r.bandwidth_fraction)
-       << ", \"max_abs_diff\": " << json_number(r.max_abs_diff)
-       << ", \"max_rel_diff\": " << json_number(r.max_rel_diff) << "}";
-  }
-  os << "\n]}\n";
-}
-
-void print_table(int threads, double stream, const std::vector<kiln::BenchRow> &rows) {
-  std::printf("threads: %d, stream triad: %.2f GB/s\n", threads, stream);
-  std::printf("%-18s %12s %12s %8s %10s %10s %7s %8s %7s %10s\n", "example", "eager us", "compiled us", "speedup",
-              "cold ms", "warm ms", "kernels", "GB/s", "triad", "max diff");
-  for (const kiln::BenchRow &r : rows)
-    std::printf("%-18s %12.2f %12.2f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %10.3g\n", r.name.c_str(), r.eager_us,
-                r.compiled_us, r.speedup, r.compile_ms_cold, r.compile_ms_warm, (long long)r.kernels,
-                r.achieved_gbps, 100 * r.bandwidth_fraction, r.max_abs_diff);
 }
 
 // Complete ("X") events of one thread, written in the Chrome trace event format.
@@ -457,9 +577,10 @@ void open_or_usage_error(std::ofstream &os, const std::string &path, const char 
 
 int cmd_bench(const Args &o) {
   std::vector<const kiln::examples::Example *> todo;
+  kiln::examples::Example one;
   if (o.target == "all")
     for (const auto &e : kiln::examples::all_examples()) todo.push_back(&e);
-  else todo.push_back(&example_or_throw(o.target));
+  else todo.push_back(&(one = example_or_file(o)));
   std::ofstream json, trace_os;
   open_or_usage_error(json, o.json_file, "--json");
   open_or_usage_error(trace_os, o.trace_file, "--trace");
@@ -490,14 +611,14 @@ int cmd_bench(const Args &o) {
     std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx)\n", i + 1, todo.size(),
                  r.name.c_str(), r.eager_us, r.compiled_us, r.speedup);
   }
-  print_table(threads, stream, rows);
+  kiln::print_bench_table(std::cout, threads, stream, rows);
   if (trace_os.is_open()) {
     trace.write(trace_os);
     trace_os.close();
     if (!trace_os) throw std::runtime_error("writing " + o.trace_file + " failed");
   }
   if (json.is_open()) {
-    write_json(json, threads, stream, rows);
+    kiln::write_bench_json(json, threads, stream, rows);
     json.close();
     if (!json) throw std::runtime_error("writing " + o.json_file + " failed");
   }

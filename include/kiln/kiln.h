@@ -5,6 +5,7 @@
 #include "runtime/error.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
+#include "runtime/safetensors.h"
 #include "runtime/scalar.h"
 #include "runtime/tensor.h"
 #include "frontend/compile.h"

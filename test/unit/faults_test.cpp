@@ -32,6 +32,7 @@
 #include "codegen/jit.h"
 #include "codegen/kernel.h"
 #include "frontend/compile.h"
+#include "runtime/log.h"
 
 using namespace kiln;
 using kiln::testing::expect_error;
@@ -456,6 +457,20 @@ TEST(FaultsDumpDir, UnwritableDumpDirWarnsAndCompiledResultsAreCorrect) {
   EXPECT_NE(err.find("IR dumps disabled"), std::string::npos) << err;
   EXPECT_LE(amax(abs(got[0] - want[0])).item<float>(), 1e-5f);
   fs::remove_all(dir);
+}
+
+// ---- KILN_LOG: an unknown level used to mean warn silently.
+TEST(Faults, UnknownLogLevelWarnsNamingItAndTheValidOnes) {
+  setenv("KILN_LOG", "verbose", 1);
+  std::string err = capture_stderr([] { reload_log_level(); });
+  setenv("KILN_LOG", "debug", 1);
+  std::string ok = capture_stderr([] { reload_log_level(); });
+  unsetenv("KILN_LOG");
+  reload_log_level();
+  EXPECT_NE(err.find("KILN_LOG=verbose"), std::string::npos) << err;
+  EXPECT_NE(err.find("trace, debug, info, warn, error, critical, off"), std::string::npos) << err;
+  EXPECT_NE(err.find("using warn"), std::string::npos) << err;
+  EXPECT_EQ(ok.find("KILN_LOG"), std::string::npos) << ok;
 }
 
 int main(int argc, char **argv) {
