@@ -957,9 +957,11 @@ private:
   //   L < 2^29). A constant row then sums exactly, its mean (scaled in double,
   //   exact_mean) is the constant itself, and the variance 0, as eagerly
   //   (2.3e-13 for a row of 4.7 before); for other rows, shifted data are
-  //   the usual way to keep a variance's mean accurate. Not for a sum that
-  //   is only a result: where K is far from the row's other values, x - K
-  //   makes the partial sums larger instead.
+  //   the usual way to keep a variance's mean accurate. The cost: the error
+  //   bound is eps * sum|x - K| instead of eps * sum|x|, so a row whose
+  //   first element is an outlier (1e30 among values near 1) gets a mean
+  //   with fewer digits (about L * |K| / |sum| times eps); hence not for a
+  //   sum that is only a result.
   // - Blocked: any other float sum (sum(exp(x - max)), sum((x - mean)^2),
   //   float64 sums).
   // Tiles (rows down columns) accumulate float32 sums in double (tile_wide_).

@@ -148,6 +148,35 @@ TEST(ReducePrecision, VarianceOfAConstantRowIsExactlyZero) {
   EXPECT_EQ(amax(abs(compile(ln, strict())({x})[0] - b.expand({4, 1000}))).item<double>(), 0.0);
 }
 
+// The shifted mean (x - x[row, 0]) with a first element that is inf, -inf,
+// NaN, too large to shift by (3e38) or -0 in an all -0 row: mean and var
+// equal eager's, NaN and inf included.
+TEST(ReducePrecision, ShiftedMeanKeepsInfNaNAndSignedZero) {
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{mean(in[0], {1}), var(in[0], {1}), sum(in[0], {1})};
+  };
+  manual_seed(16);
+  const int64_t len = 3000;
+  Tensor x = randn({6, len});
+  float *p = x.data_ptr<float>();
+  const float firsts[] = {INFINITY, -INFINITY, NAN, 3e38f, 0.f};
+  for (int r = 0; r < 5; ++r) p[r * len] = firsts[r];
+  for (int64_t j = 0; j < len; ++j) p[4 * len + j] = -0.f; // row 4: all -0
+  std::vector<Tensor> got = compile(fn, strict())({x}), want = fn({x});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t o = 0; o < got.size(); ++o)
+    for (int64_t r = 0; r < 6; ++r) {
+      double g = got[o].data_ptr<float>()[r], w = want[o].data_ptr<float>()[r];
+      if (std::isnan(w) || std::isinf(w)) {
+        EXPECT_EQ(std::isnan(g), std::isnan(w)) << "output " << o << ", row " << r << ": " << g << " vs " << w;
+        if (std::isinf(w)) EXPECT_EQ(g, w) << "output " << o << ", row " << r;
+        continue;
+      }
+      EXPECT_NEAR(g, w, 1e-5 * std::max(1.0, std::abs(w))) << "output " << o << ", row " << r;
+      if (w == 0) EXPECT_EQ(std::signbit(g), std::signbit(w)) << "output " << o << ", row " << r;
+    }
+}
+
 int count_ops(const ir::Graph &g, OpId op) {
   int n = 0;
   for (const ir::Node *node : g.nodes()) n += node->kind() == ir::Node::Kind::Op && node->op() == op;
