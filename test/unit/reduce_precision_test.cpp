@@ -169,11 +169,15 @@ TEST(ReducePrecision, ShiftedMeanKeepsInfNaNAndSignedZero) {
       double g = got[o].data_ptr<float>()[r], w = want[o].data_ptr<float>()[r];
       if (std::isnan(w) || std::isinf(w)) {
         EXPECT_EQ(std::isnan(g), std::isnan(w)) << "output " << o << ", row " << r << ": " << g << " vs " << w;
-        if (std::isinf(w)) EXPECT_EQ(g, w) << "output " << o << ", row " << r;
+        if (std::isinf(w)) {
+          EXPECT_EQ(g, w) << "output " << o << ", row " << r;
+        }
         continue;
       }
       EXPECT_NEAR(g, w, 1e-5 * std::max(1.0, std::abs(w))) << "output " << o << ", row " << r;
-      if (w == 0) EXPECT_EQ(std::signbit(g), std::signbit(w)) << "output " << o << ", row " << r;
+      if (w == 0) {
+        EXPECT_EQ(std::signbit(g), std::signbit(w)) << "output " << o << ", row " << r;
+      }
     }
 }
 
