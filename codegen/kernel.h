@@ -40,10 +40,15 @@
 //   k.output(e / k.reduce(KOp::Add, e));
 //
 // - Combines: Add, Mul, Max, Min on int32/int64/float32/float64 (not bool).
-//   The result has the value's dtype: float sums and products ACCUMULATE IN THE
-//   ELEMENT TYPE (float32 rows sum in float32), in an unspecified order (the
-//   compiled code keeps several vector partial sums), so results differ from a
-//   sequential sum by rounding. Integer combines wrap and are exact. Float Max
+//   The result has the value's dtype, in an unspecified order (the compiled
+//   code keeps several vector partial sums). Float sums do not lose digits
+//   with the row's length (codegen/lower.cpp, "float sums"): a float32 sum of
+//   loaded values, and every float32 sum of rows that run down columns,
+//   accumulates in double; other float sums keep partial sums in their type
+//   over blocks of 1024 elements, each block's total added in double. A sum
+//   times a constant (reduce_mean) is scaled before rounding, so the mean of
+//   a constant row is that constant. Float products accumulate in the element
+//   type. Integer combines wrap and are exact. Float Max
 //   and Min propagate NaN (torch.amax / amin); a zero result may be -0 or +0
 //   when the row holds both (torch's vectorized CPU reductions do not order
 //   them either).
@@ -63,8 +68,8 @@
 //   several passes are computed once into a per-row scratch buffer. Rows that
 //   run down columns (strided row, neighbouring rows adjacent in memory: the
 //   statistics of an [N, C] batch norm) advance 64 at a time instead, the loop
-//   over those rows innermost (codegen/lower.cpp, "tiles"); these sum each
-//   row sequentially.
+//   over those rows innermost (codegen/lower.cpp, "tiles"), also when the
+//   rows' neighbours are along the innermost of several outer dims.
 //
 // In-place outputs (KernelDesc::output_aliases_input, KernelBuilder::alias_output):
 // an output may overwrite an input when both address the same element at every

@@ -48,6 +48,20 @@ constexpr const char *kStreamedBufferMD = "kiln.streamed";
 // for several vectors of the widest ISA, small enough for L1 (one element per
 // row per per-row value).
 constexpr int64_t kTileRows = 64;
+// With several outer dims, tiles span only the innermost one: below this many
+// rows there, rows go one by one.
+constexpr int64_t kMinTileRows = 16;
+
+// Loop metadata (set_loop_md). Nest: a loop around other loops, never
+// unrolled: LLVM fully unrolls a nest with a small constant trip count (batch
+// norm's sub-rows, one per image), copying the vectorized loop inside it once
+// per iteration; at batch 16, 16 copies took 1.4 s to compile instead of
+// ~0.1 s, for no speed (each copy runs 1024 elements). VectorRolled: an inner
+// loop vectorized and interleaved 4 times, then not unrolled any further: a
+// row pass with NaN flags (see fold) that is fully unrolled has its 64 loads
+// hoisted and spilled around the mask registers (softmax's max pass over
+// DRAM-resident rows took 570 instead of 410 ns per 1024-float row).
+enum class LoopMD : uint8_t { None, Nest, VectorRolled };
 
 llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   switch (t) {
@@ -204,7 +218,7 @@ private:
         std::vector<Value *> bases = row_bases(ob, o);
         emit_loop(ob, ob.getInt64(0), ob.getInt64(inner_size()), "j",
                   [&](IRBuilder<> &ib, Value *j) { emit_element(ib, bases, j); });
-      });
+      }, LoopMD::Nest);
     }
     fence_streamed_stores(b);
     b.CreateRetVoid();
@@ -251,7 +265,7 @@ private:
 
   // for (iv = lo; iv < hi; ++iv) body(iv); leaves `b` after the loop.
   template <class Body>
-  void emit_loop(IRBuilder<> &b, Value *lo, Value *hi, const char *name, Body &&body) {
+  void emit_loop(IRBuilder<> &b, Value *lo, Value *hi, const char *name, Body &&body, LoopMD md = LoopMD::None) {
     llvm::Function *f = b.GetInsertBlock()->getParent();
     llvm::BasicBlock *pre = b.GetInsertBlock();
     auto *loop = llvm::BasicBlock::Create(c_, std::string(name) + ".loop", f);
@@ -263,7 +277,7 @@ private:
     body(b, iv);
     Value *next = b.CreateAdd(iv, b.getInt64(1), std::string(name) + ".next", true, true);
     iv->addIncoming(next, b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(next, hi), loop, exit);
+    set_loop_md(b.CreateCondBr(b.CreateICmpSLT(next, hi), loop, exit), md);
     b.SetInsertPoint(exit);
   }
 
@@ -332,6 +346,7 @@ private:
   llvm::Function *build_row_body(const std::string &name) {
     tiled_ = wants_tiles();
     plan_ = plan_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
+    centering_ = reductions_used_by_reductions();
     auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
     stamp(f);
     IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
@@ -348,7 +363,7 @@ private:
     if (block_ > 0) {
       emit_row_blocks(b, f->getArg(1), f->getArg(2));
     } else {
-      emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
+      emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
     }
     fence_streamed_stores(b);
     b.CreateRetVoid();
@@ -387,11 +402,11 @@ private:
     Value *last = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end, b.getInt64(whole), nullptr, "whole.end");
     emit_loop(b, begin, last, "block", [&](IRBuilder<> &bb, Value *t) {
       emit_row_block(bb, bb.CreateMul(t, bb.getInt64(block_), "block.first", true, true));
-    });
+    }, LoopMD::Nest);
     if (shape_[0] % block_ == 0) return;
     Value *has_rest = b.CreateICmpSGT(end, b.getInt64(whole));
     Value *lo = b.CreateSelect(has_rest, b.getInt64(whole * block_), b.getInt64(shape_[0]));
-    emit_loop(b, lo, b.getInt64(shape_[0]), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); });
+    emit_loop(b, lo, b.getInt64(shape_[0]), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
   }
 
   // Per node: the same value in every row (depends on no load that moves
@@ -431,6 +446,8 @@ private:
   // pass (one vector accumulator per row and reduction), the shuffle tree,
   // then the per-row stages and outputs.
   void emit_row_block(IRBuilder<> &b, Value *first) {
+    wide_.assign(k_.nodes.size(), nullptr); // block sums are float vectors (rows are short)
+    shift_.assign(k_.nodes.size(), nullptr);
     size_t rows = size_t(block_);
     std::vector<Value *> bases = row_bases(b, first);
     std::vector<std::vector<Value *>> at(rows), row(rows, std::vector<Value *>(k_.nodes.size(), nullptr));
@@ -612,27 +629,68 @@ private:
   // in memory and vectorized, with per-row values (accumulators included) in
   // small arrays of one element per row. The same passes and stages as
   // emit_row, in the same order per row; no scratch rows (plan without them).
+  //
+  // With several outer dims (x.permute(0, 2, 1).sum(-1): rows [B, C] whose
+  // elements are C apart), the tile's rows are neighbours along the innermost
+  // outer dim, and a tile never crosses from one index of the dims before it
+  // to the next (emit_tiles). Walking such a row down memory instead (the
+  // vectorizer gathers) ran 5x slower than eager, and a contiguous copy first
+  // 10x.
+  size_t tile_dim() const { return outer_rank() - 1; }
+
   bool wants_tiles() const {
-    if (outer_rank() != 1 || shape_[0] < 2 || inner_size() < 2) return false;
+    size_t d = tile_dim();
+    int64_t min_rows = outer_rank() == 1 ? 2 : kMinTileRows;
+    if (shape_[d] < min_rows || inner_size() < 2) return false;
     for (size_t i = 0; i < k_.inputs.size(); ++i) {
       std::vector<int64_t> st = strides_of(i);
-      if (st[0] == 1 && st.back() != 0 && st.back() != 1) return true;
+      if (st[d] == 1 && st.back() != 0 && st.back() != 1) return true;
     }
     return false;
   }
 
+  // Float32 sums of a tile accumulate in double, one per row (tile_wide_):
+  // each row is a sequential sum, which in float32 lost 1.5e-4 (relative)
+  // over 16384 elements; the double adds run across the tile's rows, vectorized.
+  bool tile_sums_wide(const Node &n) const {
+    return n.op == KOp::Reduce && n.combine == KOp::Add && n.dtype == DType::Float32;
+  }
+
   void allocate_tile(IRBuilder<> &b) {
     tile_.assign(k_.nodes.size(), nullptr);
+    tile_wide_.assign(k_.nodes.size(), nullptr);
+    auto array = [&](llvm::Type *ty) {
+      auto *a = b.CreateAlloca(ty, b.getInt64(kTileRows), "tile");
+      a->setAlignment(llvm::Align(64));
+      return a;
+    };
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       if (!plan_.per_row[i]) continue;
-      auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(kTileRows), "tile");
-      a->setAlignment(llvm::Align(64));
-      tile_[i] = a;
+      tile_[i] = array(value_type(c_, k_.nodes[i].dtype));
+      if (tile_sums_wide(k_.nodes[i])) tile_wide_[i] = array(b_double());
     }
   }
 
-  // for (t = begin; t < end; t += kTileRows) tile of min(kTileRows, end - t) rows.
+  // Tiles of rows [begin, end): with one outer dim, runs of kTileRows rows;
+  // with several, the same within each index of the dims before the tile's.
   void emit_tiles(IRBuilder<> &b, Value *begin, Value *end) {
+    if (outer_rank() == 1) {
+      emit_tile_run(b, begin, end);
+      return;
+    }
+    int64_t width = shape_[tile_dim()];
+    Value *g0 = b.CreateUDiv(begin, b.getInt64(width));
+    Value *g1 = b.CreateUDiv(b.CreateAdd(end, b.getInt64(width - 1)), b.getInt64(width));
+    emit_loop(b, g0, g1, "tile.group", [&](IRBuilder<> &gb, Value *g) {
+      Value *lo = gb.CreateMul(g, gb.getInt64(width));
+      Value *hi = gb.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end, gb.CreateAdd(lo, gb.getInt64(width)));
+      lo = gb.CreateBinaryIntrinsic(llvm::Intrinsic::smax, begin, lo);
+      emit_tile_run(gb, lo, hi);
+    }, LoopMD::Nest);
+  }
+
+  // for (t = begin; t < end; t += kTileRows) tile of min(kTileRows, end - t) rows.
+  void emit_tile_run(IRBuilder<> &b, Value *begin, Value *end) {
     Value *count = b.CreateSub(end, begin);
     Value *tiles = b.CreateUDiv(b.CreateAdd(count, b.getInt64(kTileRows - 1)), b.getInt64(kTileRows));
     emit_loop(b, b.getInt64(0), tiles, "tile", [&](IRBuilder<> &tb, Value *t) {
@@ -640,7 +698,7 @@ private:
       Value *left = tb.CreateSub(end, first);
       Value *n = tb.CreateSelect(tb.CreateICmpSLT(left, tb.getInt64(kTileRows)), left, tb.getInt64(kTileRows));
       emit_tile(tb, first, n);
-    });
+    }, LoopMD::Nest);
   }
 
   void emit_tile(IRBuilder<> &b, Value *first, Value *n) {
@@ -653,12 +711,12 @@ private:
     }
   }
 
-  // Row r of the tile: bases moved along the (single) outer dim.
+  // Row r of the tile: bases moved along the tile's dim.
   std::vector<Value *> tile_row(IRBuilder<> &b, const std::vector<Value *> &bases, Value *r) {
     std::vector<Value *> out = bases;
     for (size_t buf = 0; buf < k_.num_buffers(); ++buf) {
       int32_t alias = buf < k_.inputs.size() ? -1 : k_.aliased_input(buf - k_.inputs.size());
-      int64_t s = strides_of(buf)[0];
+      int64_t s = strides_of(buf)[tile_dim()];
       if (alias >= 0) out[buf] = out[size_t(alias)]; // one address expression, as offset_bases
       else if (s != 0) out[buf] = b.CreateAdd(bases[buf], b.CreateMul(r, b.getInt64(s)));
     }
@@ -669,12 +727,24 @@ private:
     return b.CreateInBoundsGEP(value_type(c_, k_.nodes[node].dtype), tile_[node], r);
   }
 
+  Value *tile_wide_slot(IRBuilder<> &b, size_t node, Value *r) {
+    return b.CreateInBoundsGEP(b_double(), tile_wide_[node], r);
+  }
+
   // The per-row values known so far, for row r.
   std::vector<Value *> load_known(IRBuilder<> &b, Value *r) {
     std::vector<Value *> cur(k_.nodes.size(), nullptr);
     for (size_t i = 0; i < k_.nodes.size(); ++i)
       if (known_[i]) cur[i] = b.CreateLoad(value_type(c_, k_.nodes[i].dtype), tile_slot(b, i, r));
     return cur;
+  }
+
+  // The double sums known so far (see exact_mean), for row r.
+  std::vector<Value *> load_known_wide(IRBuilder<> &b, Value *r) {
+    std::vector<Value *> wide(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (known_[i] && tile_wide_[i]) wide[i] = b.CreateLoad(b_double(), tile_wide_slot(b, i, r));
+    return wide;
   }
 
   // emit_stage for every row of the tile.
@@ -687,10 +757,10 @@ private:
     if (nodes.empty() && outs.empty()) return;
     emit_loop(b, b.getInt64(0), n, "stage.r", [&](IRBuilder<> &lb, Value *r) {
       std::vector<Value *> br = tile_row(lb, bases, r);
-      std::vector<Value *> cur = load_known(lb, r);
+      std::vector<Value *> cur = load_known(lb, r), wide = load_known_wide(lb, r);
       for (size_t i : nodes) {
         const Node &node = k_.nodes[i];
-        cur[i] = node.op == KOp::Load ? load_element(lb, node, br, lb.getInt64(0)) : emit_node(lb, node, cur);
+        cur[i] = node.op == KOp::Load ? load_element(lb, node, br, lb.getInt64(0)) : emit_row_node(lb, node, cur, wide);
         lb.CreateStore(cur[i], tile_slot(lb, i, r));
       }
       for (size_t o : outs) store_output(lb, o, br, lb.getInt64(0), cur[size_t(k_.outputs[o].value)]);
@@ -705,7 +775,10 @@ private:
       if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
     auto over_rows = [&](const char *name, auto &&body) { emit_loop(b, b.getInt64(0), n, name, body); };
     over_rows("init.r", [&](IRBuilder<> &lb, Value *r) {
-      for (int32_t red : reductions) lb.CreateStore(reduce_identity(k_.nodes[red]), tile_slot(lb, size_t(red), r));
+      for (int32_t red : reductions) {
+        if (tile_wide_[size_t(red)]) lb.CreateStore(wide_identity(), tile_wide_slot(lb, size_t(red), r));
+        else lb.CreateStore(reduce_identity(k_.nodes[red]), tile_slot(lb, size_t(red), r));
+      }
     });
     if (row_length() > 0) {
       emit_loop(b, b.getInt64(0), b.getInt64(sub_rows()), "sub", [&](IRBuilder<> &sb, Value *rr) {
@@ -716,9 +789,15 @@ private:
             std::vector<Value *> cur = load_known(lb, r);
             for (int32_t red : reductions) {
               const Node &node = k_.nodes[size_t(red)];
+              Value *x = element_value(lb, node.args[0], p, br, j, j, cur);
+              if (tile_wide_[size_t(red)]) {
+                Value *slot = tile_wide_slot(lb, size_t(red), r);
+                lb.CreateStore(lb.CreateFAdd(lb.CreateLoad(b_double(), slot), widen(lb, x)), slot);
+                continue;
+              }
               Value *slot = tile_slot(lb, size_t(red), r);
               Value *acc = lb.CreateLoad(value_type(c_, node.dtype), slot);
-              lb.CreateStore(combine(lb, node, acc, element_value(lb, node.args[0], p, br, j, j, cur)), slot);
+              lb.CreateStore(combine(lb, node, acc, x), slot);
             }
             std::vector<std::pair<size_t, Value *>> stores; // all values before any store, as emit_sub_row
             for (size_t o = 0; o < k_.outputs.size(); ++o)
@@ -726,14 +805,18 @@ private:
                 stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
             for (auto [o, v] : stores) store_output(lb, o, br, j, v);
           });
-        });
-      });
+        }, LoopMD::Nest);
+      }, LoopMD::Nest);
     }
     over_rows("finish.r", [&](IRBuilder<> &lb, Value *r) {
       for (int32_t red : reductions) {
         const Node &node = k_.nodes[size_t(red)];
         Value *slot = tile_slot(lb, size_t(red), r);
-        lb.CreateStore(finish(lb, node, lb.CreateLoad(value_type(c_, node.dtype), slot)), slot);
+        Value *acc = tile_wide_[size_t(red)]
+                         ? lb.CreateFPTrunc(lb.CreateLoad(b_double(), tile_wide_slot(lb, size_t(red), r)),
+                                            value_type(c_, node.dtype))
+                         : lb.CreateLoad(value_type(c_, node.dtype), slot);
+        lb.CreateStore(finish(lb, node, acc), slot);
       }
     });
     for (int32_t red : reductions) known_[size_t(red)] = 1;
@@ -754,6 +837,8 @@ private:
   }
 
   void emit_row(IRBuilder<> &b, Value *o) {
+    wide_.assign(k_.nodes.size(), nullptr);
+    shift_.assign(k_.nodes.size(), nullptr);
     std::vector<Value *> bases = row_bases(b, o);
     std::vector<Value *> row(k_.nodes.size(), nullptr); // per-row values known so far
     emit_stage(b, 0, bases, row);
@@ -815,7 +900,7 @@ private:
       const Node &n = k_.nodes[i];
       if (!plan_.per_row[i] || plan_.level[i] != s || n.op == KOp::Reduce) continue;
       if (row[i]) continue; // a row block computed it before its pass
-      row[i] = n.op == KOp::Load ? load_element(b, n, bases, b.getInt64(0)) : emit_node(b, n, row);
+      row[i] = n.op == KOp::Load ? load_element(b, n, bases, b.getInt64(0)) : emit_row_node(b, n, row, wide_);
     }
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       int32_t v = k_.outputs[o].value;
@@ -834,22 +919,158 @@ private:
       if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
         reductions.push_back(int32_t(i));
     std::vector<Value *> acc;
-    for (int32_t r : reductions) acc.push_back(reduce_identity(k_.nodes[r]));
+    for (int32_t r : reductions) {
+      const Node &red = k_.nodes[size_t(r)];
+      acc.push_back(accum_of(red) == Accum::Plain ? reduce_identity(red) : wide_identity());
+      if (accum_of(red) == Accum::Shifted && row_length() > 0) shift_[size_t(r)] = row_shift(b, red, bases);
+    }
     std::vector<int> nan_flag = add_nan_flags(b, reductions, acc);
     if (row_length() == 0) {
       finish_pass(b, reductions, nan_flag, acc, row);
       return;
     }
     if (row_rank_ == 1) {
-      acc = emit_sub_row(b, p, bases, nullptr, reductions, nan_flag, acc, row);
+      acc = emit_sub_row_blocks(b, p, bases, nullptr, reductions, nan_flag, acc, row);
     } else {
       emit_carried_loop(b, b.getInt64(sub_rows()), "r", acc, [&](IRBuilder<> &rb, Value *r, std::vector<Value *> &a) {
         std::vector<Value *> sub = offset_bases(rb, bases, r, outer_rank(), rank() - 1);
         Value *first = rb.CreateMul(r, rb.getInt64(inner_size()), "r.first", true, true);
-        a = emit_sub_row(rb, p, sub, first, reductions, nan_flag, a, row);
-      });
+        a = emit_sub_row_blocks(rb, p, sub, first, reductions, nan_flag, a, row);
+      }, LoopMD::Nest);
     }
     finish_pass(b, reductions, nan_flag, acc, row);
+  }
+
+  // ---- float sums. Folding a long row element by element into float32
+  // partial sums (the vectorizer's 64 lanes) loses digits as the partial sums
+  // grow: 4M values were off by 6e-4. So, as the eager kernels do, every float
+  // sum keeps vector partial sums in its own type over blocks of kSumBlock
+  // elements (16 adds per lane), and each block's total is added to a double:
+  // the error grows with the block, not the row. One horizontal add per block
+  // costs ~2% of a 1024-element block. (Double lanes instead, each element
+  // extended, made an in-cache [128, 1024] sum 1.5x slower and layer_norm 1.2x.)
+  // - Shifted: a float32 sum of values loaded from memory whose result a
+  //   later reduction of the row uses (the mean in var, layer_norm and batch
+  //   norm: sum((x - mean)^2)) folds x - K, K = the row's first element (0 if
+  //   it is not below 2^100 in magnitude: inf, NaN, or so large that x - K
+  //   could overflow), and adds L * K in double at the end (exact for
+  //   L < 2^29). A constant row then sums exactly, its mean (scaled in double,
+  //   exact_mean) is the constant itself, and the variance 0, as eagerly
+  //   (2.3e-13 for a row of 4.7 before); for other rows, shifted data are
+  //   the usual way to keep a variance's mean accurate. The cost: the error
+  //   bound is eps * sum|x - K| instead of eps * sum|x|, so a row whose
+  //   first element is an outlier (1e30 among values near 1) gets a mean
+  //   with fewer digits (about L * |K| / |sum| times eps); hence not for a
+  //   sum that is only a result.
+  // - Blocked: any other float sum (sum(exp(x - max)), sum((x - mean)^2),
+  //   float64 sums).
+  // Tiles (rows down columns) accumulate float32 sums in double (tile_wide_).
+  enum class Accum : uint8_t { Plain, Shifted, Blocked };
+  static constexpr int64_t kSumBlock = 1024;
+
+  Accum accum_of(const Node &r) const {
+    if (r.op != KOp::Reduce || r.combine != KOp::Add || !is_floating(r.dtype)) return Accum::Plain;
+    bool loaded = k_.nodes[size_t(r.args[0])].op == KOp::Load;
+    bool centers = !centering_.empty() && centering_[size_t(&r - k_.nodes.data())];
+    return r.dtype == DType::Float32 && loaded && centers ? Accum::Shifted : Accum::Blocked;
+  }
+
+  // Per node: a reduction whose result the operand of another reduction uses.
+  std::vector<uint8_t> reductions_used_by_reductions() const {
+    std::vector<uint8_t> used(k_.nodes.size(), 0);
+    for (const Node &q : k_.nodes) {
+      if (q.op != KOp::Reduce) continue;
+      std::vector<uint8_t> seen(k_.nodes.size(), 0);
+      std::vector<int32_t> stack = {q.args[0]};
+      while (!stack.empty()) {
+        size_t n = size_t(stack.back());
+        stack.pop_back();
+        if (seen[n]) continue;
+        seen[n] = 1;
+        if (k_.nodes[n].op == KOp::Reduce) {
+          used[n] = 1;
+          continue;
+        }
+        for (int a = 0; a < op_arity(k_.nodes[n].op); ++a) stack.push_back(k_.nodes[n].args[a]);
+      }
+    }
+    return used;
+  }
+
+  // K of a Shifted sum (see above): the row's first element of its operand
+  // when its magnitude is below 2^100, else 0.
+  Value *row_shift(IRBuilder<> &b, const Node &r, const std::vector<Value *> &bases) {
+    Value *first = load_element(b, k_.nodes[size_t(r.args[0])], bases, b.getInt64(0));
+    Value *small = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, first),
+                                   llvm::ConstantFP::get(first->getType(), 0x1p100));
+    return b.CreateSelect(small, first, llvm::ConstantFP::get(first->getType(), 0.0), "shift");
+  }
+  Value *wide_identity() { return llvm::ConstantFP::getNegativeZero(b_double()); }
+  llvm::Type *b_double() { return llvm::Type::getDoubleTy(c_); }
+  Value *widen(IRBuilder<> &b, Value *v) { return v->getType()->isDoubleTy() ? v : b.CreateFPExt(v, b_double()); }
+
+  // A row's run of the last dim (emit_sub_row) in blocks of kSumBlock when some
+  // float sum is Shifted or Blocked; `acc` and the result hold those sums in double.
+  std::vector<Value *> emit_sub_row_blocks(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
+                                           const std::vector<int32_t> &reductions, const std::vector<int> &nan_flag,
+                                           std::vector<Value *> acc, const std::vector<Value *> &row) {
+    bool blocked = std::any_of(reductions.begin(), reductions.end(),
+                               [&](int32_t r) { return accum_of(k_.nodes[size_t(r)]) != Accum::Plain; });
+    int64_t n = inner_size();
+    if (!blocked) return emit_sub_row(b, p, bases, first, b.getInt64(0), n, reductions, nan_flag, acc, row);
+    int64_t full = n / kSumBlock, rest = n % kSumBlock;
+    if (full == 1) {
+      acc = emit_sum_block(b, p, bases, first, b.getInt64(0), kSumBlock, reductions, nan_flag, acc, row);
+    } else if (full > 1) {
+      emit_carried_loop(b, b.getInt64(full), "sumblock", acc, [&](IRBuilder<> &lb, Value *c, std::vector<Value *> &a) {
+        Value *lo = lb.CreateMul(c, lb.getInt64(kSumBlock), "sumblock.lo", true, true);
+        a = emit_sum_block(lb, p, bases, first, lo, kSumBlock, reductions, nan_flag, a, row);
+      }, LoopMD::Nest);
+    }
+    if (rest > 0)
+      acc = emit_sum_block(b, p, bases, first, b.getInt64(full * kSumBlock), rest, reductions, nan_flag, acc, row);
+    return acc;
+  }
+
+  // Elements [lo, lo + count) of the run: Shifted and Blocked sums start from
+  // their identity and their block total is added to the double in `acc`.
+  std::vector<Value *> emit_sum_block(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
+                                      Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                      const std::vector<int> &nan_flag, const std::vector<Value *> &acc,
+                                      const std::vector<Value *> &row) {
+    std::vector<Value *> part = acc;
+    for (size_t i = 0; i < reductions.size(); ++i)
+      if (accum_of(k_.nodes[size_t(reductions[i])]) != Accum::Plain) part[i] = reduce_identity(k_.nodes[size_t(reductions[i])]);
+    part = emit_sub_row(b, p, bases, first, lo, count, reductions, nan_flag, part, row);
+    for (size_t i = 0; i < reductions.size(); ++i)
+      if (accum_of(k_.nodes[size_t(reductions[i])]) != Accum::Plain) part[i] = b.CreateFAdd(acc[i], widen(b, part[i]));
+    return part;
+  }
+
+  // A mean's scaling (reduce_mean: sum * (1 / L)) applied to the double sum
+  // before rounding to float32 (one rounding, as eager's mean), or null when `n` is not sum * constant of a
+  // sum held in double (`wide`: per node, its double sum or null).
+  Value *exact_mean(IRBuilder<> &b, const Node &n, const std::vector<Value *> &wide) {
+    if (n.op != KOp::Mul || n.dtype != DType::Float32 || wide.empty()) return nullptr;
+    for (int s = 0; s < 2; ++s) {
+      int32_t sum = n.args[s], scale = n.args[1 - s];
+      if (!wide[size_t(sum)] || k_.nodes[size_t(scale)].op != KOp::Const) continue;
+      // The kernel holds 1 / L rounded to float32 (2.5e-8 off for L = 1000,
+      // enough to move the mean of a constant row by an ulp): use 1 / L itself.
+      double factor = k_.nodes[size_t(scale)].fvalue, inverse = 1.0 / double(k_.row_length());
+      if (factor == double(float(inverse))) factor = inverse;
+      Value *total = b.CreateFAdd(wide[size_t(sum)], llvm::ConstantFP::get(b_double(), 0.0)); // -0 -> +0, see finish
+      Value *m = b.CreateFMul(total, llvm::ConstantFP::get(b_double(), factor));
+      return b.CreateFPTrunc(m, value_type(c_, n.dtype));
+    }
+    return nullptr;
+  }
+
+  // emit_node for a per-row value (see exact_mean).
+  Value *emit_row_node(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals,
+                       const std::vector<Value *> &wide) {
+    if (Value *m = exact_mean(b, n, wide)) return m;
+    return emit_node(b, n, vals);
   }
 
   // A float max/min over a row folds with maxnum/minnum flagged no-NaNs (one
@@ -896,21 +1117,29 @@ private:
                    const std::vector<Value *> &acc, std::vector<Value *> &row) {
     for (size_t a = 0; a < reductions.size(); ++a) {
       const Node &r = k_.nodes[reductions[a]];
-      Value *v = finish(b, r, acc[a]);
+      Value *sum = acc[a];
+      if (Value *k = shift_[size_t(reductions[a])]) // + L * K (exact in double, see Accum)
+        sum = b.CreateFAdd(sum, b.CreateFMul(widen(b, k), llvm::ConstantFP::get(b_double(), double(row_length()))));
+      if (accum_of(r) != Accum::Plain) {
+        wide_[size_t(reductions[a])] = sum;
+        if (r.dtype != DType::Float64) sum = b.CreateFPTrunc(sum, value_type(c_, r.dtype));
+      }
+      Value *v = finish(b, r, sum);
       if (nan_flag[a] >= 0)
         v = b.CreateSelect(acc[size_t(nan_flag[a])], llvm::ConstantFP::getNaN(v->getType()), v);
       row[reductions[a]] = v;
     }
   }
 
-  // Loop metadata: vectorized and interleaved 4 times, then not unrolled any
-  // further. A row pass with NaN flags (see fold) that is fully unrolled has
-  // its 64 loads hoisted and spilled around the mask registers: softmax's max
-  // pass over DRAM-resident rows took 570 instead of 410 ns per 1024-float row.
-  void keep_rolled(IRBuilder<> &b, llvm::BranchInst *latch) {
-    llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(c_, {llvm::MDString::get(c_, "llvm.loop.unroll.disable")}),
-                             llvm::MDNode::get(c_, {llvm::MDString::get(c_, "llvm.loop.interleave.count"),
-                                                    llvm::ConstantAsMetadata::get(b.getInt32(4))})};
+  // Loop metadata on a loop's latch (LoopMD).
+  void set_loop_md(llvm::BranchInst *latch, LoopMD kind) {
+    if (kind == LoopMD::None) return;
+    std::vector<llvm::Metadata *> ops = {nullptr,
+                                         llvm::MDNode::get(c_, {llvm::MDString::get(c_, "llvm.loop.unroll.disable")})};
+    if (kind == LoopMD::VectorRolled)
+      ops.push_back(llvm::MDNode::get(c_, {llvm::MDString::get(c_, "llvm.loop.interleave.count"),
+                                           llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(
+                                               llvm::Type::getInt32Ty(c_), 4))}));
     auto *md = llvm::MDNode::getDistinct(c_, ops);
     md->replaceOperandWith(0, md);
     latch->setMetadata(llvm::LLVMContext::MD_loop, md);
@@ -918,10 +1147,10 @@ private:
 
   // for (iv = 0; iv < count; ++iv) body(iv, values), where `values` are carried
   // from one iteration to the next (in: their start; out: after the last).
-  // count > 0. Leaves `b` after the loop; `rolled`: see keep_rolled.
+  // count > 0. Leaves `b` after the loop; `md`: see LoopMD.
   template <class Body>
   void emit_carried_loop(IRBuilder<> &b, Value *count, const std::string &name, std::vector<Value *> &values,
-                         Body &&body, bool rolled = false) {
+                         Body &&body, LoopMD md = LoopMD::None) {
     llvm::Function *f = b.GetInsertBlock()->getParent();
     llvm::BasicBlock *pre = b.GetInsertBlock();
     auto *loop = llvm::BasicBlock::Create(c_, name, f);
@@ -940,25 +1169,31 @@ private:
     Value *iv_next = b.CreateAdd(iv, b.getInt64(1), name + ".next", true, true);
     iv->addIncoming(iv_next, b.GetInsertBlock());
     for (size_t a = 0; a < phis.size(); ++a) phis[a]->addIncoming(next[a], b.GetInsertBlock());
-    auto *br = b.CreateCondBr(b.CreateICmpSLT(iv_next, count), loop, exit);
-    if (rolled) keep_rolled(b, br);
+    set_loop_md(b.CreateCondBr(b.CreateICmpSLT(iv_next, count), loop, exit), md);
     b.SetInsertPoint(exit);
     values = next;
   }
 
-  // The inner loop of pass p over one run of the last dim, from `bases`;
-  // `first` is the run's first element within the row (its scratch index; null
-  // = 0). Returns the accumulators of `reductions` after it (not finished).
+  // The inner loop of pass p over elements [lo, lo + count) of one run of the
+  // last dim, from `bases`; `first` is the run's first element within the row
+  // (its scratch index; null = 0). Returns the accumulators of `reductions`
+  // after it (not finished).
   std::vector<Value *> emit_sub_row(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
-                                    const std::vector<int32_t> &reductions, const std::vector<int> &nan_flag,
-                                    std::vector<Value *> acc, const std::vector<Value *> &row) {
-    emit_carried_loop(b, b.getInt64(inner_size()), "pass" + std::to_string(p), acc,
-                      [&](IRBuilder<> &lb, Value *j, std::vector<Value *> &a) {
+                                    Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                    const std::vector<int> &nan_flag, std::vector<Value *> acc,
+                                    const std::vector<Value *> &row) {
+    emit_carried_loop(b, b.getInt64(count), "pass" + std::to_string(p), acc,
+                      [&](IRBuilder<> &lb, Value *jj, std::vector<Value *> &a) {
+                        Value *j = llvm::isa<llvm::Constant>(lo) && llvm::cast<llvm::Constant>(lo)->isNullValue()
+                                       ? jj
+                                       : lb.CreateAdd(lo, jj, "j", true, true);
                         std::vector<Value *> cur = row; // element values of this pass at j
                         Value *slot = first ? lb.CreateAdd(first, j, "slot", true, true) : j;
                         for (size_t i = 0; i < reductions.size(); ++i) {
                           const Node &r = k_.nodes[reductions[i]];
-                          fold(lb, r, nan_flag[i], a, i, element_value(lb, r.args[0], p, bases, j, slot, cur));
+                          Value *x = element_value(lb, r.args[0], p, bases, j, slot, cur);
+                          if (Value *k = shift_[size_t(reductions[i])]) x = lb.CreateFSub(x, k); // see Accum
+                          fold(lb, r, nan_flag[i], a, i, x);
                         }
                         // Every value of element j before any store to it: an output written in
                         // place must not change what a later output of this pass loads.
@@ -968,7 +1203,8 @@ private:
                             stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
                         for (auto [o, v] : stores) store_output(lb, o, bases, j, v);
                       },
-                      std::any_of(nan_flag.begin(), nan_flag.end(), [](int f) { return f >= 0; }));
+                      std::any_of(nan_flag.begin(), nan_flag.end(), [](int f) { return f >= 0; }) ? LoopMD::VectorRolled
+                                                                                                  : LoopMD::None);
     return acc;
   }
 
@@ -1161,6 +1397,10 @@ private:
   std::vector<Value *> tile_;      // tiles: per per-row node, its value for each row of the tile
   std::vector<uint8_t> known_;     // tiles: per node, whether tile_ holds it already
   std::vector<Value *> scratch_;   // per node: its scratch row, or null
+  std::vector<Value *> wide_;      // row by row: per Shifted/Blocked sum, its double total in this row (Accum)
+  std::vector<Value *> shift_;     // row by row: per Shifted sum, its K in this row (Accum)
+  std::vector<uint8_t> centering_; // per node: reductions_used_by_reductions()
+  std::vector<Value *> tile_wide_; // tiles: per float32 sum, its double accumulator per row of the tile
   int64_t block_ = 0;              // rows per row block (see plan_row_block), 0 = row by row
   std::vector<uint8_t> invariant_; // row blocks: per node, the same in every row
 };

@@ -8,8 +8,8 @@
 // column of x). A copy is one strided pass over the operand plus a contiguous
 // write; it pays when the strided reads it replaces happen more than once:
 // - the group reads the operand in >= 2 passes (a group with reductions reads
-//   each row once per nesting level of reductions plus once for its outputs,
-//   codegen/kernel.h), or
+//   each row once per nesting level of reductions, plus once for outputs
+//   stored at every element, codegen/kernel.h), or
 // - >= 2 groups read the same strided value (one copy serves them all).
 // Only operands of at least kMinElements elements are considered (a small view
 // stays in cache whatever its strides). Kept as views, with the reason logged
@@ -65,19 +65,35 @@ Tensor strided_meta(const Value *v) {
 }
 
 // How many times the group walks each row: one pass per nesting level of
-// reductions, plus one for the outputs.
+// reductions, plus one for the outputs stored at every element (as the
+// kernel's row plan, codegen/row_plan.h). Outputs of the reduced shape (a lone
+// sum, batch-norm statistics) are stored once per row, in no pass of their
+// own: x.permute(0, 2, 1).sum(-1) reads x once, and counting a second pass
+// made this pass copy x first, which cost 10x the kernel.
 int row_passes(const Graph &body) {
   std::unordered_map<const Value *, int> depth;
   int deepest = 0;
+  int64_t row_space = 0; // elements of the iteration space: those of a reduction's operand
   for (const Node *n : body.nodes()) {
     int d = 0;
     for (const Value *o : n->operands())
       if (o && depth.count(o)) d = std::max(d, depth[o]);
-    if (n->kind() == Node::Kind::Op && n->info().kind == OpKind::Reduction) ++d;
+    bool reduction = n->kind() == Node::Kind::Op && n->info().kind == OpKind::Reduction;
+    if (reduction) {
+      ++d;
+      row_space = std::max(row_space, n->operand(0)->type().numel());
+    }
     deepest = std::max(deepest, d);
     for (const Value *r : n->results()) depth[r] = d;
   }
-  return deepest + 1;
+  if (deepest == 0) return 1; // element-wise: one pass
+  int passes = deepest;
+  for (const Value *v : body.outputs()) {
+    auto it = depth.find(v);
+    int d = it == depth.end() ? 0 : it->second;
+    if (v->type().numel() >= row_space) passes = std::max(passes, d + 1);
+  }
+  return passes;
 }
 
 // Why the group's loads cannot be made unit-stride by copying its operands,
