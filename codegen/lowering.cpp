@@ -281,7 +281,12 @@ std::vector<size_t> reduced_dims_of(const ir::Node &n) {
   return dims;
 }
 
-Space group_space(const ir::Graph &body, std::vector<int64_t> domain) {
+// Without reductions, a group whose results are stored in a layout other than
+// row-major (eager's for an elementwise op on a transposed input) iterates in
+// that layout's dim order, outermost first, so that its stores (and the loads
+// of inputs laid out alike) stay unit-stride in the vectorized loop. `order`:
+// the strides of such a result, or null.
+Space group_space(const ir::Graph &body, std::vector<int64_t> domain, const Dims *order) {
   Space sp;
   sp.domain = std::move(domain);
   const ir::Node *first = nullptr;
@@ -295,6 +300,14 @@ Space group_space(const ir::Graph &body, std::vector<int64_t> domain) {
                first->mnemonic(), " in the same group");
     first = n;
     sp.reduced = dims;
+  }
+  if (!first && !sp.domain.empty() && order) {
+    for (size_t d = 0; d < sp.domain.size(); ++d) sp.perm.push_back(d);
+    // Larger strides outside; dims of size 1 (whose stride means nothing) outermost.
+    auto key = [&](size_t d) { return sp.domain[d] == 1 ? std::numeric_limits<int64_t>::max() : (*order)[d]; };
+    std::stable_sort(sp.perm.begin(), sp.perm.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
+    sp.reduced = {sp.perm.back()};
+    return sp;
   }
   if (!first && !sp.domain.empty()) sp.reduced = {sp.domain.size() - 1};
   for (size_t d = 0; d < sp.domain.size(); ++d)
@@ -362,7 +375,11 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
   KILN_CHECK(!group.results().empty(), "codegen: fusion group without results");
   std::vector<int64_t> domain = group_domain(body);
   KILN_CHECK(domain.size() <= size_t(kMaxKernelRank), "codegen: rank ", domain.size(), " is above ", kMaxKernelRank);
-  const Space sp = group_space(body, domain);
+  // The first result laid out otherwise than row-major sets the iteration order.
+  const Dims *order = nullptr;
+  for (const ir::Value *r : group.results())
+    if (!order && r->type().strides && IntArrayRef(r->type().shape) == IntArrayRef(domain)) order = &*r->type().strides;
+  const Space sp = group_space(body, domain, order);
   for (const ir::Value *r : group.results())
     KILN_CHECK(IntArrayRef(r->type().shape) == IntArrayRef(domain) || sp.is_row(r->type().shape),
                "codegen: group result ", shape_str(r->type().shape), " is neither the domain ", shape_str(domain),
@@ -416,10 +433,18 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
                    v->name(), " (reduced dims dropped), which broadcasting aligns with other dims");
     expr.emplace(n->result(), x.to(rule(x), x.out));
   }
-  // Results are contiguous in the domain's order, whatever the kernel's.
-  for (const ir::Value *o : body.outputs()) {
-    if (IntArrayRef(o->type().shape) == IntArrayRef(domain)) k.output(expr.at(o), sp.permute(contiguous_strides(domain)));
-    else k.output_per_row(expr.at(o));
+  // Results are stored in their type's layout (eager's), else contiguous in
+  // the domain's order, whatever the kernel's.
+  for (size_t i = 0; i < body.outputs().size(); ++i) {
+    const ir::Value *o = body.outputs()[i];
+    const ir::TensorType &t = group.results().at(i)->type();
+    if (IntArrayRef(o->type().shape) != IntArrayRef(domain)) {
+      k.output_per_row(expr.at(o));
+      continue;
+    }
+    std::vector<int64_t> st = t.strides ? std::vector<int64_t>(t.strides->begin(), t.strides->end())
+                                        : contiguous_strides(domain);
+    k.output(expr.at(o), sp.permute(st));
   }
   return k.build();
 }

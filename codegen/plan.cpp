@@ -400,6 +400,7 @@ private:
     std::vector<Tensor> outs;
     if (s.kind == Step::Kind::EagerGroup) {
       outs = ir::interpret(*s.node->body(), st.ins);
+      conform_layouts(s, outs);
     } else if (s.kind == Step::Kind::Epilogue) {
       run_epilogue(s, st);
       return;
@@ -409,6 +410,24 @@ private:
       outs = run_op(s.node->op(), st.ins, s.node->attrs());
     }
     for (size_t i = 0; i < s.out.size(); ++i) bind(st, size_t(s.out[i]), std::move(outs[i]));
+  }
+
+  // A group run eagerly gives its results eager's layouts; the steps after it
+  // were built for the layouts of its result types (what its kernel would have
+  // written), which a pass may have chosen otherwise: such a result is copied.
+  void conform_layouts(const Step &s, std::vector<Tensor> &outs) const {
+    for (size_t i = 0; i < outs.size() && i < s.out.size(); ++i) {
+      const ir::TensorType &t = slot_types_[size_t(s.out[i])];
+      const Tensor &o = outs[i];
+      const Dims want = t.strides ? *t.strides : kiln::detail::contiguous_strides(t.shape);
+      if (t.strides && !kiln::detail::is_non_overlapping_and_dense(meta_like(t).impl())) continue; // never written so
+      bool same = true;
+      for (int64_t d = 0; d < o.dim(); ++d) same &= o.size(d) <= 1 || o.stride(d) == want[size_t(d)];
+      if (same) continue;
+      Tensor r = allocate_like(size_t(s.out[i]));
+      copy_(r, o);
+      outs[i] = r;
+    }
   }
 
   // A streaming kernel's aligned vector stores would fault on a misaligned
@@ -451,6 +470,13 @@ private:
     return kiln::detail::make_tensor({t.numel()}, t.dtype).as_strided(t.shape, *t.strides, 0); // a dense permutation
   }
 
+  // A meta tensor of type t, with its strides when it has them.
+  static Tensor meta_like(const ir::TensorType &t) {
+    Tensor m = kiln::detail::make_tensor(t.shape, t.dtype, true);
+    if (!t.strides) return m;
+    return kiln::detail::make_view(m, t.shape, *t.strides, 0);
+  }
+
   static Tensor as_meta(const Tensor &t) {
     if (!t.defined() || t.is_meta()) return t;
     return kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0);
@@ -459,7 +485,7 @@ private:
   // Lowers the group to one kernel; on failure the group runs eagerly.
   std::vector<Tensor> plan_group(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
     std::vector<Tensor> outs;
-    for (const ir::Value *r : n.results()) outs.push_back(kiln::detail::make_tensor(r->type().shape, r->type().dtype, true));
+    for (const ir::Value *r : n.results()) outs.push_back(meta_like(r->type()));
     if (is_epilogue_group(n)) return plan_epilogue(n, ins, s, outs);
     if (ins.size() + outs.size() > 64) {
       fall_back(n, "more than 64 buffers", s);
@@ -476,9 +502,11 @@ private:
       s.fn = s.kernel->fn();
       s.kind = Step::Kind::Kernel;
       for (const ir::Value *r : n.results()) {
-        IntArrayRef shape(r->type().shape);
-        s.out_shapes.push_back({true, -1, kiln::detail::checked_numel(shape, "empty"), r->type().dtype, Dims(shape),
-                                kiln::detail::contiguous_strides(shape)});
+        // The layout lower_group stores the result in: its type's (eager's), else contiguous.
+        const ir::TensorType &t = r->type();
+        IntArrayRef shape(t.shape);
+        s.out_shapes.push_back({true, -1, kiln::detail::checked_numel(shape, "empty"), t.dtype, Dims(shape),
+                                t.strides ? *t.strides : kiln::detail::contiguous_strides(shape)});
       }
       ++stats_.kernels;
     } catch (const Error &e) {

@@ -140,11 +140,15 @@ struct Specialization {
   bool aliases_none = false; // aliases is the identity (see no_aliases)
   std::vector<bool> fresh;  // fresh_outputs of the traced graph, false where the plan allocates the output itself
   bool any_fresh = true;    // some entry of fresh is true: own_outputs has work to do
+  std::vector<TracedOutput> traced_outputs; // what eager returns for each output (from the trace)
+  bool any_input_view = false;               // some output is (a view of) an input in eager
 
   // Set once the specialization is complete: what the per-call checks read.
   void summarize() {
     aliases_none = true;
     for (size_t i = 0; i < aliases.size(); ++i) aliases_none &= aliases[i] == int(i);
+    any_input_view = false;
+    for (const TracedOutput &o : traced_outputs) any_input_view |= o.input >= 0;
     any_fresh = std::find(fresh.begin(), fresh.end(), true) != fresh.end();
   }
 
@@ -152,11 +156,52 @@ struct Specialization {
   // returns as (a view of) an input, a captured tensor, a constant or an
   // earlier result.
   void own_outputs(std::vector<Tensor> &out, const std::vector<Tensor> &in) const {
+    if (any_input_view) input_views(out, in);
+    relayout_outputs(out);
     if (!any_fresh) return;
     for (size_t i = 0; i < out.size() && i < fresh.size(); ++i) {
       if (!fresh[i] || !shares_memory(out[i], out, i, in)) continue;
       out[i] = out[i].clone();
     }
+  }
+
+  // An output the plan computed in another layout than eager's (a pass
+  // rewrote its producer) is copied into eager's, so that the caller's later
+  // view(), contiguous() and in-place ops behave as after an eager call. Only
+  // dense layouts are rebuilt; eager's other outputs are views of inputs or
+  // parameters, which the plan returns as the same views.
+  void relayout_outputs(std::vector<Tensor> &out) const {
+    for (size_t i = 0; i < out.size() && i < traced_outputs.size(); ++i) {
+      const Tensor &t = out[i];
+      const Dims &strides = traced_outputs[i].strides;
+      if (same_strides(t.sizes(), t.strides(), strides)) continue;
+      Tensor want = detail::make_view(detail::make_tensor({0}, t.dtype(), true), t.sizes(), strides, 0);
+      if (!detail::is_non_overlapping_and_dense(want.impl())) continue;
+      Tensor r = detail::make_tensor({t.numel()}, t.dtype()).as_strided(t.sizes(), strides, 0);
+      copy_(r, t);
+      out[i] = r;
+    }
+  }
+
+  // Eager returns these outputs in the caller's input memory (the input, or a
+  // view of it, possibly updated in place): so does a compiled call, after the
+  // plan's write-backs, by taking the same views of the input.
+  void input_views(std::vector<Tensor> &out, const std::vector<Tensor> &in) const {
+    detail::TracingOff off;
+    for (size_t i = 0; i < out.size() && i < traced_outputs.size(); ++i) {
+      const TracedOutput &o = traced_outputs[i];
+      if (o.input < 0) continue;
+      Tensor t = in.at(size_t(o.input));
+      for (const TracedOutput::View &v : o.views) t = run_op(v.op, {t}, v.attrs).at(v.result);
+      out[i] = t;
+    }
+  }
+
+  static bool same_strides(IntArrayRef sizes, IntArrayRef a, const Dims &b) {
+    if (a.size() != b.size()) return false;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] > 1 && a[d] != b[d]) return false;
+    return true;
   }
 
   bool shares_memory(const Tensor &t, const std::vector<Tensor> &out, size_t i, const std::vector<Tensor> &in) const {
@@ -283,7 +328,7 @@ struct CompiledFunction::Impl {
       spec->inputs.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
     }
     try {
-      std::shared_ptr<ir::Graph> g = trace(fn, in, options.name);
+      std::shared_ptr<ir::Graph> g = trace(fn, in, options.name, &spec->traced_outputs);
       spec->fresh = fresh_outputs(*g);
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
       passes::PipelineOptions dumps = passes::PipelineOptions::from_env();

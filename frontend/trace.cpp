@@ -25,6 +25,10 @@ struct AliasRoot {
   ir::Value *origin = nullptr;
   // The real tensor behind `origin`, to detect inputs/params sharing memory.
   Tensor real;
+  // The base's memory layout (sizes, strides) as eager has it for the whole
+  // trace: an in-place op changes the values, never the strides, so every new
+  // `value` gets a meta tensor with these strides (keep_layout).
+  Tensor layout;
 };
 
 // One view op applied to a base (operand 0); `result` picks split's outputs.
@@ -65,6 +69,29 @@ std::string numbered(const char *prefix, size_t i) {
 
 Ref<Storage> dummy_storage() { return Storage::borrow(nullptr, 0); }
 
+// The same strides along every dim of size > 1 (the others address nothing).
+bool same_layout(IntArrayRef sizes, IntArrayRef a, IntArrayRef b) {
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1 && a[d] != b[d]) return false;
+  return true;
+}
+
+// Whether two elements of t may share an address: false only when, with its
+// dims of size > 1 sorted by stride, each stride steps over all of the dims
+// inside it (a dense or gapped layout, never an expanded or overlapping one).
+bool may_overlap(const Tensor &t) {
+  std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.sizes()[d] > 1) dims.emplace_back(t.strides()[d], t.sizes()[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1; // elements an inner block covers
+  for (auto [stride, size] : dims) {
+    if (stride < span) return true;
+    span = stride * size;
+  }
+  return false;
+}
+
 class Tracer {
 public:
   Tracer(uint64_t id, std::string name) : id_(id), graph_(std::make_unique<ir::Graph>(std::move(name))) {}
@@ -73,6 +100,7 @@ public:
   std::vector<Tensor> record(OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs);
   void record_inplace(Tensor &self, OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs);
   std::unique_ptr<ir::Graph> finish(const std::vector<Tensor> &outputs);
+  std::vector<TracedOutput> describe_outputs(const std::vector<Tensor> &outputs);
 
 private:
   struct Emitted {
@@ -90,6 +118,7 @@ private:
   ir::Value *scatter_back(const Traced &self, ir::Value *updated, const char *op);
   ir::Value *invert_step(const ViewStep &step, ir::Value *base, ir::Value *updated, const char *op);
   void check_mutable(const AliasRoot &root, const char *op);
+  ir::Value *keep_layout(const AliasRoot &root, ir::Value *old_value, ir::Value *updated);
   std::shared_ptr<Traced> new_root(ir::Value *v, ir::Value *origin, Tensor real);
   Tensor user_tensor(const Tensor &meta, std::shared_ptr<Traced> info);
 
@@ -110,6 +139,7 @@ std::shared_ptr<Traced> Tracer::new_root(ir::Value *v, ir::Value *origin, Tensor
   root->value = v;
   root->origin = origin;
   root->real = std::move(real);
+  root->layout = meta_of_.at(v);
   roots_.push_back(root);
   auto info = std::make_shared<Traced>();
   info->trace_id = id_;
@@ -131,9 +161,13 @@ std::vector<Tensor> Tracer::make_inputs(const std::vector<Tensor> &examples) {
     const Tensor &ex = examples[i];
     KILN_CHECK(ex.defined(), "trace: example input ", i, " is an undefined tensor");
     std::string name = examples.size() == 1 ? "x" : numbered("x", i);
-    ir::Value *v = graph_->add_input(ir::TensorType::of(ex), name);
-    Tensor meta = detail::make_tensor(ex.sizes(), ex.dtype(), true);
-    meta.impl().storage = dummy_storage();
+    ir::Value *v = graph_->add_input(passes::layout_type(ex), name);
+    // The input's own strides (the compiled function's guard keys on them):
+    // whether contiguous() copies, reshape() views or view() is allowed depends
+    // on them, exactly as in eager. The offset stays 0: it is not guarded.
+    Tensor meta = meta_twin(ex, dummy_storage());
+    meta.impl().storage_offset = 0;
+    meta.impl().wrapped_number = false;
     meta_of_[v] = meta;
     // Meta example inputs have no memory to alias; only real ones are checked.
     out.push_back(user_tensor(meta, new_root(v, v, ex.is_meta() ? Tensor() : ex)));
@@ -150,12 +184,13 @@ std::shared_ptr<Traced> Tracer::capture(const Tensor &real) {
   std::shared_ptr<Traced> info;
   if (real.impl().wrapped_number) {
     v = graph_->add_const(passes::contiguous_copy(real), numbered("c", graph_->consts().size()));
+    meta_of_[v] = meta_twin(real, dummy_storage());
     info = new_root(v, nullptr, Tensor());
   } else {
     v = graph_->add_param(real, numbered("w", graph_->params().size()));
+    meta_of_[v] = meta_twin(real, dummy_storage());
     info = new_root(v, v, real);
   }
-  meta_of_[v] = meta_twin(real, dummy_storage());
   kept_.push_back(real);
   captured_.emplace(real.unsafeGetTensorImpl(), info);
   return info;
@@ -201,22 +236,26 @@ Tracer::Emitted Tracer::emit(OpId id, const std::vector<ir::Value *> &operands, 
   }
   Emitted e;
   std::vector<ir::TensorType> types;
-  for (const Tensor &r : results) types.push_back(ir::TensorType::of(r));
-  ir::Node *node = graph_->create(id, operands, attrs, types);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Tensor &r = results[i];
+  for (const Tensor &r : results) {
     // Factories have no tensor operand to make their result meta: they ran for real (small, by design).
     KILN_CHECK(r.defined(), op_info(id).mnemonic, ": internal: the shape rule returned an undefined result");
     int alias = -1;
     for (size_t j = 0; j < metas.size() && alias < 0; ++j)
       if (metas[j].defined() && r.impl().storage && r.impl().storage == metas[j].impl().storage) alias = int(j);
+    e.alias_of.push_back(alias);
+    // A result in memory of its own records its layout when eager's is not
+    // contiguous (x + 1 of a transposed x): executors allocate it that way.
+    types.push_back(alias < 0 ? passes::layout_type(r) : ir::TensorType::of(r));
+  }
+  ir::Node *node = graph_->create(id, operands, attrs, types);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Tensor &r = results[i];
     // Own impl (an op may return its input itself) and, for a new base, own storage.
-    Tensor meta = meta_twin(r, alias >= 0 ? r.impl().storage : dummy_storage());
+    Tensor meta = meta_twin(r, e.alias_of[i] >= 0 ? r.impl().storage : dummy_storage());
     meta.impl().wrapped_number = false;
     meta_of_[node->result(i)] = meta;
     e.values.push_back(node->result(i));
     e.metas.push_back(meta);
-    e.alias_of.push_back(alias);
   }
   return e;
 }
@@ -276,16 +315,46 @@ void Tracer::record_inplace(Tensor &self, OpId id, const std::vector<Tensor> &in
   check_mutable(*info->root, op);
   std::vector<ir::Value *> operands;
   for (const Tensor &t : inputs) operands.push_back(t.defined() ? value_of(t, op) : nullptr);
+  AliasRoot &root = *info->root;
+  // Eager writes through self into the base's memory; where two elements of
+  // the base share an address (an expanded input), one write updates several
+  // elements, which no functional graph expresses.
+  if (!info->chain.empty() && may_overlap(root.layout))
+    trace_fail(detail::concat(op, "_: an in-place update through a view of a tensor whose elements share memory ",
+                              "(shape ", shape_str(root.layout.sizes()), ", strides ",
+                              shape_str(root.layout.strides()), ") cannot be traced"));
   ir::Value *r = emit(id, operands, attrs).values.at(0);
   if (r->type().dtype != self.dtype()) r = emit1(OpId::Cast, {r}, {self.dtype()});
   if (IntArrayRef(r->type().shape) != self.sizes())
     trace_fail(detail::concat(op, "_: the result shape ", shape_str(r->type().shape), " differs from self's shape ",
                               shape_str(self.sizes())));
-  AliasRoot &root = *info->root;
-  root.value = info->chain.empty() ? r : scatter_back(*info, r, op);
+  ir::Value *old_value = root.value;
+  root.value = keep_layout(root, old_value, info->chain.empty() ? r : scatter_back(*info, r, op));
   ++root.version;
-  info->value = r;
-  info->version = root.version;
+  // A view keeps its strides in eager: r stands for it only with the same
+  // strides; otherwise the view is replayed from the updated base when read.
+  if (same_layout(self.sizes(), meta_of_.at(r).strides(), self.strides())) {
+    info->value = r;
+    info->version = root.version;
+  }
+}
+
+// `updated`, the base's new value, laid out as the base's memory is: eager
+// updates a tensor in place and keeps its strides, while the ops recorded for
+// the update (transpose back, cat of slices) may have produced another layout.
+// A copy into the base's layout (OpId::Copy keeps self's strides) when the
+// layout differs; then the value's meta tensor takes the base's exact strides,
+// so that later views and contiguous() behave as on the eager tensor.
+ir::Value *Tracer::keep_layout(const AliasRoot &root, ir::Value *old_value, ir::Value *updated) {
+  const Tensor &layout = root.layout;
+  Dims dense = detail::contiguous_strides(layout.sizes());
+  detail::elementwise_strides(layout.sizes(), {&layout}, dense); // what copy(base, .) allocates
+  if (!same_layout(meta_of_.at(updated).sizes(), meta_of_.at(updated).strides(), dense))
+    updated = emit1(OpId::Copy, {old_value, updated}, {});
+  Tensor m = meta_twin(layout, meta_of_.at(updated).impl().storage);
+  m.impl().wrapped_number = false;
+  meta_of_[updated] = m;
+  return updated;
 }
 
 // The base's new value after its view `self` was replaced by `updated`:
@@ -350,6 +419,27 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
                             " view cannot be traced (its update of the base tensor is not expressible)"));
 }
 
+// Each output's eager strides and, for one that is (a view of) a graph input,
+// that input and the views: eager returns the caller's own memory there.
+std::vector<TracedOutput> Tracer::describe_outputs(const std::vector<Tensor> &outputs) {
+  std::vector<TracedOutput> described;
+  const std::vector<ir::Value *> &inputs = graph_->inputs();
+  for (const Tensor &o : outputs) {
+    TracedOutput d;
+    if (o.defined()) d.strides = Dims(o.strides());
+    std::shared_ptr<Traced> info = o.defined() && o.is_meta() ? std::dynamic_pointer_cast<Traced>(o.impl().trace) : nullptr;
+    if (info && info->trace_id == id_ && info->root->origin) {
+      auto it = std::find(inputs.begin(), inputs.end(), info->root->origin);
+      if (it != inputs.end()) {
+        d.input = int(it - inputs.begin());
+        for (const ViewStep &s : info->chain) d.views.push_back({s.op, s.attrs, s.result});
+      }
+    }
+    described.push_back(std::move(d));
+  }
+  return described;
+}
+
 std::unique_ptr<ir::Graph> Tracer::finish(const std::vector<Tensor> &outputs) {
   std::vector<ir::Value *> outs;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -405,7 +495,7 @@ private:
 } // namespace
 
 std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Tensor> &example_inputs,
-                                 std::string name) {
+                                 std::string name, std::vector<TracedOutput> *traced_outputs) {
   KILN_CHECK(fn, "trace: the function is empty");
   KILN_CHECK(!t_tracer, "trace: already tracing on this thread (nested trace() calls are not supported)");
   install_hooks();
@@ -417,8 +507,14 @@ std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Ten
     TracingScope scope(&tracer);
     outputs = fn(inputs);
     // Outputs that are real tensors are captured too; still inside the scope.
+    if (traced_outputs) *traced_outputs = tracer.describe_outputs(outputs);
     return tracer.finish(outputs);
   }
+}
+
+std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Tensor> &example_inputs,
+                                 std::string name) {
+  return trace(fn, example_inputs, std::move(name), nullptr);
 }
 
 } // namespace kiln

@@ -2,7 +2,11 @@
 // an ir::Graph (torch.fx / TorchScript tracing with functionalization).
 //
 // - Each example input becomes a graph input (%x, or %x0, %x1, ...) and a meta
-//   tensor (shape, dtype, contiguous strides, no data) passed to `fn`.
+//   tensor (shape, dtype, the example's strides, no data) passed to `fn`, so
+//   that views, reshape and contiguous() alias or copy exactly as in eager.
+//   Results of ops follow eager's layout rules (an elementwise result takes its
+//   inputs' dim order); a value in memory of its own whose layout is not
+//   contiguous records its strides in its type.
 // - Real tensors the function uses are captured: wrapped numbers (C++ scalars
 //   passed to ops) become constants (copied); every other real tensor becomes a
 //   parameter (%w0, ...) bound by reference to its live storage, so later
@@ -38,5 +42,23 @@ using TracedFunction = std::function<std::vector<Tensor>(const std::vector<Tenso
 
 std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Tensor> &example_inputs,
                                  std::string name = "main");
+// What eager returns for one output of `fn`, besides its values.
+struct TracedOutput {
+  Dims strides; // eager's strides
+  // Eager returns graph input `input` itself (no `views`) or a view of it made
+  // by `views`, in order (each op applied to the previous result; `result`
+  // picks split's); -1 when the output is memory of its own or a parameter's.
+  int input = -1;
+  struct View {
+    OpId op;
+    Attrs attrs;
+    unsigned result;
+  };
+  std::vector<View> views;
+};
+
+// As above, and what eager returns for each output of `fn` (one per output).
+std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Tensor> &example_inputs,
+                                 std::string name, std::vector<TracedOutput> *outputs);
 
 } // namespace kiln

@@ -43,6 +43,39 @@ std::string parse_and_verify(std::string_view text) {
   return "";
 }
 
+// The same graph on permuted, sliced and expanded inputs: compiled equals
+// eager, values and output strides, and refuses what eager refuses (view() of
+// a strided input).
+std::string compile_matches_eager_on_strided_inputs(const testing::RandomGraph &rg, size_t seed,
+                                                    const CompileOptions &copts) {
+  std::vector<Tensor> inputs = rg.make_inputs(seed, true);
+  std::vector<Tensor> want, got;
+  std::string eager_error, compiled_error;
+  try {
+    want = rg.fn(inputs);
+  } catch (const Error &e) {
+    eager_error = e.what();
+  }
+  try {
+    got = compile(rg.fn, copts)(inputs);
+  } catch (const Error &e) {
+    compiled_error = e.what();
+  }
+  if (eager_error.empty() != compiled_error.empty())
+    return "on strided inputs, eager " + (eager_error.empty() ? std::string("ran") : "threw " + eager_error) +
+           " but compiled " + (compiled_error.empty() ? std::string("ran") : "threw " + compiled_error) + "\n" +
+           testing::describe(rg, *rg.trace());
+  if (!eager_error.empty()) return "";
+  std::string diff = testing::compare_outputs(got, want, 1e-4, 1e-5);
+  for (size_t i = 0; diff.empty() && i < got.size() && i < want.size(); ++i)
+    for (int64_t d = 0; d < want[i].dim(); ++d)
+      if (want[i].size(d) > 1 && got[i].stride(d) != want[i].stride(d))
+        diff = "output " + std::to_string(i) + " strides " + shape_str(got[i].strides()) + " != eager's " +
+               shape_str(want[i].strides());
+  if (diff.empty()) return "";
+  return "compiled vs eager on strided inputs: " + diff + "\n" + testing::describe(rg, *rg.trace());
+}
+
 std::string compile_matches_interpreter(const uint8_t *data, size_t size) {
   // Small graphs keep each run fast (one JIT compile per input).
   testing::RandomGraphOptions opts;
@@ -56,8 +89,8 @@ std::string compile_matches_interpreter(const uint8_t *data, size_t size) {
   copts.fallback = Fallback::Off;
   std::vector<Tensor> got = compile(rg.fn, copts)(inputs);
   std::string diff = testing::compare_outputs(got, want, 1e-4, 1e-5);
-  if (diff.empty()) return "";
-  return "compiled vs interpreter: " + diff + "\n" + testing::describe(rg, *g);
+  if (!diff.empty()) return "compiled vs interpreter: " + diff + "\n" + testing::describe(rg, *g);
+  return compile_matches_eager_on_strided_inputs(rg, size, copts);
 }
 
 } // namespace

@@ -19,7 +19,9 @@ namespace kiln::fuzz {
 std::string ir_parser(const uint8_t *data, size_t size);
 
 // The bytes choose a random graph (test/util/random_graph.h); kiln::compile
-// (no eager fallback) must equal the interpreter on the traced graph.
+// (no eager fallback) must equal the interpreter on the traced graph, and on
+// permuted, sliced and expanded inputs it must equal eager (values, output
+// strides, and an error where eager throws one).
 std::string random_graph(const uint8_t *data, size_t size);
 
 } // namespace kiln::fuzz

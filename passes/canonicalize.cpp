@@ -189,6 +189,7 @@ bool apply_rules(ir::Graph &g, Node &n) {
 // Erases n if nothing uses it, then the producers that n alone kept alive
 // (the inner transpose of a removed transpose pair, ...).
 void erase_if_dead(ir::Graph &g, Node *n, std::unordered_set<Node *> &erased) {
+  if (erased.count(n)) return; // reached again through another of its users (a diamond)
   for (const Value *r : n->results())
     if (g.has_uses(r)) return;
   std::vector<Node *> producers;

@@ -230,6 +230,28 @@ Value *match_dtype(Builder &b, Value *v, const ir::TensorType &want) {
   return b.op(OpId::Cast, {v}, {want.dtype});
 }
 
+bool same_strides(const std::optional<Dims> &a, const std::optional<Dims> &b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || IntArrayRef(*a) == IntArrayRef(*b);
+}
+
+// The composite's result layout is eager's (softmax of a transposed x is
+// contiguous); its decomposition's elementwise ops would lay the result out
+// like their operands. A result the rule computed (an elementwise node, which
+// fuse puts in a group whose kernel stores it in its type's layout) takes the
+// composite's layout instead; a value the rule returned as it was (an operand,
+// a view) keeps its own.
+void keep_layout(const Node &composite, const Value &result, Value &rep) {
+  if (same_strides(rep.type().strides, result.type().strides)) return;
+  const Node *p = rep.producer();
+  if (!p || p->kind() != Node::Kind::Op || p->info().kind != OpKind::Elementwise) return;
+  for (const Value *o : composite.operands())
+    if (o == &rep) return;
+  ir::TensorType t = rep.type();
+  t.strides = result.type().strides;
+  rep.set_type(t);
+}
+
 bool decompose_node(ir::Graph &g, Node &n) {
   const Decomposition *rule = rule_for(n);
   if (!rule) return false;
@@ -243,6 +265,7 @@ bool decompose_node(ir::Graph &g, Node &n) {
     KILN_CHECK(IntArrayRef(v->type().shape) == IntArrayRef(n.result(i)->type().shape), "decompose: ",
                n.mnemonic(), ": decomposition has type ", v->type().str(), ", the op has ",
                n.result(i)->type().str());
+    keep_layout(n, *n.result(i), *v);
     g.replace_all_uses(n.result(i), v);
   }
   g.erase(&n);

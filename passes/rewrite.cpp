@@ -7,10 +7,33 @@
 namespace kiln::passes {
 
 Tensor meta_of(const ir::Value *v) {
+  // A view has its base's strides, viewed: replayed on meta tensors (its type
+  // records none), so that ops built on views get eager's result layout.
+  const ir::Node *p = v->producer();
+  if (p && p->kind() == ir::Node::Kind::Op && p->info().kind == OpKind::View && !p->operands().empty() &&
+      p->operand(0)) {
+    std::vector<Tensor> ins;
+    for (size_t i = 0; i < p->operands().size(); ++i) ins.push_back(p->operand(i) ? meta_of(p->operand(i)) : Tensor());
+    detail::TracingOff off;
+    try {
+      std::vector<Tensor> outs = run_op(p->op(), ins, p->attrs());
+      const Tensor &r = outs.at(v->result_index());
+      if (IntArrayRef(r.sizes()) == IntArrayRef(v->type().shape) && r.dtype() == v->type().dtype) return r;
+    } catch (const Error &) {
+      // A graph the verifier has not seen yet: its own check reports it.
+    }
+  }
   Tensor m = detail::make_tensor(v->type().shape, v->type().dtype, true);
+  if (v->type().strides) m.impl().strides = *v->type().strides;
   if (v->kind() == ir::Value::Kind::Const && v->tensor().defined())
     m.impl().wrapped_number = v->tensor().impl().wrapped_number;
   return m;
+}
+
+ir::TensorType layout_type(const Tensor &t) {
+  ir::TensorType type = ir::TensorType::of(t);
+  if (!t.is_contiguous()) type.strides = Dims(t.strides());
+  return type;
 }
 
 std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs) {
@@ -18,7 +41,10 @@ std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> 
   for (const ir::Value *v : operands) metas.push_back(v ? meta_of(v) : Tensor());
   detail::TracingOff off; // a pass may run while some caller traces
   std::vector<ir::TensorType> types;
-  for (const Tensor &r : run_op(op, metas, attrs)) types.push_back(ir::TensorType::of(r));
+  // A view's strides follow its operand's at run time; other results are
+  // allocated in the layout eager gives them.
+  const bool view = op_info(op).kind == OpKind::View;
+  for (const Tensor &r : run_op(op, metas, attrs)) types.push_back(view ? ir::TensorType::of(r) : layout_type(r));
   return types;
 }
 

@@ -11,9 +11,13 @@
 
 namespace kiln::passes {
 
-// A meta tensor standing for v (wrapped-number constants stay wrapped so that
-// type promotion matches the traced program).
+// A meta tensor standing for v, with v's strides when its type has them
+// (wrapped-number constants stay wrapped so that type promotion matches the
+// traced program).
 Tensor meta_of(const ir::Value *v);
+// The type of a value whose metadata is t's: dtype, shape and, when t is not
+// contiguous, its strides (the layout executors give it: eager's).
+ir::TensorType layout_type(const Tensor &t);
 // Result types of `op` applied to `operands` (null = absent) with `attrs`.
 std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs);
 // A contiguous deep copy of a real tensor (constants own their data).

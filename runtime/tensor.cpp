@@ -227,23 +227,140 @@ ResultPlacement::ResultPlacement(void *data, size_t nbytes, DType dtype)
 
 ResultPlacement::~ResultPlacement() { t_placement = prev_; }
 
-Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs) {
+Tensor make_strided_result(IntArrayRef sizes, const Dims *strides, DType dtype,
+                           std::initializer_list<const Tensor *> inputs) {
   bool meta = any_meta(inputs);
-  if (!t_placement || meta) return make_tensor(sizes, dtype, meta);
-  const int64_t n = checked_numel(sizes, "empty");
-  const size_t nbytes = size_t(n) * itemsize(dtype);
-  ResultPlacement *p = t_placement;
-  while (p && !(p->data_ && p->dtype_ == dtype && p->nbytes_ == nbytes)) p = p->prev_;
-  if (!p) return make_tensor(sizes, dtype, meta);
+  ResultPlacement *p = meta ? nullptr : t_placement;
+  if (p) {
+    const int64_t n = checked_numel(sizes, "empty");
+    const size_t nbytes = size_t(n) * itemsize(dtype);
+    while (p && !(p->data_ && p->dtype_ == dtype && p->nbytes_ == nbytes)) p = p->prev_;
+  }
+  if (!p) {
+    Tensor t = make_tensor(sizes, dtype, meta);
+    if (strides) t.impl().strides = *strides; // a dense layout: the same numel elements
+    return t;
+  }
   auto *impl = new TensorImpl;
   Ref<TensorImpl> ref(impl);
   impl->dtype = dtype;
   impl->sizes = Dims(sizes);
-  impl->strides = contiguous_strides(sizes);
-  impl->numel = n;
+  impl->strides = strides ? *strides : contiguous_strides(sizes);
+  impl->refresh_numel();
   impl->storage = Storage::borrow(p->data_, p->nbytes_);
   p->data_ = nullptr; // once: later results of the op allocate
   return Tensor(std::move(ref));
+}
+
+Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs) {
+  return make_strided_result(sizes, nullptr, dtype, inputs);
+}
+
+bool is_non_overlapping_and_dense(const TensorImpl &t) {
+  if (is_contiguous(t)) return true;
+  const size_t n = t.sizes.size();
+  // Dims by stride, innermost first (insertion sort: n <= kMaxDims); size-1 dims do not matter.
+  size_t order[kMaxDims];
+  size_t k = 0;
+  for (size_t d = 0; d < n; ++d) {
+    if (t.sizes[d] == 1) continue;
+    size_t j = k++;
+    for (; j > 0 && t.strides[order[j - 1]] > t.strides[d]; --j) order[j] = order[j - 1];
+    order[j] = d;
+  }
+  int64_t expected = 1;
+  for (size_t i = 0; i < k; ++i) {
+    if (t.strides[order[i]] != expected) return false;
+    expected *= t.sizes[order[i]];
+  }
+  return true;
+}
+
+namespace {
+
+// Broadcast stride of `t` along result dim d of a rank-n result: 0 where t
+// has no such dim or broadcasts along it (size 1 against a larger size).
+inline int64_t broadcast_stride(const TensorImpl &t, IntArrayRef sizes, size_t d) {
+  const size_t n = sizes.size(), r = t.sizes.size();
+  if (d + r < n) return 0;
+  const size_t td = d + r - n;
+  return t.sizes[td] == 1 && sizes[d] != 1 ? 0 : t.strides[td];
+}
+
+// torch's TensorIterator::reorder_dimensions, comparing dims a (inner) and b
+// (outer): 1 when b should be inner to a, -1 when a stays inner, 0 when no
+// input decides.
+int should_swap(IntArrayRef sizes, std::initializer_list<const Tensor *> inputs, size_t a, size_t b) {
+  for (const Tensor *t : inputs) {
+    if (!t || !t->defined()) continue;
+    const TensorImpl &ti = t->impl();
+    const int64_t sa = broadcast_stride(ti, sizes, a), sb = broadcast_stride(ti, sizes, b);
+    if (sa == 0 || sb == 0) continue;
+    if (sa < sb) return -1;
+    if (sa > sb) return 1;
+    if (sizes[a] > sizes[b]) return 1; // equal strides: the smaller dim goes inside
+  }
+  return 0;
+}
+
+bool same_dims(IntArrayRef a, IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+} // namespace
+
+bool elementwise_strides(IntArrayRef sizes, std::initializer_list<const Tensor *> inputs, Dims &strides) {
+  const size_t n = sizes.size();
+  if (n <= 1) return false;
+  // Contiguous inputs (the common case, and every 0-dim or 1-element one) give a contiguous result.
+  bool all_contiguous = true;
+  for (const Tensor *t : inputs)
+    if (t && t->defined() && !is_contiguous(t->impl())) all_contiguous = false;
+  if (all_contiguous) return false;
+  bool same_layout = true;
+  const TensorImpl *first = nullptr;
+  for (const Tensor *t : inputs) {
+    if (!t || !t->defined()) continue;
+    const TensorImpl &ti = t->impl();
+    if (!first) first = &ti;
+    same_layout &= same_dims(ti.sizes, sizes) && same_dims(ti.strides, first->strides);
+  }
+  // Same shape, same non-overlapping dense strides: the result takes them.
+  if (same_layout && is_non_overlapping_and_dense(*first)) {
+    strides = first->strides;
+    return true;
+  }
+  // perm[0] is the innermost dim; start from row-major and let the inputs reorder it.
+  size_t perm[kMaxDims];
+  for (size_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  for (size_t i = 1; i < n; ++i) {
+    size_t d1 = i;
+    for (size_t d0 = i; d0-- > 0;) {
+      int c = should_swap(sizes, inputs, perm[d0], perm[d1]);
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  strides.resize(n);
+  int64_t acc = 1;
+  for (size_t i = 0; i < n; ++i) {
+    strides[perm[i]] = acc;
+    acc *= std::max<int64_t>(sizes[perm[i]], 1);
+  }
+  return !same_dims(strides, contiguous_strides(sizes));
+}
+
+Tensor make_elementwise_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs) {
+  Dims strides;
+  if (!elementwise_strides(sizes, inputs, strides)) return make_result(sizes, dtype, inputs);
+  return make_strided_result(sizes, &strides, dtype, inputs);
 }
 
 Tensor wrap_scalar(const Scalar &s) {

@@ -487,11 +487,27 @@ Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int
 // The result tensor of an op: meta if any input is meta. Kernels return it
 // straight away when it is meta (that is the op's shape rule at work).
 Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs);
+// Whether t's elements occupy numel distinct, gap-free slots of its storage
+// (torch's is_non_overlapping_and_dense): some permutation of contiguous.
+bool is_non_overlapping_and_dense(const TensorImpl &t);
+// The strides of an elementwise result of `sizes` computed from `inputs`
+// (torch's TensorIterator rule): contiguous when every input is; the inputs'
+// strides when they all have the result's shape and the same non-overlapping,
+// dense strides; otherwise a dense layout whose dim order follows the inputs'
+// strides (the first input that orders two dims decides; broadcast dims,
+// stride 0, do not take part). False (and `strides` untouched) for contiguous.
+bool elementwise_strides(IntArrayRef sizes, std::initializer_list<const Tensor *> inputs, Dims &strides);
+// make_result with the layout of elementwise_strides: `x + 1` of a transposed
+// x is transposed too, as in torch.
+Tensor make_elementwise_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs);
 bool any_meta(std::initializer_list<const Tensor *> inputs);
+// make_result with `strides` (a dense layout of `sizes`; null = contiguous).
+Tensor make_strided_result(IntArrayRef sizes, const Dims *strides, DType dtype,
+                           std::initializer_list<const Tensor *> inputs);
 // Lets the compiled executor give an eager op's result memory it owns (an
 // arena slot) without an out= variant of every op: while a ResultPlacement is
 // alive on this thread, the first make_result of exactly `nbytes` bytes of
-// `dtype` returns a contiguous tensor over `data` instead of allocating. Nested
+// `dtype` returns a tensor over `data` (in the op's layout) instead of allocating. Nested
 // placements (one per result of a multi-result op) are tried innermost first,
 // each used once. The memory must stay valid as long as the result is used
 // (the caller's job).
@@ -503,7 +519,7 @@ public:
   ResultPlacement &operator=(const ResultPlacement &) = delete;
 
 private:
-  friend Tensor make_result(IntArrayRef, DType, std::initializer_list<const Tensor *>);
+  friend Tensor make_strided_result(IntArrayRef, const Dims *, DType, std::initializer_list<const Tensor *>);
   void *data_;
   size_t nbytes_;
   DType dtype_;

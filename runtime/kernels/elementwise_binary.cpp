@@ -250,7 +250,7 @@ Tensor add(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "add");
   check_alpha(m.dtype, alpha, "add");
   KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   add_kernel(out, a, b, alpha);
   return out;
@@ -262,7 +262,7 @@ Tensor sub(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   check_sub(a, b, "sub");
   check_alpha(m.dtype, alpha, "sub");
   KILN_TRACE(Sub, KILN_INPUTS(a, b), alpha);
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   sub_kernel(out, a, b, alpha);
   return out;
@@ -272,7 +272,7 @@ Tensor sub(const Tensor &a, const Scalar &b, const Scalar &alpha) { return sub(a
 Tensor mul(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "mul");
   KILN_TRACE(Mul, KILN_INPUTS(a, b));
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   mul_kernel(out, a, b);
   return out;
@@ -285,7 +285,7 @@ Tensor div(const Tensor &a, const Tensor &b, std::optional<std::string> rounding
   KILN_CHECK(r == Rounding::None || m.dtype != kBool, "div: rounding_mode '", *rounding_mode,
              "' is not supported for bool tensors");
   KILN_TRACE(Div, KILN_INPUTS(a, b), rounding_mode);
-  Tensor out = detail::make_result(m.shape, div_result(m.dtype, r), {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, div_result(m.dtype, r), {&a, &b});
   if (out.is_meta()) return out;
   div_kernel(out, a, b, r, "div");
   return out;
@@ -306,7 +306,7 @@ Tensor pow(const Tensor &a, const Tensor &exponent) {
                " of shape ", shape_str(a.sizes()), ", exponent ", *e, ")");
   }
   KILN_TRACE(Pow, KILN_INPUTS(a, exponent));
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &exponent});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &exponent});
   if (out.is_meta()) return out;
   pow_kernel(out, a, exponent);
   return out;
@@ -317,7 +317,7 @@ Tensor pow(const Scalar &a, const Tensor &exponent) { return pow(detail::wrap_sc
 Tensor maximum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "maximum");
   KILN_TRACE(Maximum, KILN_INPUTS(a, b));
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x > y || x != x) ? x : y; }); // NaN wins
   return out;
@@ -326,7 +326,7 @@ Tensor maximum(const Tensor &a, const Tensor &b) {
 Tensor minimum(const Tensor &a, const Tensor &b) {
   Shape2 m = binary_meta(a, b, "minimum");
   KILN_TRACE(Minimum, KILN_INPUTS(a, b));
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<AllTypes>(out, a, b, [](auto x, auto y) { return (x < y || x != x) ? x : y; });
   return out;
@@ -337,7 +337,7 @@ Tensor remainder(const Tensor &a, const Tensor &b) {
   KILN_CHECK(m.dtype != kBool, "remainder: not supported on bool tensors (shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()), ")");
   KILN_TRACE(Remainder, KILN_INPUTS(a, b));
-  Tensor out = detail::make_result(m.shape, m.dtype, {&a, &b});
+  Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   binary_kernel<NumericTypes>(out, a, b, [](auto x, auto y) { return py_mod(x, y, "remainder"); });
   return out;
@@ -349,7 +349,7 @@ Tensor remainder(const Tensor &a, const Scalar &b) { return remainder(a, detail:
   Tensor fn(const Tensor &a, const Tensor &b) {                                                                \
     Shape2 m = binary_meta(a, b, #fn);                                                                         \
     KILN_TRACE(Id, KILN_INPUTS(a, b));                                                                         \
-    Tensor out = detail::make_result(m.shape, kBool, {&a, &b});                                                \
+    Tensor out = detail::make_elementwise_result(m.shape, kBool, {&a, &b});                                    \
     if (out.is_meta()) return out;                                                                             \
     predicate_kernel(out, a, b, m.dtype, [](auto x, auto y) { return __VA_ARGS__; });                          \
     return out;                                                                                                \

@@ -86,7 +86,7 @@ Tensor to(const Tensor &x, DType dtype) {
   detail::check_defined(x, "to", "self");
   if (x.dtype() == dtype) return x; // as torch: no copy when nothing changes
   KILN_TRACE(Cast, {x}, dtype);
-  Tensor out = detail::make_result(x.sizes(), dtype, {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), dtype, {&x});
   if (out.is_meta()) return out;
   detail::cast_into(out, x);
   return out;
@@ -99,7 +99,11 @@ Tensor copy(const Tensor &self, const Tensor &src) {
   KILN_CHECK(IntArrayRef(shape) == self.sizes(), "copy: src of shape ", shape_str(src.sizes()),
              " cannot be broadcast to self's shape ", shape_str(self.sizes()));
   KILN_TRACE(Copy, KILN_INPUTS(self, src));
-  Tensor out = detail::make_result(self.sizes(), self.dtype(), {&self, &src});
+  // self's layout, as torch's functional copy (clone_preserve_strides of self);
+  // a self with gaps or overlaps gets a dense layout of the same dim order.
+  Dims st;
+  const bool strided = detail::elementwise_strides(self.sizes(), {&self}, st);
+  Tensor out = detail::make_strided_result(self.sizes(), strided ? &st : nullptr, self.dtype(), {&self, &src});
   if (out.is_meta()) return out;
   detail::cast_into(out, src);
   return out;
@@ -191,7 +195,9 @@ Tensor contiguous(const Tensor &x, MemoryFormat format) {
 Tensor clone(const Tensor &x) {
   detail::check_defined(x, "clone", "self");
   KILN_TRACE(Clone, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  // torch's preserve_format: x's strides when they are non-overlapping and
+  // dense, else a dense layout of the same dim order.
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   detail::cast_into(out, x);
   return out;

@@ -65,7 +65,7 @@ Tensor where(const Tensor &condition, const Tensor &a, const Tensor &b) {
                                         "where");
   DType dt = detail::result_type({&a, &b});
   KILN_TRACE(Where, KILN_INPUTS(condition, a, b));
-  Tensor out = detail::make_result(shape, dt, {&condition, &a, &b});
+  Tensor out = detail::make_elementwise_result(shape, dt, {&condition, &a, &b});
   if (out.is_meta()) return out;
   dispatch_dtype(dt, [&]<class T>() {
     Arg c(condition, kBool), x(a, dt), y(b, dt);
@@ -83,7 +83,7 @@ Tensor where(const Tensor &condition, const Scalar &a, const Tensor &b) {
 Tensor clamp(const Tensor &x, std::optional<Scalar> min, std::optional<Scalar> max) {
   check_clamp(x, min, max, "clamp");
   KILN_TRACE(Clamp, {x}, min, max);
-  Tensor out = detail::make_result(x.sizes(), clamp_result(x.dtype(), min, max), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), clamp_result(x.dtype(), min, max), {&x});
   if (out.is_meta()) return out;
   clamp_kernel(out, x, min, max);
   return out;
@@ -107,7 +107,7 @@ Tensor masked_fill(const Tensor &x, const Tensor &mask, const Scalar &value) {
   Dims shape = detail::broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   detail::check_scalar_fits(value, x.dtype(), "masked_fill");
   KILN_TRACE(MaskedFill, KILN_INPUTS(x, mask), value);
-  Tensor out = detail::make_result(shape, x.dtype(), {&x, &mask});
+  Tensor out = detail::make_elementwise_result(shape, x.dtype(), {&x, &mask});
   if (out.is_meta()) return out;
   dispatch_dtype(x.dtype(), [&]<class T>() {
     const T v = value.to<T>();
@@ -130,7 +130,7 @@ Tensor lerp(const Tensor &start, const Tensor &end, const Tensor &weight) {
   Dims shape = detail::broadcast_shapes(detail::broadcast_shapes(start.sizes(), end.sizes(), "lerp"),
                                         weight.sizes(), "lerp");
   KILN_TRACE(Lerp, KILN_INPUTS(start, end, weight));
-  Tensor out = detail::make_result(shape, start.dtype(), {&start, &end, &weight});
+  Tensor out = detail::make_elementwise_result(shape, start.dtype(), {&start, &end, &weight});
   if (out.is_meta()) return out;
   dispatch_dtype(start.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {

@@ -79,7 +79,7 @@ KILN_VECMATH_OR_STD(gelu_erf, T(0.5) * v * (T(1) + std::erf(v * T(0.707106781186
   Tensor fn(const Tensor &x) {                                                                                 \
     detail::check_defined(x, #fn, "self");                                                                     \
     KILN_TRACE(Id, {x});                                                                                       \
-    Tensor out = detail::make_result(x.sizes(), detail::float_type(x.dtype()), {&x});                          \
+    Tensor out = detail::make_elementwise_result(x.sizes(), detail::float_type(x.dtype()), {&x});              \
     if (out.is_meta()) return out;                                                                             \
     unary_kernel<FloatTypes>(out, x, [](auto v) {                                                              \
       using T [[maybe_unused]] = decltype(v);                                                                  \
@@ -107,7 +107,7 @@ Tensor neg(const Tensor &x) {
   check_not_bool(x, "neg",
                  ": negation, the `-` operator, on a bool tensor is not supported; use logical_not() to invert a mask");
   KILN_TRACE(Neg, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   unary_kernel<NumericTypes>(out, x, [](auto v) { return wrap_neg(v); });
   return out;
@@ -116,7 +116,7 @@ Tensor neg(const Tensor &x) {
 Tensor abs(const Tensor &x) {
   detail::check_defined(x, "abs", "self");
   KILN_TRACE(Abs, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   unary_kernel<AllTypes>(out, x, [](auto v) {
     using T = decltype(v);
@@ -131,7 +131,7 @@ Tensor relu(const Tensor &x) {
   detail::check_defined(x, "relu", "self");
   check_not_bool(x, "relu");
   KILN_TRACE(Relu, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   // `v < 0 ? 0 : v` keeps NaN, as torch's clamp_min(x, 0).
   unary_kernel<NumericTypes>(out, x, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
@@ -154,7 +154,7 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
              approximate, "'");
   check_floating(x, "gelu");
   KILN_TRACE(Gelu, {x}, approximate);
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   if (approximate == "tanh") {
     unary_kernel<FloatTypes>(out, x, [](auto v) { return k_gelu_tanh(v); });
@@ -168,7 +168,7 @@ Tensor silu(const Tensor &x) {
   detail::check_defined(x, "silu", "self");
   check_floating(x, "silu");
   KILN_TRACE(Silu, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   unary_kernel<FloatTypes>(out, x, [](auto v) { return k_silu(v); }); // x / (1 + exp(-x)), as torch
   return out;
@@ -179,7 +179,7 @@ Tensor square(const Tensor &x) {
   KILN_TRACE(Square, {x});
   // torch: square is pow(x, 2), so a bool tensor squares to int64.
   DType dt = x.dtype() == kBool ? kInt64 : x.dtype();
-  Tensor out = detail::make_result(x.sizes(), dt, {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), dt, {&x});
   if (out.is_meta()) return out;
   unary_kernel<NumericTypes>(out, x, [](auto v) {
     using T = decltype(v);
@@ -199,7 +199,7 @@ Tensor square(const Tensor &x) {
     detail::check_defined(x, #fn, "self");                                                                     \
     check_not_bool(x, #fn);                                                                                    \
     KILN_TRACE(Id, {x});                                                                                       \
-    Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});                                              \
+    Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});                                  \
     if (out.is_meta()) return out;                                                                             \
     if (!x.is_floating_point()) {                                                                              \
       detail::cast_into(out, x);                                                                               \
@@ -217,7 +217,7 @@ KILN_ROUNDING_UNARY(round, Round, std::nearbyint) // the default rounding mode: 
 Tensor sign(const Tensor &x) {
   detail::check_defined(x, "sign", "self");
   KILN_TRACE(Sign, {x});
-  Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   unary_kernel<AllTypes>(out, x, [](auto v) {
     using T = decltype(v);
@@ -230,7 +230,7 @@ Tensor sign(const Tensor &x) {
 Tensor logical_not(const Tensor &x) {
   detail::check_defined(x, "logical_not", "self");
   KILN_TRACE(LogicalNot, {x});
-  Tensor out = detail::make_result(x.sizes(), kBool, {&x});
+  Tensor out = detail::make_elementwise_result(x.sizes(), kBool, {&x});
   if (out.is_meta()) return out;
   dispatch_dtype(x.dtype(), [&]<class T>() {
     Arg a(x, x.dtype());

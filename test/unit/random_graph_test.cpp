@@ -3,7 +3,8 @@
 // - every registered pass, alone on the traced graph and after the default
 //   pipeline, and the default pipeline itself: the result verifies and the
 //   interpreter's results equal those before;
-// - kiln::compile (no eager fallback) equals eager.
+// - kiln::compile (no eager fallback) equals eager, also on permuted, sliced
+//   and expanded inputs (values and output strides).
 // KILN_RANDOM_GRAPH_SEED=N runs seed N only; every failure prints its seed and IR.
 //
 // Tolerance: rtol 1e-4, atol 1e-5 throughout. Passes reorder float32 sums
@@ -126,6 +127,51 @@ void check_compile(Checker &c, uint64_t seed) {
   }
 }
 
+// Strides along dims of size > 1 of each output: compiled must lay out its
+// results as eager does (a caller's later view or contiguous() depends on it).
+std::string compare_strides(const std::vector<Tensor> &got, const std::vector<Tensor> &want) {
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    for (int64_t d = 0; d < want[i].dim() && d < got[i].dim(); ++d)
+      if (want[i].size(d) > 1 && got[i].stride(d) != want[i].stride(d))
+        return "output " + std::to_string(i) + " has strides " + shape_str(got[i].strides()) + ", eager's " +
+               shape_str(want[i].strides());
+  return "";
+}
+
+// kiln::compile on permuted, sliced and expanded inputs (fallback off): the
+// trace sees their strides, so every view, reshape and contiguous() does what
+// it does in eager, and results equal eager's in value and layout.
+void check_compile_strided(Checker &c, uint64_t seed) {
+  RandomGraph rg = random_graph(seed);
+  CompileOptions opts;
+  opts.fallback = Fallback::Off;
+  CompiledFunction f = compile(rg.fn, opts);
+  for (uint64_t data : {seed + 1, seed + 1}) { // the same layouts twice: compile, then the cached plan
+    std::vector<Tensor> inputs = rg.make_inputs(data, true);
+    std::vector<Tensor> want;
+    std::string eager_error;
+    try {
+      want = rg.fn(inputs);
+    } catch (const Error &e) {
+      eager_error = e.what(); // view() of a strided input: compiled must refuse it too
+    }
+    std::vector<Tensor> got;
+    try {
+      got = f(inputs);
+    } catch (const Error &e) {
+      if (!eager_error.empty()) return;
+      return c.fail(rg, *rg.trace(), std::string("compile on strided inputs threw ") + e.what());
+    }
+    if (!eager_error.empty()) return c.fail(rg, *rg.trace(), "eager threw " + eager_error + ", compiled did not");
+    std::string d = compare_outputs(got, want, kRtol, kAtol);
+    if (d.empty()) d = compare_strides(got, want);
+    if (d.empty()) continue;
+    std::shared_ptr<const ir::Graph> opt = f.graph_for(inputs);
+    return c.fail(rg, *rg.trace(),
+                  "compiled vs eager on strided inputs: " + d + "\noptimized graph:\n" + (opt ? ir::print(*opt) : "(none)"));
+  }
+}
+
 // KILN_RANDOM_GRAPH_SEED set: each case would run that seed; only case 0 does.
 bool replaying() {
   const char *env = std::getenv("KILN_RANDOM_GRAPH_SEED");
@@ -160,6 +206,20 @@ TEST_P(RandomGraphCompile, CompiledAgreesWithEager) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomGraphCompile, ::testing::Range<uint64_t>(0, kCompileCases));
+
+class RandomGraphCompileStrided : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(RandomGraphCompileStrided, CompiledAgreesWithEagerOnStridedInputs) {
+  if (replaying() && GetParam() != 0) return;
+  Checker c;
+  uint64_t first = 2000000 + GetParam() * kCompileSeedsPerCase;
+  for (uint64_t seed : random_graph_seeds(first, kCompileSeedsPerCase)) {
+    check_compile_strided(c, seed);
+    if (c.failures >= kMaxFailures) break;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomGraphCompileStrided, ::testing::Range<uint64_t>(0, kCompileCases));
 
 // The generator itself: a seed always makes the same graph, different seeds
 // make different graphs, and the generated graphs cover the op families.

@@ -357,16 +357,52 @@ RandomGraph make(Chooser c, std::string origin, const RandomGraphOptions &opts) 
 
 } // namespace
 
-std::vector<Tensor> RandomGraph::make_inputs(uint64_t data_seed) const {
-  std::mt19937_64 gen(data_seed);
+namespace {
+
+Tensor uniform(const Shape &shape, std::mt19937_64 &gen) {
   std::uniform_real_distribution<float> dist(-2, 2);
-  std::vector<Tensor> out;
-  for (const auto &s : input_shapes) {
-    Tensor t = detail::make_tensor(s, kFloat32);
-    float *p = static_cast<float *>(t.raw_data());
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
-    out.push_back(t);
+  Tensor t = detail::make_tensor(shape, kFloat32);
+  float *p = static_cast<float *>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  return t;
+}
+
+// A tensor of `shape` in a layout picked by gen (see RandomGraph::make_inputs).
+Tensor strided_input(const Shape &shape, std::mt19937_64 &gen) {
+  const size_t rank = shape.size();
+  const size_t d = rank == 0 ? 0 : size_t(gen() % rank);
+  switch (gen() % 4) {
+  case 1: { // permuted: result dim i is dim perm[i] of a contiguous base
+    std::vector<int64_t> perm(rank);
+    for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(i);
+    std::shuffle(perm.begin(), perm.end(), gen);
+    Shape base(rank);
+    for (size_t i = 0; i < rank; ++i) base[size_t(perm[i])] = shape[i];
+    return uniform(base, gen).permute(perm);
   }
+  case 2: { // every other element of a base twice as long along d
+    if (rank == 0) break;
+    Shape base = shape;
+    base[d] *= 2;
+    return uniform(base, gen).slice(int64_t(d), 1, base[d], 2);
+  }
+  case 3: { // expanded along d
+    if (rank == 0 || shape[d] == 1) break;
+    Shape one = shape;
+    one[d] = 1;
+    return uniform(one, gen).expand(shape);
+  }
+  default: break;
+  }
+  return uniform(shape, gen);
+}
+
+} // namespace
+
+std::vector<Tensor> RandomGraph::make_inputs(uint64_t data_seed, bool strided) const {
+  std::mt19937_64 gen(data_seed);
+  std::vector<Tensor> out;
+  for (const auto &s : input_shapes) out.push_back(strided ? strided_input(s, gen) : uniform(s, gen));
   return out;
 }
 

@@ -58,8 +58,12 @@ struct RandomGraph {
   std::vector<std::vector<int64_t>> input_shapes;
   TracedFunction fn; // same ops on every call
 
-  // Inputs with values uniform in [-2, 2], from `data_seed`.
-  std::vector<Tensor> make_inputs(uint64_t data_seed) const;
+  // Inputs with values uniform in [-2, 2], from `data_seed`. Contiguous, or
+  // with `strided`, each input (chosen from data_seed) contiguous, a
+  // permutation of a contiguous tensor, a step-2 slice of a larger one, or
+  // expanded along one dim (its values repeat there): the same shapes in the
+  // layouts a caller may pass.
+  std::vector<Tensor> make_inputs(uint64_t data_seed, bool strided = false) const;
   std::unique_ptr<ir::Graph> trace() const;
 };
 
