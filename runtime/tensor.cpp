@@ -8,6 +8,7 @@
 #include "runtime/allocator.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
+#include "runtime/version.h"
 #include "runtime/view_internal.h"
 
 namespace kiln {
@@ -91,6 +92,7 @@ Ref<Storage> Storage::borrow(void *data, size_t nbytes, Deleter deleter, void *c
 }
 
 Storage::~Storage() {
+  detail::forget_version(this); // the address may hold another storage next
   if (owned_) cached_free(data_, nbytes_);
   else if (deleter_) deleter_(data_, ctx_);
 }
