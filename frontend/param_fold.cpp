@@ -67,8 +67,10 @@ std::unique_ptr<ParamFold> ParamFold::extract(ir::Graph &g) {
   if (!g.write_backs().empty()) return nullptr;
   // fixed: parameters, constants and what nodes compute from them alone;
   // work: such a value takes more than views of parameters to compute.
-  std::unordered_set<const Value *> fixed(g.params().begin(), g.params().end());
-  fixed.insert(g.consts().begin(), g.consts().end());
+  // (Not from_blob memory: the user may write it without any op.)
+  std::unordered_set<const Value *> fixed(g.consts().begin(), g.consts().end());
+  for (const Value *p : g.params())
+    if (!is_borrowed(p->tensor())) fixed.insert(p);
   std::unordered_set<const Value *> work;
   std::vector<const Node *> folded;
   std::unordered_set<const Node *> is_folded;

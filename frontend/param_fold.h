@@ -2,7 +2,8 @@
 // constants alone (inference batch norm's rsqrt(running_var + eps) * weight, a
 // causal mask) are computed once per specialization instead of in every call,
 // and again only when one of those captured tensors is updated in place (its
-// version counter, kiln::tensor_version, moved).
+// version counter, kiln::tensor_version, moved: an in-place op or data_ptr()).
+// Tensors over from_blob memory are never sources: the user writes them without ops.
 #pragma once
 
 #include <atomic>

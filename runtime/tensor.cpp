@@ -88,6 +88,7 @@ Ref<Storage> Storage::borrow(void *data, size_t nbytes, Deleter deleter, void *c
   s->nbytes_ = nbytes;
   s->deleter_ = deleter;
   s->ctx_ = ctx;
+  detail::note_borrowed(s);
   return Ref<Storage>(s);
 }
 
@@ -325,7 +326,13 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   return true;
 }
 
-void *Tensor::data_ptr() const { return raw_data(); }
+// A writable pointer: what is written through it must reach compiled
+// functions' values derived from this tensor (runtime/version.h).
+void *Tensor::data_ptr() const {
+  void *p = raw_data();
+  detail::bump_version(*this);
+  return p;
+}
 
 Scalar Tensor::item() const {
   const TensorImpl &t = impl();

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kiln {
 namespace detail {
@@ -12,6 +13,8 @@ struct Counters {
   std::shared_mutex mu;
   std::unordered_map<const Storage *, std::shared_ptr<std::atomic<uint64_t>>> by_storage;
   std::atomic<size_t> size{0}; // by_storage.size(), read without the lock
+  std::unordered_set<const Storage *> borrowed;
+  std::atomic<size_t> borrowed_size{0};
 };
 
 Counters &counters() {
@@ -47,9 +50,25 @@ void bump_version(const Tensor &t) {
 
 void forget_version(const Storage *s) {
   Counters &c = counters();
-  if (c.size.load(std::memory_order_acquire) == 0) return;
+  if (c.size.load(std::memory_order_acquire) == 0 && c.borrowed_size.load(std::memory_order_acquire) == 0) return;
   std::unique_lock lock(c.mu);
   if (c.by_storage.erase(s)) c.size.store(c.by_storage.size(), std::memory_order_release);
+  if (c.borrowed.erase(s)) c.borrowed_size.store(c.borrowed.size(), std::memory_order_release);
+}
+
+void note_borrowed(const Storage *s) {
+  Counters &c = counters();
+  std::unique_lock lock(c.mu);
+  c.borrowed.insert(s);
+  c.borrowed_size.store(c.borrowed.size(), std::memory_order_release);
+}
+
+bool is_borrowed(const Tensor &t) {
+  const Storage *s = storage_of(t);
+  Counters &c = counters();
+  if (!s || c.borrowed_size.load(std::memory_order_acquire) == 0) return false;
+  std::shared_lock lock(c.mu);
+  return c.borrowed.count(s) > 0;
 }
 
 } // namespace detail

@@ -3,6 +3,10 @@
 // functions recompute what they derived from a captured tensor once its
 // version moved (frontend/param_fold.h).
 //
+// data_ptr() counts as a write too: it hands out a writable pointer, and
+// kiln promises that a weight written through it is seen by compiled
+// functions (torch counts only ops).
+//
 // The counters live beside the storages, for the storages someone watches:
 // an in-place op on an unwatched storage costs one relaxed load. (A counter
 // inside Storage, as torch keeps it, would change runtime/tensor.h, which
@@ -35,6 +39,11 @@ void bump_version(const Tensor &t);
 
 // Called when a storage is freed: its counter (if any) goes with it.
 void forget_version(const Storage *s);
+
+// Memory a from_blob tensor borrows can change without any op, so it has no
+// meaningful version: compiled functions derive nothing from it once.
+void note_borrowed(const Storage *s);
+bool is_borrowed(const Tensor &t);
 
 } // namespace detail
 } // namespace kiln

@@ -452,8 +452,24 @@ TEST(Compile, ParameterOnlyValuesAreComputedOncePerUpdate) {
   expect_close(f({x}), fn({x}));
   m.rm.narrow(0, 2, 3).sub_(0.5);
   expect_close(f({x}), fn({x}));
+  m.rv.data_ptr<float>()[1] = 7.0f; // a write through data_ptr is seen too (kiln's promise)
+  expect_close(f({x}), fn({x}));
   EXPECT_EQ(allocations(), 1u);
   EXPECT_EQ(f.stats().compiles, 1);
+}
+
+// Captured tensors over from_blob memory change without any op: what they
+// feed is computed in every call.
+TEST(Compile, ValuesOfBorrowedMemoryAreComputedInEveryCall) {
+  float raw[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor rv = from_blob(raw, {8});
+  Tensor w = randn({8});
+  ModelFn fn = [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0] * rsqrt(rv + 1.0) * w}; };
+  CompiledFunction f = compile(fn, with_fallback(Fallback::Off));
+  Tensor x = randn({4, 8});
+  expect_close(f({x}), fn({x}));
+  raw[3] = 100.0f;
+  expect_close(f({x}), fn({x}));
 }
 
 // Many callers right after an update: the values are recomputed once, and
