@@ -171,12 +171,22 @@ Readers &readers() {
   return *r;
 }
 
+// Once per process, before any call relies on it: with membarrier registered
+// a call's marks need no fence of their own. With r.mu held.
+void register_membarrier(Readers &r) {
+  if (std::exchange(r.tried_membarrier, true)) return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+    r.membarrier.store(true, std::memory_order_relaxed);
+}
+
 // Registers the thread's slot on first use; unregisters it at thread exit.
 struct SlotOwner {
   ReaderSlot slot;
   SlotOwner() {
-    std::lock_guard<std::mutex> lock(readers().mu);
-    readers().slots.push_back(&slot);
+    Readers &r = readers();
+    std::lock_guard<std::mutex> lock(r.mu);
+    register_membarrier(r);
+    r.slots.push_back(&slot);
   }
   ~SlotOwner() {
     Readers &r = readers();
@@ -220,9 +230,7 @@ uint64_t start_epoch() {
   Readers &r = readers();
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    if (!std::exchange(r.tried_membarrier, true) &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
-      r.membarrier.store(true, std::memory_order_relaxed);
+    register_membarrier(r);
   }
   uint64_t e = r.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (!r.membarrier.load(std::memory_order_relaxed) ||
