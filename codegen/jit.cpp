@@ -230,9 +230,22 @@ void define_host_symbols(orc::LLJIT &j) {
 
 struct Jit::Impl : State {};
 
+namespace {
+// The disk cache every process uses unless told otherwise, so that only the
+// first process compiles a kernel (library users too, not only the CLI's):
+// $KILN_CACHE_DIR when set (set and empty: "" = no disk cache), else
+// $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+std::string default_cache_dir() {
+  if (const char *dir = std::getenv("KILN_CACHE_DIR")) return dir;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln";
+  if (const char *home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/kiln";
+  return "";
+}
+} // namespace
+
 JitOptions JitOptions::from_env() {
   JitOptions o;
-  if (const char *dir = std::getenv("KILN_CACHE_DIR")) o.cache_dir = dir;
+  o.cache_dir = default_cache_dir();
   if (const char *dump = std::getenv("KILN_DUMP")) {
     std::stringstream ss(dump);
     for (std::string what; std::getline(ss, what, ',');) {

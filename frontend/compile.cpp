@@ -8,9 +8,14 @@
 #include <shared_mutex>
 #include <sstream>
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "codegen/executable.h"
+#include "frontend/param_fold.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
 #include "passes/dump_names.h"
@@ -31,6 +36,13 @@ Fallback fallback_from_env() {
   if (s == "force") return Fallback::Force;
   if (s != "allow" && !s.empty()) log()->warn("KILN_FALLBACK={} is not off|allow|force; using allow", s);
   return Fallback::Allow;
+}
+
+// KILN_FOLD=off keeps values computed from captured tensors alone in every
+// call (see detail::ParamFold), to measure what folding them saves.
+bool fold_params_from_env() {
+  const char *v = std::getenv("KILN_FOLD");
+  return !v || std::string(v) != "off";
 }
 
 // a == b, inline: every call compares a few short shapes, where an
@@ -132,9 +144,127 @@ std::vector<bool> fresh_outputs(const ir::Graph &traced) {
   return fresh;
 }
 
+// ---- Reclaiming evicted specializations
+//
+// Calls find their specialization through raw pointers (CompiledFunction::Impl::fast)
+// without a lock or a reference count: a shared counter would cost a tiny call as
+// much as its guards. So an evicted specialization is freed only once no call can
+// still be using it. Each thread that calls marks itself "in a call" with the
+// epoch it entered at (plain stores); an eviction unpublishes the pointer, starts
+// a new epoch and makes every thread's marks visible with membarrier(2) (a fence
+// on every thread, paid by the evicting thread alone); a retired specialization
+// is freed when no thread is in a call that began before it was retired.
+// (Without membarrier, callers pay a fence each.)
+struct ReaderSlot {
+  std::atomic<uint64_t> epoch{0}; // 0: not in a call; else the epoch the outermost call began in
+  uint32_t depth = 0;             // nested calls (a compiled function run from another's eager fallback)
+};
+
+struct Readers {
+  std::mutex mu;
+  std::vector<ReaderSlot *> slots;
+  std::atomic<uint64_t> epoch{1};
+  std::atomic<bool> membarrier{false}; // registered: readers need no fence of their own
+  bool tried_membarrier = false;       // guarded by mu
+};
+Readers &readers() {
+  static Readers *r = new Readers; // never destroyed: threads may exit after static destructors run
+  return *r;
+}
+
+// Once per process, before any call relies on it: with membarrier registered
+// a call's marks need no fence of their own. With r.mu held.
+void register_membarrier(Readers &r) {
+  if (std::exchange(r.tried_membarrier, true)) return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+    r.membarrier.store(true, std::memory_order_relaxed);
+}
+
+// Registers the thread's slot on first use; unregisters it at thread exit.
+struct SlotOwner {
+  ReaderSlot slot;
+  SlotOwner() {
+    Readers &r = readers();
+    std::lock_guard<std::mutex> lock(r.mu);
+    register_membarrier(r);
+    r.slots.push_back(&slot);
+  }
+  ~SlotOwner() {
+    Readers &r = readers();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.slots.erase(std::find(r.slots.begin(), r.slots.end(), &slot));
+  }
+};
+__attribute__((tls_model("initial-exec"))) thread_local ReaderSlot *t_reader = nullptr;
+ReaderSlot *register_reader() {
+  thread_local SlotOwner owner;
+  t_reader = &owner.slot;
+  return t_reader;
+}
+
+// While alive, the calling thread may hold raw Specialization pointers.
+class CallSection {
+public:
+  CallSection() {
+    slot_ = t_reader;
+    if (!slot_) [[unlikely]]
+      slot_ = register_reader();
+    if (slot_->depth++ > 0) return;
+    slot_->epoch.store(readers().epoch.load(std::memory_order_acquire), std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (!readers().membarrier.load(std::memory_order_relaxed)) [[unlikely]]
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  ~CallSection() {
+    if (--slot_->depth == 0) slot_->epoch.store(0, std::memory_order_release);
+  }
+  CallSection(const CallSection &) = delete;
+  CallSection &operator=(const CallSection &) = delete;
+
+private:
+  ReaderSlot *slot_;
+};
+
+// Starts a new epoch after pointers were unpublished; returns it. Every call
+// that entered before it is visible to can_free once this returns.
+uint64_t start_epoch() {
+  Readers &r = readers();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    register_membarrier(r);
+  }
+  uint64_t e = r.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (!r.membarrier.load(std::memory_order_relaxed) ||
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  return e;
+}
+
+// No thread is in a call that began before `epoch` (the retirement's).
+bool can_free(uint64_t epoch) {
+  Readers &r = readers();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const ReaderSlot *s : r.slots) {
+    uint64_t e = s->epoch.load(std::memory_order_acquire);
+    if (e != 0 && e < epoch) return false;
+  }
+  return true;
+}
+
 struct Specialization {
   std::vector<InputGuard> inputs;
-  int threads = 1;
+  // When this was used last, on the function's clock (Impl::clock): the least
+  // recently used specialization is evicted past the cache limit.
+  mutable std::atomic<uint64_t> last_used{0};
+  // The clock moves only when another specialization was used since this one:
+  // calls that keep using one specialization write nothing shared. Plain loads
+  // and stores (no read-modify-write): a lost tick only blurs the order.
+  void touch(std::atomic<uint64_t> &clock) const {
+    uint64_t now = clock.load(std::memory_order_relaxed);
+    if (last_used.load(std::memory_order_relaxed) == now) return;
+    clock.store(now + 1, std::memory_order_relaxed);
+    last_used.store(now + 1, std::memory_order_relaxed);
+  }
   std::vector<ParamGuard> params;
   std::vector<int> aliases; // alias_pattern(inputs, params) at compile time
   bool aliases_none = false; // aliases is the identity (see no_aliases)
@@ -217,10 +347,21 @@ struct Specialization {
   }
   std::shared_ptr<const ir::Graph> graph;  // null when this signature runs eagerly
   std::shared_ptr<codegen::Executable> executable; // null when eager
+  std::unique_ptr<detail::ParamFold> fold; // values computed from captured tensors alone; may be null
+
+  // Runs the plan on inputs that matched.
+  std::vector<Tensor> run(const std::vector<Tensor> &in) const {
+    if (fold) fold->refresh();
+    std::vector<Tensor> out = executable->run_matched(in);
+    own_outputs(out, in);
+    return out;
+  }
   std::string eager_reason;
 
-  bool matches(const std::vector<Tensor> &in, int nthreads) const {
-    if (in.size() != inputs.size() || threads != nthreads) return false;
+  // The thread count is no part of the key: kernels, parallel loops and scratch
+  // read it when they run, so a plan is right at any count.
+  bool matches(const std::vector<Tensor> &in) const {
+    if (in.size() != inputs.size()) return false;
     for (size_t i = 0; i < in.size(); ++i)
       if (!inputs[i].matches(in[i])) return false;
     for (const ParamGuard &p : params)
@@ -231,7 +372,7 @@ struct Specialization {
 
 // Why `in` does not match `s`: the first difference, in the words users read,
 // and how far the check got (a later stage means a closer specialization).
-std::pair<std::string, int> mismatch(const Specialization &s, const std::vector<Tensor> &in, int nthreads) {
+std::pair<std::string, int> mismatch(const Specialization &s, const std::vector<Tensor> &in) {
   std::ostringstream os;
   if (in.size() != s.inputs.size()) {
     os << "number of inputs " << in.size() << " != " << s.inputs.size();
@@ -249,10 +390,6 @@ std::pair<std::string, int> mismatch(const Specialization &s, const std::vector<
         os << "input " << i << " strides " << shape_str(t.strides()) << " != " << shape_str(g.strides);
       if (os.tellp() > 0) return {os.str(), stage};
     }
-  if (nthreads != s.threads) {
-    os << "thread count " << nthreads << " != " << s.threads;
-    return {os.str(), 4};
-  }
   for (const ParamGuard &p : s.params)
     if (!p.holds()) {
       os << "a captured tensor changed from " << p.dtype << shape_str(p.sizes) << " to " << p.live.dtype()
@@ -279,33 +416,42 @@ struct CompiledFunction::Impl {
   CompileOptions options;
   Fallback fallback;
 
-  mutable std::shared_mutex mu; // guards specs and stats strings
-  std::vector<std::shared_ptr<Specialization>> specs;
-  // The first specializations again, for calls to look up without a lock or a
-  // reference count. An entry is published once (after its Specialization is
-  // complete) and never changes; `specs` owns what it points to and only grows.
+  mutable std::shared_mutex mu; // guards specs, retired and the stats strings
+  std::vector<std::shared_ptr<Specialization>> specs; // at most options.cache_limit
+  // Specializations again, for calls to look up without a lock or a reference
+  // count. An entry is published once its Specialization is complete; an
+  // evicted one is unpublished and freed only when no call can be using it
+  // (see CallSection), so a pointer read here stays valid for the call.
   static constexpr size_t kFastSpecs = 8;
   std::array<std::atomic<const Specialization *>, kFastSpecs> fast{};
+  // Evicted, waiting until no call that may have seen them runs: (epoch, spec).
+  std::vector<std::pair<uint64_t, std::shared_ptr<Specialization>>> retired;
   std::mutex compile_mu; // one compile at a time per function
   // calls: those no plan ran (each plan counts its own, see CompileStats::calls).
-  std::atomic<int64_t> calls{0}, compiles{0}, eager_calls{0};
+  std::atomic<int64_t> calls{0}, compiles{0}, eager_calls{0}, evicted_calls{0};
+  // Advanced when a call uses another specialization than the last one; see Specialization::touch.
+  mutable std::atomic<uint64_t> clock{1};
   std::string last_fallback_reason, last_recompile_reason;
-  bool warned_cache_limit = false;
 
-  // Same answer as find() when the match is among the first kFastSpecs; null otherwise.
-  const Specialization *find_fast(const std::vector<Tensor> &in, int threads) const {
+  // Same answer as find() when the match is published in `fast`; null otherwise.
+  // Only inside a CallSection.
+  const Specialization *find_fast(const std::vector<Tensor> &in) const {
     for (const auto &slot : fast) {
       const Specialization *s = slot.load(std::memory_order_acquire);
-      if (!s) return nullptr;
-      if (s->matches(in, threads)) return s;
+      if (!s || !s->matches(in)) continue;
+      s->touch(clock);
+      return s;
     }
     return nullptr;
   }
 
-  std::shared_ptr<Specialization> find(const std::vector<Tensor> &in, int threads) const {
+  std::shared_ptr<Specialization> find(const std::vector<Tensor> &in) const {
     std::shared_lock lock(mu);
     for (const auto &s : specs)
-      if (s->matches(in, threads)) return s;
+      if (s->matches(in)) {
+        s->touch(clock);
+        return s;
+      }
     return nullptr;
   }
 
@@ -320,9 +466,8 @@ struct CompiledFunction::Impl {
     last_fallback_reason = reason;
   }
 
-  std::shared_ptr<Specialization> build(const std::vector<Tensor> &in, int threads) {
+  std::shared_ptr<Specialization> build(const std::vector<Tensor> &in) {
     auto spec = std::make_shared<Specialization>();
-    spec->threads = threads;
     for (const Tensor &t : in) {
       KILN_CHECK(t.defined(), "compile @", options.name, ": an input is an undefined tensor");
       spec->inputs.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
@@ -334,6 +479,7 @@ struct CompiledFunction::Impl {
       passes::PipelineOptions dumps = passes::PipelineOptions::from_env();
       passes::use_graph_dump_dir(dumps, *g); // KILN_DUMP_DIR: a folder per function and specialization
       passes::run_pipeline(*g, pipeline, dumps);
+      if (fold_params_from_env()) spec->fold = detail::ParamFold::extract(*g);
       for (const ir::Value *p : g->params())
         spec->params.push_back({p->tensor(), p->tensor().dtype(), Dims(p->tensor().sizes())});
       spec->aliases = alias_pattern(in, spec->params);
@@ -355,6 +501,7 @@ struct CompiledFunction::Impl {
       spec->eager_reason = e.what();
       spec->graph = nullptr;
       spec->executable = nullptr;
+      spec->fold = nullptr;
       spec->params.clear();
       spec->aliases = alias_pattern(in, spec->params);
     }
@@ -363,39 +510,92 @@ struct CompiledFunction::Impl {
     return spec;
   }
 
-  // Finds or builds the specialization for `in`; null means "run eagerly".
+  // Finds or builds the specialization for `in`. A compiled one is cached
+  // here; one that runs eagerly is cached by the caller once an eager call
+  // with it succeeded (add), so that calls that throw (a wrong feature size
+  // fails tracing and eager alike) take no slot.
   std::shared_ptr<Specialization> select(const std::vector<Tensor> &in) {
-    int threads = get_num_threads();
-    if (auto s = find(in, threads)) return s;
+    if (auto s = find(in)) return s;
     std::lock_guard<std::mutex> one_compile(compile_mu);
-    if (auto s = find(in, threads)) return s; // another thread built it meanwhile
+    if (auto s = find(in)) return s; // another thread built it meanwhile
     {
       std::unique_lock lock(mu);
-      if (int(specs.size()) >= options.cache_limit) {
-        if (!warned_cache_limit)
-          log()->warn("compile @{}: cache limit {} reached; further signatures run eagerly", options.name,
-                      options.cache_limit);
-        warned_cache_limit = true;
-        last_fallback_reason = "cache limit reached";
-        return nullptr;
-      }
       if (!specs.empty()) {
         // Report the difference from the closest specialization.
         std::pair<std::string, int> best{"", -1};
         for (const auto &sp : specs) {
-          auto m = mismatch(*sp, in, threads);
+          auto m = mismatch(*sp, in);
           if (m.second >= best.second) best = m;
         }
         last_recompile_reason = best.first;
         log()->info("compile @{}: recompiling: {}", options.name, last_recompile_reason);
       }
     }
-    auto spec = build(in, threads);
-    if (!spec->executable) note_fallback(spec->eager_reason);
-    std::unique_lock lock(mu);
-    specs.push_back(spec);
-    if (specs.size() <= kFastSpecs) fast[specs.size() - 1].store(spec.get(), std::memory_order_release);
+    auto spec = build(in);
+    spec->touch(clock);
+    if (!spec->executable) {
+      note_fallback(spec->eager_reason);
+      return spec;
+    }
+    add_locked(spec);
     return spec;
+  }
+
+  // Caches an eager specialization whose call succeeded (unless another
+  // thread cached one for the same signature meanwhile).
+  void add(const std::shared_ptr<Specialization> &spec, const std::vector<Tensor> &in) {
+    std::lock_guard<std::mutex> one_compile(compile_mu);
+    if (find(in)) return;
+    add_locked(spec);
+  }
+
+  // With compile_mu held: caches `spec`, evicting the least recently used
+  // specialization when the cache is full.
+  void add_locked(const std::shared_ptr<Specialization> &spec) {
+    std::unique_lock lock(mu);
+    if (int(specs.size()) >= options.cache_limit) evict_lru();
+    specs.push_back(spec);
+    for (auto &slot : fast)
+      if (!slot.load(std::memory_order_relaxed)) {
+        slot.store(spec.get(), std::memory_order_release);
+        break;
+      }
+    free_retired();
+  }
+
+  // With mu held exclusively.
+  void evict_lru() {
+    auto victim = std::min_element(specs.begin(), specs.end(), [](const auto &a, const auto &b) {
+      return a->last_used.load(std::memory_order_relaxed) < b->last_used.load(std::memory_order_relaxed);
+    });
+    std::shared_ptr<Specialization> old = *victim;
+    specs.erase(victim);
+    for (auto &slot : fast)
+      if (slot.load(std::memory_order_relaxed) == old.get()) slot.store(nullptr, std::memory_order_release);
+    log()->info("compile @{}: cache limit {} reached; evicting the least recently used specialization ({})",
+                options.name, options.cache_limit, signature(*old));
+    retired.emplace_back(start_epoch(), std::move(old));
+  }
+
+  // With mu held exclusively: frees the retired specializations no call can
+  // still be using: none found it without a reference (can_free) and none holds
+  // one (a call that built or found it the slow way; its plan has yet to count it).
+  void free_retired() {
+    for (size_t i = 0; i < retired.size();) {
+      if (retired[i].second.use_count() > 1 || !can_free(retired[i].first)) {
+        ++i;
+        continue;
+      }
+      if (retired[i].second->executable) evicted_calls.fetch_add(retired[i].second->executable->calls());
+      retired.erase(retired.begin() + long(i));
+    }
+  }
+
+  static std::string signature(const Specialization &s) {
+    std::ostringstream os;
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      os << (i ? ", " : "") << s.inputs[i].dtype << shape_str(s.inputs[i].sizes);
+    return os.str();
   }
 };
 
@@ -420,38 +620,43 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
     impl.calls.fetch_add(1, std::memory_order_relaxed);
     return impl.run_eager(inputs);
   }
-  const Specialization *spec = impl.find_fast(inputs, get_num_threads());
-  std::shared_ptr<Specialization> held; // a specialization found or built the slow way
-  if (!spec) {
-    try {
-      held = impl.select(inputs);
-    } catch (...) {
-      impl.calls.fetch_add(1, std::memory_order_relaxed);
-      throw;
+  {
+    CallSection in_call; // keeps a specialization found below alive until the call returns
+    if (const Specialization *spec = impl.find_fast(inputs)) {
+      if (!spec->executable) {
+        impl.calls.fetch_add(1, std::memory_order_relaxed);
+        return impl.run_eager(inputs);
+      }
+      // The guards above checked every input against the plan's signature. The
+      // plan counts the call: a locked add here would cost as much as the guards.
+      return spec->run(inputs);
     }
-    spec = held.get();
   }
-  if (!spec || !spec->executable) {
+  std::shared_ptr<Specialization> spec; // found or built the slow way
+  try {
+    spec = impl.select(inputs);
+  } catch (...) {
     impl.calls.fetch_add(1, std::memory_order_relaxed);
-    return impl.run_eager(inputs);
+    throw;
   }
-  // The guards above checked every input against the plan's signature. The
-  // plan counts the call: a locked add here would cost as much as the guards.
-  std::vector<Tensor> out = spec->executable->run_matched(inputs);
-  spec->own_outputs(out, inputs);
-  return out;
+  if (!spec->executable) {
+    impl.calls.fetch_add(1, std::memory_order_relaxed);
+    std::vector<Tensor> out = impl.run_eager(inputs);
+    impl.add(spec, inputs); // cached only now: a call that throws takes no slot
+    return out;
+  }
+  return spec->run(inputs);
 }
 
 std::shared_ptr<const ir::Graph> CompiledFunction::graph_for(const std::vector<Tensor> &inputs) const {
   if (checked(impl_).fallback == Fallback::Force || detail::tracing()) return nullptr;
-  auto spec = impl_->select(inputs);
-  return spec ? spec->graph : nullptr;
+  return impl_->select(inputs)->graph;
 }
 
 int64_t CompiledFunction::kernels_per_call(const std::vector<Tensor> &inputs) const {
   if (checked(impl_).fallback == Fallback::Force || detail::tracing()) return -1;
   auto spec = impl_->select(inputs);
-  return spec && spec->executable ? spec->executable->stats().kernels : -1;
+  return spec->executable ? spec->executable->stats().kernels : -1;
 }
 
 CompileStats CompiledFunction::stats() const {
@@ -461,6 +666,9 @@ CompileStats CompiledFunction::stats() const {
   s.compiles = impl.compiles.load();
   s.eager_calls = impl.eager_calls.load();
   std::shared_lock lock(impl.mu);
+  s.calls += impl.evicted_calls.load();
+  for (const auto &[epoch, spec] : impl.retired)
+    if (spec->executable) s.calls += spec->executable->calls();
   s.specializations = int64_t(impl.specs.size());
   for (const auto &spec : impl.specs) {
     if (!spec->executable) continue;

@@ -3,12 +3,14 @@
 //   auto f = kiln::compile(model_fn);
 //   std::vector<kiln::Tensor> out = f(inputs);
 //
-// The first call with an input signature (dtypes, shapes, strides, thread
-// count, captured tensors' shapes and dtypes) traces fn, runs the pass pipeline
-// and builds a plan; later calls with the same signature run the plan. A guard
-// miss recompiles and logs why. Past `cache_limit` specializations, when tracing
-// meets a data-dependent read, or when compilation fails, the call runs eagerly
-// and the reason is logged once. Safe to call from several threads at once.
+// The first call with an input signature (dtypes, shapes, strides, captured
+// tensors' shapes and dtypes; not the thread count: a plan runs at any) traces
+// fn, runs the pass pipeline and builds a plan; later calls with the same
+// signature run the plan. A guard miss recompiles and logs why; past
+// `cache_limit` specializations the least recently used one is evicted. When
+// tracing meets a data-dependent read, or when compilation fails, the call runs
+// eagerly and the reason is logged once; a call that throws caches nothing.
+// Safe to call from several threads at once.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,8 @@ struct CompileOptions {
   std::string name = "main";
   // Pass pipeline; empty = passes::default_pipeline().
   std::string pipeline;
-  // Specializations kept per function before calls fall back to eager.
+  // Specializations kept per function; a new signature past it evicts the
+  // least recently used one (logged at KILN_LOG=info).
   int cache_limit = 8;
   // Defaults to KILN_FALLBACK=off|allow|force, else Allow.
   std::optional<Fallback> fallback;
@@ -48,7 +51,7 @@ struct CompileStats {
   int64_t calls = 0;
   int64_t compiles = 0;       // specializations built
   int64_t eager_calls = 0;    // calls that ran the model function eagerly
-  int64_t specializations = 0;
+  int64_t specializations = 0; // cached now: at most cache_limit
   // The largest arena (memory plan, bytes) of the specializations built; each
   // running call of a specialization holds one.
   int64_t peak_arena_bytes = 0;

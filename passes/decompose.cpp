@@ -1,7 +1,7 @@
 // decompose: rewrites composite ops (softmax, layer_norm, gelu, linear, ...)
 // into primitives of the op table (reductions, elementwise ops, contractions),
-// one rule per composite. Rules may emit other composites (sdpa emits
-// softmax); the pass repeats until none it knows is left. A composite whose
+// one rule per composite. Rules may emit other composites (sdpa over zero
+// keys emits softmax); the pass repeats until none it knows is left. A composite whose
 // rule does not apply (dropout in training, sdpa with dropout) stays.
 #include <cmath>
 #include <limits>
@@ -177,6 +177,18 @@ Value *variance(Emit e, const Node &n) {
 Values var(Emit e, const Node &n) { return {variance(e, n)}; }
 Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n))}; }
 
+// torch's _safe_softmax, as SDPA uses it: a row whose every score is -inf (all
+// keys masked out) gives zeros where plain softmax gives 0/0 = NaN. The row max
+// is -inf exactly for such rows (a NaN anywhere keeps the row NaN, as in eager).
+Value *safe_softmax(Emit e, Value *x, int64_t d) {
+  if (empty_dim(x, d)) return e.b.op(OpId::Softmax, {x}, {d}); // no keys: stays whole (and has no rows to zero)
+  Value *mx = e.amax(x, {d});
+  Value *ex = e.unary(OpId::Exp, e.sub(x, mx));
+  Value *probs = e.div(ex, e.sum(ex, {d}));
+  Value *all_masked = e.b.op(OpId::Eq, {mx, e.b.scalar(-std::numeric_limits<double>::infinity())}, {});
+  return e.b.op(OpId::MaskedFill, {probs, all_masked}, {0.0});
+}
+
 // softmax(q k^T * scale + mask) v; inputs (q, k, v, attn_mask).
 Values sdpa(Emit e, const Node &n) {
   if (n.attrs().at(0).as_float() != 0.0) return {}; // dropout stays in the composite
@@ -196,8 +208,7 @@ Values sdpa(Emit e, const Node &n) {
     scores = mask_out(e.b.op(OpId::Tril, {ones}, {int64_t(0)}));
   }
   if (mask) scores = mask->type().dtype == kBool ? mask_out(mask) : e.add(scores, mask);
-  Value *probs = e.b.op(OpId::Softmax, {scores}, {rank(scores) - 1});
-  return {e.matmul(probs, v)};
+  return {e.matmul(safe_softmax(e, scores, rank(scores) - 1), v)};
 }
 
 // Inference dropout is the identity.

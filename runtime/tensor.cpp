@@ -8,6 +8,7 @@
 #include "runtime/allocator.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
+#include "runtime/version.h"
 #include "runtime/view_internal.h"
 
 namespace kiln {
@@ -87,10 +88,12 @@ Ref<Storage> Storage::borrow(void *data, size_t nbytes, Deleter deleter, void *c
   s->nbytes_ = nbytes;
   s->deleter_ = deleter;
   s->ctx_ = ctx;
+  detail::note_borrowed(s);
   return Ref<Storage>(s);
 }
 
 Storage::~Storage() {
+  detail::forget_version(this); // the address may hold another storage next
   if (owned_) cached_free(data_, nbytes_);
   else if (deleter_) deleter_(data_, ctx_);
 }
@@ -440,7 +443,13 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   return true;
 }
 
-void *Tensor::data_ptr() const { return raw_data(); }
+// A writable pointer: what is written through it must reach compiled
+// functions' values derived from this tensor (runtime/version.h).
+void *Tensor::data_ptr() const {
+  void *p = raw_data();
+  detail::bump_version(*this);
+  return p;
+}
 
 Scalar Tensor::item() const {
   const TensorImpl &t = impl();

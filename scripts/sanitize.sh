@@ -33,8 +33,9 @@ timed() { # label command...: runs it and prints its wall-clock time
 export OPENBLAS_NUM_THREADS=1
 # The exhaustive float32 accuracy sweeps test every 16th float here (the normal suite tests all).
 export KILN_FLOAT_SWEEP_STEP=16
-# KILN_CACHE_DIR unset: no disk cache shared between the builds.
-unset KILN_CACHE_DIR
+# KILN_CACHE_DIR= (set and empty): no disk cache shared between the builds (unset, the
+# library would use ~/.cache/kiln).
+export KILN_CACHE_DIR=
 
 asan() {
   configure build-asan "address;undefined" -DKILN_FUZZ=ON

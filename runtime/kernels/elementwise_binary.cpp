@@ -9,6 +9,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -382,6 +383,7 @@ Tensor &add_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   detail::check_inplace(self, other.sizes(), m.dtype, "add_");
   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
+  detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) add_kernel(self, self, o, alpha);
   else detail::cast_into(self, add(self, o, alpha));
@@ -398,6 +400,7 @@ Tensor &sub_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   detail::check_inplace(self, other.sizes(), m.dtype, "sub_");
   KILN_TRACE_INPLACE(self, Sub, KILN_INPUTS(self, other), alpha);
   if (detail::any_meta({&self, &other})) return self;
+  detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) sub_kernel(self, self, o, alpha);
   else detail::cast_into(self, sub(self, o, alpha));
@@ -412,6 +415,7 @@ Tensor &mul_(Tensor &self, const Tensor &other) {
   detail::check_inplace(self, other.sizes(), m.dtype, "mul_");
   KILN_TRACE_INPLACE(self, Mul, KILN_INPUTS(self, other));
   if (detail::any_meta({&self, &other})) return self;
+  detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
   if (m.dtype == self.dtype()) mul_kernel(self, self, o);
   else detail::cast_into(self, mul(self, o));
@@ -425,6 +429,7 @@ Tensor &div_(Tensor &self, const Tensor &other) {
   detail::check_inplace(self, other.sizes(), dt, "div_");
   KILN_TRACE_INPLACE(self, Div, KILN_INPUTS(self, other), std::optional<std::string>());
   if (detail::any_meta({&self, &other})) return self;
+  detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
   if (dt == self.dtype()) div_kernel(self, self, o, Rounding::None, "div_");
   else detail::cast_into(self, div(self, o));

@@ -7,6 +7,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/version.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
 
@@ -118,6 +119,7 @@ Tensor &copy_(Tensor &self, const Tensor &src) {
   detail::check_no_internal_overlap(self, "copy_");
   KILN_TRACE_INPLACE(self, Copy, KILN_INPUTS(self, src));
   if (detail::any_meta({&self, &src}) || src.is_same(self)) return self;
+  detail::bump_version(self);
   detail::cast_into(self, detail::unalias(self, src));
   return self;
 }
@@ -234,6 +236,7 @@ Tensor &fill_(Tensor &self, const Scalar &value) {
   detail::check_scalar_fits(value, self.dtype(), "fill_");
   KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), value, self.dtype());
   if (self.is_meta()) return self;
+  detail::bump_version(self);
   fill_kernel(self, value);
   return self;
 }
@@ -243,6 +246,7 @@ Tensor &zero_(Tensor &self) {
   detail::check_no_internal_overlap(self, "zero_");
   KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), Scalar(0), self.dtype());
   if (self.is_meta()) return self;
+  detail::bump_version(self);
   fill_kernel(self, Scalar(0));
   return self;
 }

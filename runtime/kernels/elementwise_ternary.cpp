@@ -7,6 +7,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -94,6 +95,7 @@ Tensor &clamp_(Tensor &self, std::optional<Scalar> min, std::optional<Scalar> ma
   detail::check_inplace(self, self.sizes(), clamp_result(self.dtype(), min, max), "clamp_");
   KILN_TRACE_INPLACE(self, Clamp, {self}, min, max);
   if (self.is_meta()) return self;
+  detail::bump_version(self);
   clamp_kernel(self, self, min, max); // castable means the result dtype is self's
   return self;
 }

@@ -7,6 +7,7 @@
 #include "runtime/kernels/loops.h"
 #include "runtime/kernels/vecmath.h"
 #include "runtime/op_adapters.h"
+#include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -144,6 +145,7 @@ Tensor &relu_(Tensor &self) {
   detail::check_no_internal_overlap(self, "relu_");
   KILN_TRACE_INPLACE(self, Relu, {self});
   if (self.is_meta()) return self;
+  detail::bump_version(self);
   unary_kernel<NumericTypes>(self, self, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
   return self;
 }

@@ -25,7 +25,7 @@ exec_root = lit_config.params.get("kiln_exec_root")
 if exec_root:
     config.test_exec_root = exec_root
 
-# The CLI caches kernels on disk by default; tests keep the disk cache off
+# kiln (library and CLI) caches kernels on disk by default; tests keep the disk cache off
 # unless a test sets KILN_CACHE_DIR itself.
 config.environment["KILN_CACHE_DIR"] = ""
 config.environment["PATH"] = os.pathsep.join([tools_dir, llvm_tools_dir, config.environment.get("PATH", "")])

@@ -200,24 +200,34 @@ TEST(CallPath, ConcurrentCallersShareConstants) {
 }
 
 // A plan counts the calls it runs (CompileStats::calls adds them to the calls
-// run eagerly or that failed before running), from any number of threads.
+// run eagerly or that failed before running, and to those of evicted plans),
+// from any number of threads.
 TEST(CallPath, ConcurrentCallsAreCountedWhicheverPathRunsThem) {
   manual_seed(11);
   ModelFn fn = scaled_add();
   CompileOptions opts;
   opts.cache_limit = 1;
   CompiledFunction f = compile(fn, opts);
-  std::vector<Tensor> planned{randn({4}), randn({4})}, eager{randn({5}), randn({5})};
+  std::vector<Tensor> planned{randn({4}), randn({4})}, other{randn({5}), randn({5})};
   for (int i = 0; i < 3; ++i) f(planned);
-  for (int i = 0; i < 2; ++i) f(eager); // over the cache limit: runs eagerly
+  for (int i = 0; i < 2; ++i) f(other); // over the cache limit: evicts `planned`'s plan
   CompileStats s = f.stats();
   EXPECT_EQ(s.calls, 5);
-  EXPECT_EQ(s.eager_calls, 2);
-  concurrent_failures(4, 50, [&](int t, int i) { return !f(i % 5 == t ? eager : planned).empty(); });
+  EXPECT_EQ(s.compiles, 2);
+  EXPECT_EQ(s.specializations, 1);
+  concurrent_failures(4, 50, [&](int t, int i) { return !f(i % 5 == t ? other : planned).empty(); });
   s = f.stats();
   EXPECT_EQ(s.calls, 5 + 200);
-  EXPECT_EQ(s.eager_calls, 2 + 40); // i % 5 == t for 10 of each thread's 50 calls
+  EXPECT_EQ(s.eager_calls, 0);
   EXPECT_EQ(s.specializations, 1);
+  CompiledFunction forced = compile(fn, [] {
+    CompileOptions o;
+    o.fallback = Fallback::Force;
+    return o;
+  }());
+  concurrent_failures(4, 10, [&](int, int) { return !forced(planned).empty(); });
+  EXPECT_EQ(forced.stats().calls, 40);
+  EXPECT_EQ(forced.stats().eager_calls, 40);
 
   CompileOptions off;
   off.fallback = Fallback::Off;

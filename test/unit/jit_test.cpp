@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -478,6 +480,71 @@ TEST(Jit, UnusableCacheDirectoryWarnsAndContinues) {
   Jit jit(opts);
   auto k = jit.compile(small_desc());
   expect_small_kernel_works(*k);
+  EXPECT_EQ(jit.stats().compiles, 1);
+  EXPECT_EQ(jit.stats().disk_writes, 0);
+  fs::remove_all(dir);
+}
+
+namespace {
+// Sets (or with nullptr unsets) an environment variable for one scope.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
+} // namespace
+
+// Library users get the disk cache without asking (as the CLI's users do):
+// $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; KILN_CACHE_DIR overrides it and
+// KILN_CACHE_DIR= (set and empty) turns it off.
+TEST(Jit, DiskCacheIsOnByDefault) {
+  fs::path dir = fresh_dir("default");
+  ScopedEnv no_dir("KILN_CACHE_DIR", nullptr);
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", (dir / "xdg").c_str());
+    EXPECT_EQ(JitOptions::from_env().cache_dir, (dir / "xdg" / "kiln").string());
+    Jit jit(JitOptions::from_env());
+    expect_small_kernel_works(*jit.compile(small_desc()));
+    EXPECT_EQ(jit.stats().disk_writes, 1);
+    EXPECT_EQ(cache_entries(dir / "xdg" / "kiln").size(), 1u);
+  }
+  ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
+  ScopedEnv home("HOME", (dir / "home").c_str());
+  EXPECT_EQ(JitOptions::from_env().cache_dir, (dir / "home" / ".cache" / "kiln").string());
+  {
+    ScopedEnv chosen("KILN_CACHE_DIR", (dir / "chosen").c_str());
+    EXPECT_EQ(JitOptions::from_env().cache_dir, (dir / "chosen").string());
+  }
+  {
+    ScopedEnv off("KILN_CACHE_DIR", "");
+    EXPECT_EQ(JitOptions::from_env().cache_dir, "");
+  }
+  fs::remove_all(dir);
+}
+
+// A default cache directory that cannot be made (HOME is a file) only warns.
+TEST(Jit, UnusableDefaultCacheDirectoryOnlyWarns) {
+  fs::path dir = fresh_dir("default_bad");
+  fs::path file = dir / "a_file";
+  std::ofstream(file) << "x";
+  ScopedEnv no_dir("KILN_CACHE_DIR", nullptr);
+  ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
+  ScopedEnv home("HOME", file.c_str());
+  Jit jit(JitOptions::from_env());
+  expect_small_kernel_works(*jit.compile(small_desc()));
   EXPECT_EQ(jit.stats().compiles, 1);
   EXPECT_EQ(jit.stats().disk_writes, 0);
   fs::remove_all(dir);

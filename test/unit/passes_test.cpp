@@ -102,6 +102,14 @@ const std::vector<Composite> &composites() {
          return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0.0, false, 0.3)};
        },
        {{1, 2, 3, 4}, {1, 2, 6, 4}, {1, 2, 6, 5}, {3, 6}}},
+      // Query rows 0 and 3 keep no key: zeros, as eager's (torch's) safe softmax gives, not NaN.
+      {"sdpa_fully_masked_rows",
+       [](const std::vector<Tensor> &x) {
+         Tensor rows = tensor(std::vector<bool>{false, true, true, false, true}).view({5, 1});
+         Tensor mask = logical_and(gt(x[3], -0.5), rows);
+         return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], mask)};
+       },
+       {{2, 5, 8}, {2, 6, 8}, {2, 6, 8}, {5, 6}}},
   };
   return all;
 }

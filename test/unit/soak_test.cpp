@@ -1,7 +1,8 @@
 // Soak: one compiled function called 10,000 times from 8 threads with mixed
 // input shapes and layouts, so guard misses and recompiles happen while other
-// threads run existing specializations, and calls past the cache limit run
-// eagerly at the same time. Every result is checked against eager results
+// threads run existing specializations, and signatures past the cache limit
+// evict the least recently used specialization while other threads may be
+// running it. Every result is checked against eager results
 // computed up front. Runs under TSan through the `concurrency` ctest label.
 #include <gtest/gtest.h>
 
@@ -47,8 +48,9 @@ TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
     Tensor n = layer_norm(h, {48}, gamma, beta);
     return std::vector<Tensor>{softmax(n, -1), (n * in[1]).sum({1})};
   };
-  // 7 signatures (5 compile, 2 run eagerly past the cache limit): batch sizes
-  // and a transposed (non-contiguous) first input.
+  // 7 signatures for a cache of 5: batch sizes and a transposed
+  // (non-contiguous) first input. The last two are rare: each of their calls
+  // evicts a specialization, which is compiled again when next needed.
   std::vector<std::vector<Tensor>> inputs;
   for (int64_t rows : {1, 3, 8, 17, 33, 64}) inputs.push_back({randn({rows, 32}), randn({rows, 48})});
   inputs.push_back({randn({32, 5}).t(), randn({5, 48})});
@@ -73,7 +75,8 @@ TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
       for (int i = 0; i < kCalls / kThreads; ++i) {
         // Each thread walks the signatures in its own order so every signature
         // is first seen by several threads at once.
-        size_t k = size_t((i * (2 * t + 1) + t * 3) % int(inputs.size()));
+        size_t k = size_t((i * (2 * t + 1) + t * 3) % kCacheLimit);
+        if (i % 256 == 255) k = kCacheLimit + size_t(t % 2); // a rare signature
         ++per_thread[size_t(t)][k];
         try {
           std::vector<Tensor> got = f(inputs[k]);
@@ -95,26 +98,19 @@ TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
 
   for (const auto &pt : per_thread)
     for (size_t k = 0; k < inputs.size(); ++k) calls_per_input[k] += pt[k];
-  // The signatures past the cache limit ran eagerly on every call; the others
-  // compiled exactly once.
-  int64_t eager_signatures = 0, expected_eager_calls = 0;
-  for (size_t k = 0; k < inputs.size(); ++k)
-    if (!f.graph_for(inputs[k])) {
-      ++eager_signatures;
-      expected_eager_calls += calls_per_input[k];
-    }
+  for (size_t k = 0; k < inputs.size(); ++k) EXPECT_GT(calls_per_input[k], 0) << "input " << k;
+  // No call ran eagerly; every signature compiled, some again after an eviction.
   CompileStats s = f.stats();
   EXPECT_EQ(s.calls, kCalls);
-  EXPECT_EQ(s.compiles, kCacheLimit);
+  EXPECT_EQ(s.eager_calls, 0);
   EXPECT_EQ(s.specializations, kCacheLimit);
-  EXPECT_EQ(eager_signatures, int64_t(inputs.size()) - kCacheLimit);
-  EXPECT_EQ(s.eager_calls, expected_eager_calls);
+  EXPECT_GE(s.compiles, int64_t(inputs.size()));
 }
 
 TEST(Soak, SeveralFunctionsWhileTheThreadCountChanges) {
   // Three compiled functions share the global Jit and thread pool; one thread
-  // keeps switching the thread count (part of every guard), so calls recompile
-  // and run while the pool is resized.
+  // keeps switching the thread count (no part of the guards: a plan runs at
+  // any count), so calls run while the pool is resized.
   manual_seed(7);
   Tensor w = randn({64, 32});
   std::vector<ModelFn> fns = {
@@ -159,7 +155,7 @@ TEST(Soak, SeveralFunctionsWhileTheThreadCountChanges) {
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_EQ(errors.load(), 0);
   for (const CompiledFunction &f : compiled) {
-    EXPECT_LE(f.stats().compiles, 6); // 3 shapes x 2 thread counts at most
+    EXPECT_EQ(f.stats().compiles, 1); // each function sees one shape (k == f); the thread count costs none
     EXPECT_EQ(f.stats().eager_calls, 0);
   }
 }

@@ -123,6 +123,7 @@ private:
     case 6: return reduce();
     case 7: return normalize();
     case 8: return contract();
+    case 11: return attention(); // was a view: the other choices of existing seeds stay as they were
     default: return view();
     }
   }
@@ -223,6 +224,43 @@ private:
     case 0: return push(layer_norm(a.t, norm, {}, {}, eps), bound);
     case 1: return push(layer_norm(a.t, norm, param(norm), param(norm), eps), bound + 1);
     default: return push(layer_norm(a.t, norm, param(norm), {}, eps), bound);
+    }
+  }
+
+  // A boolean mask (a parameter) whose rows are sometimes all false: keys
+  // masked out for a whole query row, where SDPA gives zeros, not NaN.
+  Tensor mask_param(int64_t rows, int64_t cols) {
+    Tensor m = detail::make_tensor({rows, cols}, kBool);
+    std::mt19937_64 gen(c_.below(uint64_t(1) << 32));
+    bool *p = static_cast<bool *>(m.raw_data());
+    for (int64_t i = 0; i < rows; ++i) {
+      bool none = gen() % 3 == 0;
+      for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = !none && gen() % 4 != 0;
+    }
+    return m;
+  }
+
+  // scaled_dot_product_attention of a (the queries) over parameter keys and
+  // values: causal, with a boolean mask, or with a float mask of -inf.
+  void attention() {
+    Val a = pick();
+    Shape s = shape(a);
+    if (s.size() < 2) return unary();
+    int64_t L = s[s.size() - 2], E = s.back();
+    int64_t S = 1 + int64_t(c_.below(uint64_t(o_.max_dim))), Ev = 1 + int64_t(c_.below(uint64_t(o_.max_dim)));
+    Shape scores = s, out = s;
+    scores.back() = S;
+    out.back() = Ev;
+    if (numel_of(scores) > o_.max_numel || numel_of(out) > o_.max_numel) return unary();
+    Tensor q = a.bound > 2 ? a.t * (2.0 / a.bound) : a.t; // keeps exp's argument moderate
+    Tensor k = param({S, E}), v = param({S, Ev});
+    switch (c_.below(3)) {
+    case 0: return push(scaled_dot_product_attention(q, k, v, {}, 0.0, true), 1);
+    case 1: return push(scaled_dot_product_attention(q, k, v, mask_param(L, S)), 1);
+    default: {
+      Tensor fmask = zeros({L, S}).masked_fill(logical_not(mask_param(L, S)), -INFINITY);
+      return push(scaled_dot_product_attention(q, k, v, fmask), 1);
+    }
     }
   }
 

@@ -8,6 +8,8 @@
 //
 // The ops: unary and binary elementwise (with random broadcastable shapes),
 // reductions over the last or other dims (sum, mean, amax), softmax,
+// scaled_dot_product_attention (causal or masked, some query rows with every
+// key masked out),
 // layer_norm, linear and matmul, and views (transpose, permute, narrow, slice
 // with a step, select, expand, unsqueeze, reshape of contiguous data). Values
 // are kept bounded (a magnitude bound per value; large values are squashed)
