@@ -49,6 +49,14 @@ const std::vector<DwCase> kCases = {
     {{1, 3, 8, 8}, 3, {3, 3}, {1, 1}, {2, 2}, {1, 1}, true},   // multiplier 3, 9 outputs
     {{2, 2, 3, 40}, 1, {3, 3}, {1, 5000}, {1, 40000}, {1, 1}, true},
     {{1, 1, 10, 10}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true}, // C = groups = 1
+    // Column stride 2 (paired loads + permute) at 16-, 8- and 4-wide chunks, stride 3
+    // (element loads) at 8 and 16, and a 5x5 (runtime tap loops) at stride 2.
+    {{2, 3, 9, 37}, 1, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true},
+    {{1, 2, 6, 20}, 2, {3, 3}, {1, 2}, {1, 1}, {1, 1}, false},
+    {{1, 2, 5, 12}, 1, {3, 3}, {1, 2}, {0, 0}, {1, 1}, true},
+    {{1, 4, 11, 40}, 1, {3, 3}, {1, 3}, {2, 2}, {2, 2}, true},
+    {{1, 4, 11, 70}, 1, {3, 3}, {1, 3}, {2, 2}, {2, 2}, false},
+    {{1, 2, 8, 40}, 1, {5, 5}, {2, 2}, {2, 2}, {1, 1}, true},
 };
 
 // The plain loop: bias, then the in-range taps in (kh, kw) order, in double.
