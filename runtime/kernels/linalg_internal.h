@@ -57,7 +57,7 @@ void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, 
                  BlockCallback after, void *ctx);
 // Output rows per conv2d_into block for a weight [O, C/groups, kH, kW] and an
 // Ho x Wo output: the im2col block stays within 512 KiB; for a depthwise
-// weight [O, 1, kH, kW], ~32K outputs (all channels) in multiples of 4 rows.
+// weight [O, 1, kH, kW], up to 128K outputs (all channels) in multiples of 4 rows.
 int64_t conv2d_block_rows(IntArrayRef weight, int64_t ho, int64_t wo);
 
 // A contiguous tensor with x's values converted to `dtype` (x itself when it is
