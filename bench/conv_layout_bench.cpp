@@ -9,6 +9,8 @@
 //   W7Compiled/NCHW, W7Compiled/ChannelsLast
 //                      the whole W7 block compiled without the conv-chain decision and with it
 //                      forced channels-last (the layout-channels-last pass), in one process.
+//   Depthwise/NCHW, Depthwise/ChannelsLast, Depthwise/Compiled
+//                      a depthwise 3x3 [8, 128, 28, 28] (the depthwise-conv example), with GB/s and GFLOP/s.
 // At 1 and 2 threads: with one thread the CPU time column is all the work, which
 // a loaded machine's real time is not.
 // Run: build/bench/kiln_bench_conv_layout
@@ -121,6 +123,57 @@ BENCHMARK_CAPTURE(W7Compiled, ChannelsLast,
     ->Arg(2)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// Depthwise 3x3 (groups = channels = 128, pad 1) on [8, 128, 28, 28], the direct
+// kernel of runtime/kernels/conv.cpp, NCHW and channels-last. Counters: GB/s of
+// the compulsory traffic (input + output + weights, 6.4 MB) and GFLOP/s (2 x 9
+// per output, 14.5 MFLOP), to hold against shared/notes/machine.md's limits
+// (triad 29-38 GB/s, FMA peak 211 GFLOP/s per core): the conv does 2.25
+// FLOP/byte, so it is memory/cache-bound, not compute-bound.
+struct DwShapes {
+  Tensor x, w, b;
+  explicit DwShapes(const benchmark::State &state) {
+    kiln::set_num_threads(int(state.range(0)));
+    kiln::manual_seed(0);
+    x = kiln::randn({8, 128, 28, 28});
+    w = 0.3 * kiln::randn({128, 1, 3, 3});
+    b = 0.1 * kiln::randn({128});
+  }
+};
+
+void dw_counters(benchmark::State &state) {
+  const double outputs = 8.0 * 128 * 28 * 28, bytes = 4.0 * (2 * outputs + 128 * 10);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(18 * outputs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Depthwise_NCHW(benchmark::State &state) {
+  DwShapes s(state);
+  for (auto _ : state) benchmark::DoNotOptimize(kiln::conv2d(s.x, s.w, s.b, 1, 1, 1, 128).unsafeGetTensorImpl());
+  dw_counters(state);
+}
+BENCHMARK(Depthwise_NCHW)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void Depthwise_ChannelsLast(benchmark::State &state) {
+  DwShapes s(state);
+  Tensor x = s.x.contiguous(MemoryFormat::ChannelsLast);
+  for (auto _ : state) benchmark::DoNotOptimize(kiln::conv2d(x, s.w, s.b, 1, 1, 1, 128).unsafeGetTensorImpl());
+  dw_counters(state);
+}
+BENCHMARK(Depthwise_ChannelsLast)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The compiled example (conv + bias + relu, the relu in the conv's epilogue).
+void Depthwise_Compiled(benchmark::State &state) {
+  kiln::set_num_threads(int(state.range(0)));
+  kiln::examples::Workload w = kiln::examples::find_example("depthwise-conv")->make();
+  kiln::CompileOptions o;
+  o.fallback = kiln::Fallback::Off;
+  kiln::CompiledFunction f = kiln::compile(w.fn, o);
+  benchmark::DoNotOptimize(f(w.inputs)); // compiles
+  for (auto _ : state) benchmark::DoNotOptimize(f(w.inputs).front().unsafeGetTensorImpl());
+  dw_counters(state);
+}
+BENCHMARK(Depthwise_Compiled)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 } // namespace
 

@@ -628,19 +628,11 @@ int cmd_bench(const Args &o) {
 // The CLI keeps compiled kernels on disk by default, so a second run compiles
 // nothing: $XDG_CACHE_HOME/kiln or ~/.cache/kiln. KILN_CACHE_DIR overrides it;
 // KILN_CACHE_DIR= (empty) turns the disk cache off.
-void set_default_cache_dir() {
-  if (std::getenv("KILN_CACHE_DIR")) return;
-  std::string dir;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) dir = std::string(xdg) + "/kiln";
-  else if (const char *home = std::getenv("HOME"); home && *home) dir = std::string(home) + "/.cache/kiln";
-  if (!dir.empty()) setenv("KILN_CACHE_DIR", dir.c_str(), 1);
-}
-
 int run(int argc, char **argv) {
   Args o = parse_args(argc, argv);
-  // The global Jit reads KILN_DUMP and KILN_CACHE_DIR when it is first used, which is after this.
+  // The global Jit reads KILN_DUMP when it is first used, which is after this (its disk
+  // cache default, $XDG_CACHE_HOME/kiln or ~/.cache/kiln, is the library's: codegen/jit.cpp).
   if (!o.jit_dump.empty()) setenv("KILN_DUMP", o.jit_dump.c_str(), 1);
-  set_default_cache_dir();
   if (o.threads > 0) kiln::set_num_threads(o.threads);
   if (o.command == "list") return cmd_list();
   if (o.command == "run") return cmd_run(o);

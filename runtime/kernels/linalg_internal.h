@@ -44,12 +44,16 @@ void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int
 // are in that core's cache: the compiled executor applies conv epilogues there
 // (codegen/epilogue.cpp). `after` must be thread-safe; it may be null. The
 // im2col blocks live in each thread's thread_scratch (runtime/allocator.h).
+// A depthwise conv (one input channel per group: weight [O, 1, kH, kW]) runs a
+// direct kernel instead (no im2col, no BLAS), in the same blocks, with the same
+// callback after each.
 using BlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
 void conv2d_into(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
                  IntArrayRef padding, IntArrayRef dilation, int64_t groups, const Tensor &out, int64_t block_rows,
                  BlockCallback after, void *ctx);
 // Output rows per conv2d_into block for a weight [O, C/groups, kH, kW] and an
-// Ho x Wo output: the im2col block stays within 512 KiB.
+// Ho x Wo output: the im2col block stays within 512 KiB; for a depthwise
+// weight [O, 1, kH, kW], up to 128K outputs (all channels) in multiples of 4 rows.
 int64_t conv2d_block_rows(IntArrayRef weight, int64_t ho, int64_t wo);
 
 // A contiguous tensor with x's values converted to `dtype` (x itself when it is
