@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "runtime/allocator.h"
@@ -350,15 +351,16 @@ template <class T, int L> inline Vec<T, L> load(const T *p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+// Lanes 0, 2, 4, ... of the 2L lanes of a then b (__builtin_shufflevector: GCC >= 12 and Clang).
+template <class V, int... I> inline V even_lanes(V a, V b, std::integer_sequence<int, I...>) {
+  return __builtin_shufflevector(a, b, (2 * I)...);
+}
 // Elements p[0], p[s], ..., p[(L - 1) s]: S is the stride when known (1, 2), else 0 and s is read.
 template <class T, int L, int S> inline Vec<T, L> load_strided(const T *p, int64_t s) {
   if constexpr (S == 1) {
     return load<T, L>(p);
   } else if constexpr (S == 2 && L > 1) { // two loads, even lanes (one permute)
-    using I = Vec<std::conditional_t<sizeof(T) == 4, int32_t, int64_t>, L>;
-    I even;
-    for (int i = 0; i < L; ++i) even[i] = 2 * i;
-    return __builtin_shuffle(load<T, L>(p), load<T, L>(p + L), even);
+    return even_lanes(load<T, L>(p), load<T, L>(p + L), std::make_integer_sequence<int, L>{});
   } else {
     Vec<T, L> v;
     for (int i = 0; i < L; ++i) v[i] = p[i * s];
