@@ -229,17 +229,16 @@ private:
   }
 
   // Joining `n` to `grp` creates a cycle when some operand of n outside the
-  // group depends on the group (a path group -> outside -> n).
+  // group depends on the group, counting paths through other groups: a group
+  // runs as one unit, so reaching any of its members reaches all its results.
   bool creates_cycle(const Node &n, const Group &grp) const {
+    std::vector<const Node *> targets;
     for (const Value *v : n.operands()) {
       if (!v || !v->producer()) continue;
-      const Node *p = v->producer();
-      auto it = group_of_.find(p);
-      if (it != group_of_.end() && it->second == grp.id) continue;
-      for (const Node *m : grp.members)
-        if (reaches(m, p)) return true;
+      auto it = group_of_.find(v->producer());
+      if (it == group_of_.end() || it->second != grp.id) targets.push_back(v->producer());
     }
-    return false;
+    return !targets.empty() && group_path(grp, -1, targets);
   }
 
   void consider(Node *n) {
@@ -334,16 +333,51 @@ private:
     groups_.erase(from);
   }
 
+  // A path a -> outside -> b (or b -> outside -> a) forbids merging.
   bool creates_cycle_between(const Group &a, const Group &b) const {
-    // A path a -> outside -> b (or b -> outside -> a) forbids merging.
-    for (const Node *x : a.members)
-      for (const Node *y : b.members)
-        for (const Node *n : nodes_) {
-          auto it = group_of_.find(n);
-          bool inside = it != group_of_.end() && (it->second == a.id || it->second == b.id);
-          if (inside) continue;
-          if ((reaches(x, n) && reaches(n, y)) || (reaches(y, n) && reaches(n, x))) return true;
+    std::vector<const Node *> in_a(a.members.begin(), a.members.end()), in_b(b.members.begin(), b.members.end());
+    return group_path(a, b.id, in_b) || group_path(b, a.id, in_a);
+  }
+
+  // Whether some node of `targets` depends on `from` through at least one node
+  // outside `from` and outside group `skip` (-1: none), where the groups formed
+  // so far count as single units. Node-level reachability misses a cycle that
+  // closes only through groups: A -> B -> C, with C also feeding A.
+  bool group_path(const Group &from, int skip, const std::vector<const Node *> &targets) const {
+    std::vector<bool> seen(nodes_.size(), false), target(nodes_.size(), false);
+    for (const Node *t : targets) target[index_.at(t)] = true;
+    std::vector<const Node *> work;
+    auto group_id = [&](const Node *n) {
+      auto it = group_of_.find(n);
+      return it == group_of_.end() ? -1 : it->second;
+    };
+    // Direct edges from `from` into `skip` are not a path through the outside.
+    auto push_users = [&](const Node *n, bool from_member) {
+      for (const Value *r : n->results())
+        for (const ir::Use &u : g_.uses(r)) {
+          if (!u.user) continue;
+          int gid = group_id(u.user);
+          if (gid == from.id || (from_member && skip >= 0 && gid == skip) || seen[index_.at(u.user)]) continue;
+          seen[index_.at(u.user)] = true;
+          work.push_back(u.user);
         }
+    };
+    for (const Node *m : from.members) push_users(m, true);
+    while (!work.empty()) {
+      const Node *n = work.back();
+      work.pop_back();
+      if (target[index_.at(n)]) return true;
+      push_users(n, false);
+      int gid = group_id(n);
+      if (gid < 0) continue;
+      for (const Node *m : groups_.at(gid).members) {
+        if (target[index_.at(m)]) return true;
+        if (!seen[index_.at(m)]) {
+          seen[index_.at(m)] = true;
+          work.push_back(m);
+        }
+      }
+    }
     return false;
   }
 
