@@ -136,8 +136,11 @@ std::string unsafe_chain(std::string dir, bool is_cache_dir, const std::string &
 // through): owned by the user or root, in a directory only they can change.
 std::string unsafe_links(const std::string &path, const std::string &home, int depth) {
   if (depth > kMaxLinkDepth) return "more than " + std::to_string(kMaxLinkDepth) + " levels of symbolic links";
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  if (ec) return "cannot resolve " + in_quotes(path) + ": " + ec.message();
   fs::path prefix;
-  for (const fs::path &part : fs::absolute(path)) {
+  for (const fs::path &part : abs) {
     if (part.empty()) continue;
     prefix /= part;
     struct stat st;
@@ -149,7 +152,6 @@ std::string unsafe_links(const std::string &path, const std::string &home, int d
     std::string holder = canonical(prefix.parent_path().string(), why);
     if (holder.empty()) return why;
     if (why = unsafe_chain(holder, false, home); !why.empty()) return why + ", on the way to the symlink " + in_quotes(prefix);
-    std::error_code ec;
     fs::path target = fs::read_symlink(prefix, ec);
     if (ec) return "cannot read the symlink " + in_quotes(prefix) + ": " + ec.message();
     if (target.is_relative()) target = prefix.parent_path() / target;

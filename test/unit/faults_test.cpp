@@ -74,6 +74,7 @@ fs::path fresh_dir(const std::string &name) {
   fs::path d = fs::temp_directory_path() / ("kiln-faults-" + name + "-" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
+  fs::permissions(d, fs::perms(0755)); // whatever the umask: a group-writable cache dir is refused
   return d;
 }
 
