@@ -1,12 +1,8 @@
 #include "codegen/object_cache.h"
 
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <system_error>
-#include <unistd.h>
+#include <string_view>
+#include <utility>
 
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
@@ -20,9 +16,10 @@
 namespace kiln::codegen {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
-constexpr size_t kHeader = 8 + 3 * sizeof(uint64_t);
 constexpr const char *kKeyMetadata = "kiln.cache_key";
+// Part of every entry's file name: entries of another format get other names
+// (and are never opened) instead of one warning each.
+constexpr const char *kFormat = "kiln-cache-format-2;";
 
 std::string module_key(const llvm::Module &m) {
   llvm::NamedMDNode *md = m.getNamedMetadata(kKeyMetadata);
@@ -31,32 +28,6 @@ std::string module_key(const llvm::Module &m) {
   if (node->getNumOperands() == 0) return {};
   auto *s = llvm::dyn_cast<llvm::MDString>(node->getOperand(0));
   return s ? s->getString().str() : std::string();
-}
-
-uint64_t read_u64(const char *p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-void append_u64(std::string &out, uint64_t v) {
-  char b[sizeof v];
-  std::memcpy(b, &v, sizeof v);
-  out.append(b, sizeof v);
-}
-
-// Why `data` is not a valid entry for `key`, or empty if it is.
-std::string invalid_reason(llvm::StringRef data, const std::string &key) {
-  if (data.size() < kHeader) return "truncated header";
-  if (std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) return "bad magic";
-  uint64_t key_len = read_u64(data.data() + 8);
-  uint64_t obj_len = read_u64(data.data() + 16);
-  uint64_t sum = read_u64(data.data() + 24);
-  if (key_len != key.size() || data.size() != kHeader + key_len + obj_len) return "size mismatch";
-  if (data.substr(kHeader, key_len) != key) return "key mismatch";
-  llvm::StringRef obj = data.substr(kHeader + key_len);
-  if (llvm::xxh3_64bits(obj) != sum) return "checksum mismatch";
-  return {};
 }
 
 // The object parsed from an aligned copy (the file offset of the object is not aligned).
@@ -70,11 +41,18 @@ std::string unparsable_reason(const llvm::MemoryBuffer &obj) {
 
 DiskObjectCache::DiskObjectCache(std::string dir) : dir_(std::move(dir)) {
   if (dir_.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec || !std::filesystem::is_directory(dir_, ec)) {
-    kiln::log()->warn("kiln: object cache directory '{}' is unusable ({}); continuing without it",
-                     dir_, ec ? ec.message() : "not a directory");
+  if (std::string why = cache::make_private_dir(dir_); !why.empty()) {
+    kiln::log()->warn("kiln: object cache directory '{}' is unusable ({}); continuing without it", dir_, why);
+    return;
+  }
+  // Entries are code this process will run: a directory someone else can
+  // change is not used at all (one warning; the Jit compiles without it).
+  if (std::string why = cache::unsafe_dir_reason(dir_); !why.empty()) {
+    kiln::log()->warn("kiln: refusing object cache directory '{}': {}; compiling without a disk cache", dir_, why);
+    return;
+  }
+  if (std::string why = cache::load_or_create_secret(dir_, secret_); !why.empty()) {
+    kiln::log()->warn("kiln: refusing object cache directory '{}': {}; compiling without a disk cache", dir_, why);
     return;
   }
   enabled_ = true;
@@ -88,28 +66,22 @@ void DiskObjectCache::set_key(llvm::Module &m, const std::string &key) {
 std::string DiskObjectCache::path_for(const std::string &key) const {
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kobj",
-                static_cast<unsigned long long>(llvm::xxh3_64bits(llvm::StringRef(key))));
+                static_cast<unsigned long long>(llvm::xxh3_64bits(llvm::StringRef(kFormat + key))));
   return dir_ + "/" + name;
 }
 
 std::unique_ptr<llvm::MemoryBuffer> DiskObjectCache::load(const std::string &key) {
-  std::string path = path_for(key);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return nullptr; // a plain miss: no warning
-  auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!file) {
-    ++rejects;
-    kiln::log()->warn("kiln: ignoring unreadable object cache entry {}: {}", path, file.getError().message());
-    return nullptr;
-  }
-  llvm::StringRef data = (*file)->getBuffer();
-  std::string why = invalid_reason(data, key);
+  std::string path = path_for(key), data, why;
+  cache::ReadResult read = cache::read_entry_file(path, data, why);
+  if (read == cache::ReadResult::Missing) return nullptr; // a plain miss: no warning
+  std::string_view object;
+  if (read == cache::ReadResult::Ok) why = cache::open_entry(data, key, secret_, &object);
   if (!why.empty()) {
     ++rejects;
     kiln::log()->warn("kiln: ignoring corrupt object cache entry {} ({}); recompiling", path, why);
     return nullptr;
   }
-  auto obj = llvm::MemoryBuffer::getMemBufferCopy(data.substr(kHeader + key.size()), path);
+  auto obj = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), path);
   why = unparsable_reason(*obj);
   if (!why.empty()) {
     ++rejects;
@@ -154,34 +126,15 @@ void DiskObjectCache::notifyObjectCompiled(const llvm::Module *m, llvm::MemoryBu
   if (!enabled_) return;
   std::string key = module_key(*m);
   if (key.empty()) return;
-  std::string entry(kMagic, sizeof kMagic);
-  append_u64(entry, key.size());
-  append_u64(entry, obj.getBufferSize());
-  append_u64(entry, llvm::xxh3_64bits(obj.getBuffer()));
-  entry += key;
-  entry.append(obj.getBufferStart(), obj.getBufferSize());
-
-  // Write beside the final name, then rename: readers see all or nothing.
+  if (key.size() > cache::kMaxKeyBytes || obj.getBufferSize() > cache::kMaxObjectBytes) return; // never readable
+  std::string entry = cache::seal_entry(key, std::string_view(obj.getBufferStart(), obj.getBufferSize()), secret_);
+  if (entry.empty()) return; // HMAC failed: nothing a reader would accept
   std::string path = path_for(key);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(entry.data(), std::streamsize(entry.size()));
-    out.close();
-    if (out.fail()) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!std::exchange(warned_write_, true))
-        kiln::log()->warn("kiln: cannot write object cache entry {}; continuing without storing", tmp);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    kiln::log()->warn("kiln: cannot store object cache entry {}: {}", path, ec.message());
+  // Written beside the final name, then renamed: readers see all or nothing.
+  if (std::string why = cache::write_entry_file(path, entry); !why.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!std::exchange(warned_write_, true))
+      kiln::log()->warn("kiln: cannot write object cache entry {} ({}); continuing without storing", path, why);
     return;
   }
   ++writes;

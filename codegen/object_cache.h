@@ -1,13 +1,18 @@
 // INTERNAL to codegen/jit.cpp (includes LLVM): the on-disk object cache.
 //
-// One file per kernel, <dir>/<xxh3 of key>.kobj:
-//   "KILNOBJ1" | u64 key length | u64 object length | u64 xxh3(object) | key | object
-// The key (LLVM version, CPU, features, codegen version, kernel bytes) is stored
-// in full and compared on load, so a file-name collision can never load the
-// wrong kernel. Entries are written to a temporary file and renamed into place,
-// so concurrent processes never see half-written files. Anything that does not
-// validate (short, wrong magic/key/checksum, not an object file) is ignored with
-// a warning and the kernel is recompiled (and the entry rewritten).
+// One file per kernel, <dir>/<xxh3 of format and key>.kobj, in the layout of
+// codegen/cache_trust.h (header, key, object, HMAC-SHA-256 under the
+// directory's secret). The key (LLVM version, CPU, features, codegen version,
+// kernel bytes) is stored in full and compared on load, so a file-name
+// collision can never load the wrong kernel. Entries are written to a 0600
+// temporary file and renamed into place, so concurrent processes never see
+// half-written files. Anything that does not validate (short, over a limit,
+// wrong magic/key/MAC, a symlink, not the user's, not an object file) is
+// ignored with a warning and the kernel is recompiled (and the entry rewritten).
+//
+// The directory is checked once, when the cache is made (codegen/cache_trust.h):
+// one that others could change is refused with one warning, and the Jit then
+// compiles without a disk cache.
 #pragma once
 
 #include <atomic>
@@ -18,6 +23,8 @@
 #include <string>
 
 #include <llvm/ExecutionEngine/ObjectCache.h>
+
+#include "codegen/cache_trust.h"
 
 namespace llvm {
 class Module;
@@ -48,6 +55,7 @@ private:
   std::unique_ptr<llvm::MemoryBuffer> load(const std::string &key);
 
   std::string dir_;
+  cache::Secret secret_{};
   bool enabled_ = false;
   bool warned_write_ = false;
   std::mutex mu_;

@@ -33,5 +33,7 @@ void replay(const char *name, Target target) {
 
 TEST(FuzzRegressions, IrParser) { replay("ir_parser", kiln::fuzz::ir_parser); }
 TEST(FuzzRegressions, RandomGraph) { replay("random_graph", kiln::fuzz::random_graph); }
+TEST(FuzzRegressions, SafetensorsReader) { replay("safetensors_reader", kiln::fuzz::safetensors_reader); }
+TEST(FuzzRegressions, CacheEntry) { replay("cache_entry", kiln::fuzz::cache_entry); }
 
 } // namespace

@@ -1,11 +1,17 @@
 #include "fuzz/targets.h"
 
+#include <algorithm>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string_view>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <kiln/kiln.h>
 
+#include "codegen/cache_trust.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -93,6 +99,76 @@ std::string compile_matches_interpreter(const uint8_t *data, size_t size) {
   return compile_matches_eager_on_strided_inputs(rg, size, copts);
 }
 
+// The bytes in an anonymous in-memory file; -1 if it cannot be made.
+class MemFile {
+public:
+  MemFile(const uint8_t *data, size_t size) : fd_(memfd_create("kiln-fuzz", MFD_CLOEXEC)) {
+    if (fd_ < 0) return;
+    if ((size && ::write(fd_, data, size) != ssize_t(size)) || ::lseek(fd_, 0, SEEK_SET) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~MemFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MemFile(const MemFile &) = delete;
+  MemFile &operator=(const MemFile &) = delete;
+  int fd() const { return fd_; }
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+private:
+  int fd_;
+};
+
+std::string load_and_check(const MemFile &file, size_t size) {
+  std::map<std::string, Tensor> tensors;
+  try {
+    tensors = load_safetensors(file.path());
+  } catch (const Error &) {
+    return ""; // rejected with a diagnostic: fine
+  }
+  uint64_t bytes = 0;
+  for (const auto &[name, t] : tensors) bytes += uint64_t(t.nbytes());
+  if (bytes > size) return "loaded " + std::to_string(bytes) + " bytes of tensors from a " + std::to_string(size) + "-byte file";
+  load_safetensors_metadata(file.path()); // the same checks: must not throw now
+  return "";
+}
+
+// An entry file: read_entry_fd reads exactly the file, or refuses it.
+std::string read_entry_check(const uint8_t *data, size_t size) {
+  MemFile file(data, size);
+  if (file.fd() < 0) return "";
+  std::string out;
+  std::string why = codegen::cache::read_entry_fd(file.fd(), out);
+  if (!why.empty()) return size > codegen::cache::kMaxEntryBytes ? "" : "a private file within the limit refused: " + why;
+  if (out.size() != size || out != std::string_view(reinterpret_cast<const char *>(data), size))
+    return "read_entry_fd returned other bytes than the file's";
+  return "";
+}
+
+std::string open_entry_check(std::string_view bytes) {
+  namespace cache = codegen::cache;
+  const cache::Secret secret{};
+  const std::string_view key = "kiln-fuzz-key";
+  std::string_view object;
+  if (cache::open_entry(bytes, key, secret, &object).empty() && cache::seal_entry(key, object, secret) != bytes)
+    return "an entry opened that seal_entry would not make";
+  // Any key and object seal and open again, and only with their secret and key.
+  size_t key_len = bytes.empty() ? 0 : std::min<size_t>(uint8_t(bytes[0]), bytes.size() - 1);
+  std::string_view k = bytes.substr(bytes.empty() ? 0 : 1, key_len), obj = bytes.substr(bytes.empty() ? 0 : 1 + key_len);
+  std::string sealed = cache::seal_entry(k, obj, secret);
+  std::string why = cache::open_entry(sealed, k, secret, &object);
+  if (!why.empty()) return "a sealed entry does not open: " + why;
+  if (object != obj) return "a sealed entry opens to another object";
+  cache::Secret other = secret;
+  other[31] ^= 1;
+  if (cache::open_entry(sealed, k, other, &object).empty()) return "a sealed entry opens with another secret";
+  if (cache::open_entry(sealed, std::string(k) + "x", secret, &object).empty())
+    return "a sealed entry opens for another key";
+  return "";
+}
+
 } // namespace
 
 std::string ir_parser(const uint8_t *data, size_t size) {
@@ -109,6 +185,25 @@ std::string random_graph(const uint8_t *data, size_t size) {
   } catch (const std::exception &e) {
     // Every generated graph is valid: nothing may throw, not even kiln::Error.
     return std::string("threw: ") + e.what();
+  }
+}
+
+std::string safetensors_reader(const uint8_t *data, size_t size) {
+  try {
+    MemFile file(data, size);
+    if (file.fd() < 0) return "";
+    return load_and_check(file, size);
+  } catch (const std::exception &e) {
+    return std::string("an exception other than kiln::Error escaped: ") + e.what();
+  }
+}
+
+std::string cache_entry(const uint8_t *data, size_t size) {
+  try {
+    if (std::string err = read_entry_check(data, size); !err.empty()) return err;
+    return open_entry_check(std::string_view(reinterpret_cast<const char *>(data), size));
+  } catch (const std::exception &e) {
+    return std::string("an exception escaped: ") + e.what();
   }
 }
 

@@ -1,5 +1,6 @@
 // The fuzz targets' entry functions, shared by the libFuzzer executables
-// (fuzz_ir_parser, fuzz_random_graph: clang, -fsanitize=fuzzer) and by
+// (fuzz_ir_parser, fuzz_random_graph, fuzz_safetensors_reader,
+// fuzz_cache_entry: clang, -fsanitize=fuzzer) and by
 // fuzz_regression_test, which replays every committed input under
 // test/fuzz-regressions/<target>/ in the normal test suite (any compiler).
 #pragma once
@@ -23,5 +24,19 @@ std::string ir_parser(const uint8_t *data, size_t size);
 // permuted, sliced and expanded inputs it must equal eager (values, output
 // strides, and an error where eager throws one).
 std::string random_graph(const uint8_t *data, size_t size);
+
+// The bytes as a safetensors file (in a memfd, read through /proc/self/fd):
+// kiln::Error or tensors that together take no more bytes than the file. A
+// header claiming huge sizes must be refused before allocating (libFuzzer's
+// -rss_limit_mb / -malloc_limit_mb in scripts/fuzz.sh turn such an allocation
+// into a failure).
+std::string safetensors_reader(const uint8_t *data, size_t size);
+
+// The bytes as a disk cache entry (codegen/cache_trust.h): read from a file
+// (only as many bytes as the file has), opened for a fixed key and secret (an
+// entry opens only if it is exactly what seal_entry makes); and split into a
+// key and an object, sealed, which must open again, and only with that secret
+// and key.
+std::string cache_entry(const uint8_t *data, size_t size);
 
 } // namespace kiln::fuzz

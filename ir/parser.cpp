@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <istream>
 #include <unordered_map>
 
 #include "ir/op_signature.h"
@@ -52,6 +55,9 @@ public:
   [[noreturn]] void fail(int line, int col, const std::string &msg) const {
     throw ParseError(std::string(file_) + ":" + std::to_string(line) + ":" + std::to_string(col) + ": " + msg);
   }
+
+  // Bytes of text not yet lexed (after the token last returned).
+  size_t remaining() const { return src_.size() - pos_; }
 
   Token next() {
     skip_space_and_comments();
@@ -558,30 +564,39 @@ private:
     expect(Tok::RParen, "')' or ',' after a constant");
   }
 
-  // A scalar for a 0-dim type, else a flat list of numel elements in row-major order.
+  // A scalar for a 0-dim type, else a flat list of numel elements in row-major
+  // order, stored as they are read. The tensor is allocated only once the text
+  // left can hold its elements (each takes at least 2 characters, "0,"), so a
+  // type claiming more elements than the file has costs no memory.
   Tensor parse_const_value(const TensorType &type) {
     int64_t numel = type.numel();
-    std::vector<Token> elems;
-    Token start = tok_;
+    const int64_t size = itemsize(type.dtype);
     if (type.shape.empty()) {
-      elems.push_back(take());
-    } else {
-      expect(Tok::LBracket, "'[' and the constant's elements");
-      if (!at(Tok::RBracket)) {
-        do {
-          if (int64_t(elems.size()) >= numel)
-            fail("constant of type " + type.str() + " has more than " + std::to_string(numel) + " elements");
-          elems.push_back(take());
-        } while (accept(Tok::Comma));
-      }
-      expect(Tok::RBracket, "']' or ','");
+      Tensor t = detail::make_tensor(type.shape, type.dtype);
+      store_element(type.dtype, take(), static_cast<char *>(t.raw_data()));
+      return t;
     }
-    if (int64_t(elems.size()) != numel)
-      fail_at(start, "constant of type " + type.str() + " needs " + std::to_string(numel) + " elements, got " +
-                         std::to_string(elems.size()));
+    Token start = tok_;
+    expect(Tok::LBracket, "'[' and the constant's elements");
+    int64_t room = 1 + int64_t(lex_.remaining() / 2);
+    if (numel > room)
+      fail_at(start, "constant of type " + type.str() + " needs " + std::to_string(numel) +
+                         " elements, more than the rest of the text (" + std::to_string(lex_.remaining()) +
+                         " bytes) can hold");
     Tensor t = detail::make_tensor(type.shape, type.dtype);
     char *p = static_cast<char *>(t.raw_data());
-    for (size_t i = 0; i < elems.size(); ++i) store_element(type.dtype, elems[i], p + i * itemsize(type.dtype));
+    int64_t n = 0;
+    if (!at(Tok::RBracket)) {
+      do {
+        if (n >= numel) fail("constant of type " + type.str() + " has more than " + std::to_string(numel) + " elements");
+        store_element(type.dtype, take(), p + n * size);
+        ++n;
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RBracket, "']' or ','");
+    if (n != numel)
+      fail_at(start, "constant of type " + type.str() + " needs " + std::to_string(numel) + " elements, got " +
+                         std::to_string(n));
     return t;
   }
 
@@ -813,11 +828,44 @@ private:
 
 } // namespace
 
+namespace {
+std::string over_limit(uint64_t bytes, bool at_least) {
+  return std::string(at_least ? "more than " : "") + std::to_string(bytes) + " bytes of IR text, over the limit of " +
+         std::to_string(kMaxTextBytes);
+}
+} // namespace
+
+std::string read_text(std::istream &in, std::string &out) {
+  out.clear();
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    out.append(buf, size_t(in.gcount()));
+    if (out.size() > kMaxTextBytes) {
+      out.clear();
+      return over_limit(kMaxTextBytes, true);
+    }
+  }
+  return in.bad() ? "cannot read the file" : "";
+}
+
+std::string read_text_file(const std::string &path, std::string &out) {
+  // A directory opens as a stream on Linux and fails only when read.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return "is a directory";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "cannot read the file";
+  uint64_t size = std::filesystem::file_size(path, ec); // fails for pipes: read_text bounds those
+  if (!ec && size > kMaxTextBytes) return over_limit(size, false);
+  return read_text(f, out);
+}
+
 std::unique_ptr<Graph> parse(std::string_view text, std::string_view filename) {
-  return Parser(text, filename, nullptr).parse_file();
+  return parse(text, filename, nullptr);
 }
 
 std::unique_ptr<Graph> parse(std::string_view text, std::string_view filename, SourceMap *locations) {
+  if (text.size() > kMaxTextBytes)
+    throw Error(std::string(filename) + ": " + over_limit(text.size(), false));
   return Parser(text, filename, locations).parse_file();
 }
 

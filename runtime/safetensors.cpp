@@ -21,9 +21,19 @@ static_assert(std::endian::native == std::endian::little,
 
 using json = nlohmann::json;
 
-// The cap of the reference implementation: a header past it is refused before
-// it is read, so a corrupt length cannot make the reader allocate gigabytes.
+// The file is untrusted input (weights from elsewhere); each limit is checked
+// before anything of the claimed size is allocated:
+// - the header: at most 100 MB (the reference implementation's cap), and no
+//   more than the file holds, checked before it is read;
+// - JSON nesting: at most kMaxJsonDepth levels (a valid header needs 3), so
+//   that neither parsing nor printing an error recurses without bound;
+// - rank: at most kMaxDims; elements: the product of the dims (zeros counted
+//   as 1) at most 2^50, so that sizes and strides stay far from overflow;
+// - bytes: dtype * shape must equal the tensor's data_offsets range, which lies
+//   inside the data section, so all tensors together take at most the file's size.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr int kMaxJsonDepth = 16;
+constexpr uint64_t kMaxElements = uint64_t(1) << 50;
 
 [[noreturn]] void fail(const std::string &path, const std::string &fault) {
   throw Error("safetensors: '" + path + "': " + fault);
@@ -99,9 +109,14 @@ std::vector<int64_t> parse_shape(const std::string &path, const std::string &nam
     fail(path, "tensor '" + name + "' has " + std::to_string(it->size()) + " dims; kiln allows " +
                    std::to_string(kMaxDims));
   std::vector<int64_t> shape;
+  uint64_t elements = 1; // zero dims counted as 1: they bound the strides
   for (const json &d : *it) {
-    auto v = non_negative(d, uint64_t(INT64_MAX));
+    auto v = non_negative(d, UINT64_MAX);
     if (!v) fail(path, "tensor '" + name + "' has shape entry " + d.dump() + ", not a non-negative integer");
+    uint64_t factor = std::max<uint64_t>(*v, 1);
+    if (factor > kMaxElements / elements)
+      fail(path, "tensor '" + name + "' has shape " + it->dump() + ", more than the limit of 2^50 elements");
+    elements *= factor;
     shape.push_back(int64_t(*v));
   }
   return shape;
@@ -196,8 +211,14 @@ Header read_header(std::ifstream &in, const std::string &path) {
   in.read(text.data(), std::streamsize(n));
   if (!in) fail(path, "truncated file: cannot read the " + std::to_string(n) + "-byte header");
   json j;
+  // Depth is bounded while parsing (the callback sees each value's depth).
+  auto bound_depth = [&](int depth, json::parse_event_t, json &) {
+    if (depth > kMaxJsonDepth)
+      fail(path, "the JSON header nests deeper than the limit of " + std::to_string(kMaxJsonDepth) + " levels");
+    return true;
+  };
   try {
-    j = json::parse(text);
+    j = json::parse(text, bound_depth);
   } catch (const json::exception &e) {
     fail(path, std::string("invalid JSON header: ") + e.what());
   }

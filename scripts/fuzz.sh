@@ -13,7 +13,7 @@ if [ ! -f "$dir/build.ninja" ]; then
     -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_C_FLAGS_RELEASE="-O1 -g1" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
     -DKILN_SANITIZE="address;undefined" -DKILN_FUZZ=ON -DKILN_BUILD_BENCH=OFF >/dev/null
 fi
-cmake --build "$dir" -j "$(nproc)" --target fuzz_ir_parser fuzz_random_graph
+cmake --build "$dir" -j "$(nproc)" --target fuzz_ir_parser fuzz_random_graph fuzz_safetensors_reader fuzz_cache_entry
 export OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -31,3 +31,5 @@ run() { # target seed-dirs...
 
 run ir_parser test/lit/ir test/fuzz-regressions/ir_parser
 run random_graph test/fuzz-regressions/random_graph
+run safetensors_reader test/fuzz-regressions/safetensors_reader
+run cache_entry test/fuzz-regressions/cache_entry

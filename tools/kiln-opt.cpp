@@ -112,21 +112,11 @@ Options parse_args(int argc, char **argv) {
   return o;
 }
 
-// Empty on success, else why `path` cannot be read.
+// Empty on success, else why `path` cannot be read (at most
+// kiln::ir::kMaxTextBytes: a larger file is refused before it is read).
 std::string read_input(const std::string &path, std::string &out) {
-  if (path == "-") {
-    out.assign(std::istreambuf_iterator<char>(std::cin), {});
-    return {};
-  }
-  // A directory opens as a stream on Linux and fails only when read (with an
-  // exception from the stream buffer): say what it is instead.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return "is a directory";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return "cannot read the file";
-  out.assign(std::istreambuf_iterator<char>(f), {});
-  if (f.bad()) return "cannot read the file";
-  return {};
+  if (path == "-") return kiln::ir::read_text(std::cin, out);
+  return kiln::ir::read_text_file(path, out);
 }
 
 // Verifies a freshly parsed graph; an error at a node points at its line.

@@ -259,11 +259,10 @@ std::vector<Tensor> bind_values(const std::vector<kiln::ir::Value *> &values, co
 }
 
 std::shared_ptr<kiln::ir::Graph> read_graph_file(const std::string &path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read graph file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::shared_ptr<kiln::ir::Graph> g = kiln::ir::parse(text.str(), path);
+  if (!std::ifstream(path)) throw UsageError("cannot read graph file '" + path + "'");
+  std::string text; // untrusted: at most kiln::ir::kMaxTextBytes, checked before reading
+  if (std::string why = kiln::ir::read_text_file(path, text); !why.empty()) throw kiln::Error(path + ": " + why);
+  std::shared_ptr<kiln::ir::Graph> g = kiln::ir::parse(text, path);
   kiln::ir::verify(*g);
   return g;
 }

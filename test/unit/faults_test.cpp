@@ -74,6 +74,7 @@ fs::path fresh_dir(const std::string &name) {
   fs::path d = fs::temp_directory_path() / ("kiln-faults-" + name + "-" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
+  fs::permissions(d, fs::perms(0755)); // whatever the umask: a group-writable cache dir is refused
   return d;
 }
 
@@ -166,9 +167,9 @@ void flip_byte_at(const fs::path &p, std::streamoff off) {
 }
 void flip_object_byte(const fs::path &p) { flip_byte_at(p, std::streamoff(fs::file_size(p) - 40)); }
 // The entry of another kiln/LLVM version under the same file name: the stored
-// key (which starts "llvm=<version>;") differs.
-void other_version(const fs::path &p) { flip_byte_at(p, 32 + 5); }
-void future_format(const fs::path &p) { flip_byte_at(p, 7); } // "KILNOBJ1" -> "KILNOBJ..."
+// key (which starts "llvm=<version>;" after the 24-byte header) differs.
+void other_version(const fs::path &p) { flip_byte_at(p, 24 + 5); }
+void future_format(const fs::path &p) { flip_byte_at(p, 7); } // "KILNOBJ2" -> "KILNOBJ..."
 void garbage(const fs::path &p) { std::ofstream(p, std::ios::binary | std::ios::trunc) << "\x7f" "ELF garbage"; }
 void length_overflow(const fs::path &p) { // key length 2^64-1: sizes must not overflow
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
@@ -397,6 +398,31 @@ TEST(FaultsDiskCache, CompileWithAnUnusableCacheDirWarnsAndRuns) {
     EXPECT_EQ(r.counters["disk_writes"], 0) << bad;
     EXPECT_NE(r.output.find("unusable"), std::string::npos) << bad << ": " << r.output;
   }
+  fs::remove_all(dir);
+}
+
+// A KILN_CACHE_DIR others can write (here world-writable, holding a valid
+// entry): the process refuses it with one warning, reads and writes nothing
+// there, and the compiled results equal eager's.
+TEST(FaultsDiskCache, CompileRefusesACacheDirOthersCanWrite) {
+  fs::path dir = fresh_dir("compile-shared");
+  ChildResult cold = run_child(dir.string());
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
+  ASSERT_GE(cold.counters["disk_writes"], 1) << cold.output;
+  size_t files = entries(dir).size();
+  fs::permissions(dir, fs::perms(0777));
+  ChildResult r = run_child(dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.counters["match"], 1) << r.output;
+  EXPECT_EQ(r.counters["compiles"], cold.counters["compiles"]) << r.output;
+  EXPECT_EQ(r.counters["disk_hits"], 0) << r.output;
+  EXPECT_EQ(r.counters["disk_writes"], 0) << r.output;
+  size_t warnings = 0;
+  for (size_t at = r.output.find("[warning]"); at != std::string::npos; at = r.output.find("[warning]", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << r.output;
+  EXPECT_NE(r.output.find("refusing object cache directory"), std::string::npos) << r.output;
+  EXPECT_EQ(entries(dir).size(), files);
   fs::remove_all(dir);
 }
 

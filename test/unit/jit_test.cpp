@@ -58,6 +58,7 @@ fs::path fresh_dir(const std::string &name) {
                  ("kiln_jit_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  fs::permissions(dir, fs::perms(0755)); // whatever the umask: a group-writable cache dir is refused
   return dir;
 }
 

@@ -210,7 +210,7 @@ TEST_F(Safetensors, BadFilesNameTheFileAndTheFault) {
       {"overflow",
        file_of(R"({"x": {"dtype": "F64", "shape": [4294967296, 4294967296], "data_offsets": [0, 12]}})",
                kF32_1_m2_05),
-       {"'x'", "more than 2^64"}},
+       {"'x'", "[4294967296,4294967296]", "more than the limit of 2^50 elements"}},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);
@@ -220,6 +220,45 @@ TEST_F(Safetensors, BadFilesNameTheFileAndTheFault) {
     expect_error([&] { load_safetensors(p); }, want);
   }
   expect_error([&] { load_safetensors(path("missing.safetensors")); }, {path("missing.safetensors"), "cannot open"});
+}
+
+// A weight file is untrusted input: what its header claims is checked against
+// the limits (header size, nesting depth, rank, elements, bytes in the file)
+// before anything of that size is allocated or recursed into.
+TEST_F(Safetensors, ClaimsPastTheLimitsAreRefusedBeforeAllocating) {
+  const std::string tib4 = "4398046511104"; // 2^40 F32 elements
+  std::string deep = "{\"x\": " + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  std::string rank = R"({"x": {"dtype": "F32", "shape": [)";
+  for (int i = 0; i < 100; ++i) rank += i ? ", 1" : "1";
+  rank += R"(], "data_offsets": [0, 4]}})";
+  struct Case {
+    const char *name;
+    std::string bytes;
+    std::vector<std::string> want;
+  };
+  std::vector<Case> cases = {
+      {"2^40-elements",
+       file_of(R"({"x": {"dtype": "F32", "shape": [1099511627776], "data_offsets": [0, )" + tib4 + "]}}",
+               kF32_1_m2_05),
+       {"'x'", tib4, "out of range", "12 bytes"}},
+      {"2^40-elements-small-range",
+       file_of(R"({"x": {"dtype": "F32", "shape": [1048576, 1048576], "data_offsets": [0, 12]}})", kF32_1_m2_05),
+       {"'x'", "takes " + tib4}},
+      {"zero-sized-but-huge", // 0 bytes, but strides of 2^80 elements
+       file_of(R"({"x": {"dtype": "F32", "shape": [0, 1099511627776, 1099511627776], "data_offsets": [0, 0]}})"),
+       {"'x'", "more than the limit of 2^50 elements"}},
+      {"deep", file_of(deep), {"nests deeper than the limit of 16 levels"}},
+      {"rank", file_of(rank, bytes_of({0, 0, 0, 0})), {"'x'", "100 dims"}},
+      {"header-cap", u64le(100'000'001) + std::string(64, ' '), {"header length 100000001", "100000000"}},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string p = write(std::string(c.name) + ".safetensors", c.bytes);
+    std::vector<std::string> want = c.want;
+    want.push_back(p);
+    expect_error([&] { load_safetensors(p); }, want);
+    expect_error([&] { load_safetensors_metadata(p); }, want);
+  }
 }
 
 TEST_F(Safetensors, SaveRejectsWhatItCannotWrite) {
