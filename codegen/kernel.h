@@ -42,7 +42,7 @@
 // - Combines: Add, Mul, Max, Min on int32/int64/float32/float64 (not bool).
 //   The result has the value's dtype, in an unspecified order (the compiled
 //   code keeps several vector partial sums). Float sums do not lose digits
-//   with the row's length (codegen/lower.cpp, "float sums"): a float32 sum of
+//   with the row's length (codegen/lower_common.h, "float sums"): a float32 sum of
 //   loaded values, and every float32 sum of rows that run down columns,
 //   accumulates in double; other float sums keep partial sums in their type
 //   over blocks of 1024 elements, each block's total added in double. A sum
@@ -68,7 +68,7 @@
 //   several passes are computed once into a per-row scratch buffer. Rows that
 //   run down columns (strided row, neighbouring rows adjacent in memory: the
 //   statistics of an [N, C] batch norm) advance 64 at a time instead, the loop
-//   over those rows innermost (codegen/lower.cpp, "tiles"), also when the
+//   over those rows innermost (codegen/lower_tile.cpp), also when the
 //   rows' neighbours are along the innermost of several outer dims.
 //
 // In-place outputs (KernelDesc::output_aliases_input, KernelBuilder::alias_output):

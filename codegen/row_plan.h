@@ -1,5 +1,5 @@
 // INTERNAL to codegen: how a kernel with row reductions (KernelBuilder::reduce)
-// is evaluated row by row, in passes over the row. No LLVM here; lower.cpp
+// is evaluated row by row, in passes over the row. No LLVM here; lower_row_reduce.cpp
 // turns the plan into loops, tests check its decisions.
 //
 // Levels: a node's level is the deepest nesting of reductions below it (a
@@ -47,7 +47,7 @@ std::vector<int> node_levels(const KernelDesc &desc);
 // the same L1 sets and evict each other.
 inline constexpr int64_t kMaxBlockRowLength = 256;
 
-// Row blocks (lower.cpp, emit_row_block): how many neighbouring rows are
+// Row blocks (lower_row_block.cpp): how many neighbouring rows are
 // reduced side by side, each in its own vector accumulator, then combined by a
 // transposing shuffle tree so that lane r holds row r's result; 0 = row by row.
 // `desc` is the kernel as lowered: outer dims collapsed into one ([rows, L]).

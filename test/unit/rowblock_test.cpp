@@ -1,4 +1,4 @@
-// Row blocks (codegen/lower.cpp emit_row_block, codegen/row_plan.h
+// Row blocks (codegen/lower_row_block.cpp emit_row_block, codegen/row_plan.h
 // plan_row_block): short contiguous row reductions -- matrix-vector products
 // such as W6's linear layers -- evaluated a block of rows at a time. Numerics
 // against naive double loops (block rows, remainder rows, masked row tails,
