@@ -18,7 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/jit.h"
-#include "codegen/lowering.h"
+#include "codegen/op_lowering.h"
 #include "ir/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"

@@ -80,7 +80,7 @@ public:
     return out;
   }
 
-  PlanStats stats() const override { return stats_; }
+  ExecutableStats stats() const override { return stats_; }
 
   int64_t calls() const override {
     std::lock_guard<std::mutex> lock(pool_mu_);
@@ -94,7 +94,7 @@ public:
   }
 
 private:
-  // Kernels index buffers with the shapes and strides the plan was built for:
+  // Kernels index buffers with the shapes and strides the program was built for:
   // anything else would read out of bounds, so it is an error here.
   void check_inputs(const std::vector<Tensor> &inputs) const {
     const std::string &name = g_->name();
@@ -107,12 +107,12 @@ private:
       if (t.dtype() == e.dtype && t.sizes() == IntArrayRef(e.sizes) && t.strides() == IntArrayRef(e.strides))
         continue;
       KILN_FAIL("compile @", name, ": input ", i, " is ", t.dtype(), shape_str(t.sizes()), " with strides ",
-                shape_str(t.strides()), " but the plan was built for ", e.dtype, shape_str(e.sizes), " with strides ",
+                shape_str(t.strides()), " but it was compiled for ", e.dtype, shape_str(e.sizes), " with strides ",
                 shape_str(e.strides));
     }
   }
 
-  // Constants belong to the plan and are shared by every call; an output the
+  // Constants belong to the program and are shared by every call; an output the
   // caller may write to (eager's results are its own) must not be one.
   bool is_constant(const Tensor &t) const {
     for (const ir::Value *c : g_->consts())
@@ -130,7 +130,7 @@ private:
     for (size_t i = 0; i < inputs.size(); ++i) bind_fixed(i, inputs[i]);
     size_t k = inputs.size();
     // Captured tensors are read live (their data may move between calls);
-    // constants are the plan's own and were bound with the call state.
+    // constants are the program's own and were bound with the call state.
     for (const ir::Value *p : graph.params()) bind_fixed(k++, p->tensor());
     void *buffers[64];
     const StepObserver *observer = t_step_observer;

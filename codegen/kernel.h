@@ -13,7 +13,7 @@
 //   kernel takes `void* const* buffers` in that order. A buffer's strides are in
 //   ELEMENTS, one per iteration dimension (0 = broadcast along that dim, any
 //   sign); element (i0..ik) lives at buffer[sum i_d * stride_d]. bool is 1 byte.
-// - Shape and strides are compile-time constants of the kernel (kiln's plans are
+// - Shape and strides are compile-time constants of the kernel (kiln's compiled programs are
 //   specialised per shape; constant trip counts and strides give the best code).
 // - Types are explicit: binary ops need equal dtypes; promotion is the caller's
 //   job (insert cast()). Comparisons give bool. Integer Div truncates toward zero

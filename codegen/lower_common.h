@@ -6,7 +6,7 @@
 //
 //   lower_elementwise.cpp  no reductions: one loop over the elements
 //   lower_row_reduce.cpp   row reductions, row by row, in passes over the row
-//                          (codegen/row_plan.h)
+//                          (codegen/row_schedule.h)
 //   lower_row_block.cpp    row reductions over short contiguous rows, a block
 //                          of rows side by side in vector lanes
 //   lower_tile.cpp         row reductions whose rows are columns, a tile of
@@ -32,7 +32,7 @@
 
 #include "codegen/kernel.h"
 #include "codegen/lower.h"
-#include "codegen/row_plan.h"
+#include "codegen/row_schedule.h"
 
 namespace kiln::codegen::lower_impl {
 
@@ -266,7 +266,7 @@ private:
   std::vector<Value *> bufs_;
   std::vector<uint8_t> streamed_; // per output: stored non-temporally
   bool any_streamed_ = false;
-  RowPlan plan_;                   // kernels with reductions only
+  RowSchedule sched_;                   // kernels with reductions only
   bool tiled_ = false;             // rows evaluated in tiles (see wants_tiles)
   std::vector<Value *> tile_;      // tiles: per per-row node, its value for each row of the tile
   std::vector<uint8_t> known_;     // tiles: per node, whether tile_ holds it already
@@ -275,7 +275,7 @@ private:
   std::vector<Value *> shift_;     // row by row: per Shifted sum, its K in this row (Accum)
   std::vector<uint8_t> centering_; // per node: reductions_used_by_reductions()
   std::vector<Value *> tile_wide_; // tiles: per float32 sum, its double accumulator per row of the tile
-  int64_t block_ = 0;              // rows per row block (see plan_row_block), 0 = row by row
+  int64_t block_ = 0;              // rows per row block (see choose_row_block), 0 = row by row
   std::vector<uint8_t> invariant_; // row blocks: per node, the same in every row
 };
 

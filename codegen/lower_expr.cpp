@@ -146,8 +146,8 @@ Value *Lowering::compare(IRBuilder<> &b, KOp op, DType t, Value *x, Value *y) {
 // computes once per row. A vector division costs as much as the exp on
 // AVX-512; eager softmax also multiplies by 1 / sum (at most 1 ulp apart).
 bool Lowering::divides_by_row_statistic(const Node &n) const {
-  if (plan_.per_row.empty()) return false; // not a row kernel
-  return plan_.per_row[size_t(n.args[1])] && plan_.level[size_t(n.args[1])] >= 1 && !plan_.per_row[size_t(n.args[0])];
+  if (sched_.per_row.empty()) return false; // not a row kernel
+  return sched_.per_row[size_t(n.args[1])] && sched_.level[size_t(n.args[1])] >= 1 && !sched_.per_row[size_t(n.args[0])];
 }
 
 Value *Lowering::emit_node(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals) {

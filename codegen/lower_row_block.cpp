@@ -1,10 +1,10 @@
 // Row reductions over short contiguous rows in blocks (see
-// codegen/lower_common.h, plan_row_block in codegen/row_plan.h).
+// codegen/lower_common.h, choose_row_block in codegen/row_schedule.h).
 #include "codegen/lower_common.h"
 
 namespace kiln::codegen::lower_impl {
 
-// ---- row blocks (see plan_row_block): short contiguous rows, such as the
+// ---- row blocks (see choose_row_block): short contiguous rows, such as the
 // rows of W in a matrix-vector product W x. Row by row, the vectorizer turns
 // a 64-element sum into 4 vector FMAs and then a 9-instruction horizontal
 // reduction plus scalar epilogue: most of the row's time. Here block_ rows
@@ -72,7 +72,7 @@ std::vector<uint8_t> Lowering::per_row_inputs_of_pass(const std::vector<int32_t>
     seen[size_t(n)] = 1;
     for (int a = 0; a < op_arity(k_.nodes[size_t(n)].op); ++a) stack.push_back(k_.nodes[size_t(n)].args[a]);
   }
-  for (size_t i = 0; i < seen.size(); ++i) seen[i] &= plan_.per_row[i];
+  for (size_t i = 0; i < seen.size(); ++i) seen[i] &= sched_.per_row[i];
   return seen;
 }
 
@@ -86,12 +86,12 @@ void Lowering::emit_row_block(IRBuilder<> &b, Value *first) {
   std::vector<Value *> bases = row_bases(b, first);
   std::vector<std::vector<Value *>> at(rows), row(rows, std::vector<Value *>(k_.nodes.size(), nullptr));
   for (size_t r = 0; r < rows; ++r) at[r] = tile_row(b, bases, b.getInt64(int64_t(r)));
-  std::vector<int32_t> reductions; // plan_row_block: all of them fold in the one pass
+  std::vector<int32_t> reductions; // choose_row_block: all of them fold in the one pass
   for (size_t i = 0; i < k_.nodes.size(); ++i)
     if (k_.nodes[i].op == KOp::Reduce) reductions.push_back(int32_t(i));
   emit_block_pass_inputs(b, reductions, at, row);
   std::vector<Value *> results = fold_row_block(b, reductions, at, row);
-  if (row_block_stage_is_vector(k_, plan_)) {
+  if (row_block_stage_is_vector(k_, sched_)) {
     emit_block_stage(b, bases, results);
     return;
   }
@@ -169,7 +169,7 @@ void Lowering::fold_block_chunk(IRBuilder<> &b, Value *j, Value *mask, const std
       int32_t v = red.args[0];
       const Node &vn = k_.nodes[size_t(v)];
       Value *&sum = acc[a * rows + r];
-      if (!mask && red.combine == KOp::Add && vn.op == KOp::Mul && !plan_.per_row[size_t(v)]) {
+      if (!mask && red.combine == KOp::Add && vn.op == KOp::Mul && !sched_.per_row[size_t(v)]) {
         Value *x = lane_value(b, vn.args[0], j, mask, at[r], row[r], cur, shared);
         Value *y = lane_value(b, vn.args[1], j, mask, at[r], row[r], cur, shared);
         sum = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {x->getType()}, {x, y, sum});
@@ -190,7 +190,7 @@ Value *Lowering::lane_value(IRBuilder<> &b, int32_t id, Value *j, Value *mask, c
   if (invariant_[i] && shared[i]) return cur[i] = shared[i];
   const Node &n = k_.nodes[i];
   Value *v = nullptr;
-  if (plan_.per_row[i]) {
+  if (sched_.per_row[i]) {
     v = b.CreateVectorSplat(unsigned(block_), row[i]);
   } else if (n.op == KOp::Load) {
     llvm::Type *ty = lane_type(value_type(c_, n.dtype));
@@ -234,7 +234,7 @@ Value *Lowering::transpose_combine(IRBuilder<> &b, const Node &red, std::vector<
 void Lowering::emit_block_stage(IRBuilder<> &b, const std::vector<Value *> &bases, std::vector<Value *> lane) {
   for (size_t i = 0; i < k_.nodes.size(); ++i) {
     const Node &n = k_.nodes[i];
-    if (!plan_.per_row[i] || lane[i]) continue;
+    if (!sched_.per_row[i] || lane[i]) continue;
     if (n.op == KOp::Const) {
       lane[i] = b.CreateVectorSplat(unsigned(block_), constant(n));
     } else if (n.op == KOp::Load && strides_of(size_t(n.input))[0] == 0) {

@@ -1,5 +1,5 @@
 // Row reductions, row by row (see codegen/lower_common.h and
-// codegen/row_plan.h): per row, the plan's stages and passes over the row.
+// codegen/row_schedule.h): per row, the schedule's stages and passes over the row.
 #include <algorithm>
 
 #include "codegen/lower_common.h"
@@ -16,12 +16,12 @@ constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch
 
 } // namespace
 
-// ---- row reductions (see codegen/row_plan.h): rank >= 2 here, the last dim
+// ---- row reductions (see codegen/row_schedule.h): rank >= 2 here, the last dim
 // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
-// and passes of the plan.
+// and passes of the schedule.
 llvm::Function *Lowering::build_row_body(const std::string &name) {
   tiled_ = wants_tiles();
-  plan_ = plan_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
+  sched_ = schedule_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
   centering_ = reductions_used_by_reductions();
   auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
   stamp(f);
@@ -35,7 +35,7 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
     return f;
   }
   allocate_scratch(b, f);
-  block_ = plan_row_block(k_, plan_, f32_lanes()); // (never with tiles: their rows are strided)
+  block_ = choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
   if (block_ > 0) {
     emit_row_blocks(b, f->getArg(1), f->getArg(2));
   } else {
@@ -50,10 +50,10 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
 // every row of the chunk. Probed, so that an overflow faults on the guard page.
 void Lowering::allocate_scratch(IRBuilder<> &b, llvm::Function *f) {
   scratch_.assign(k_.nodes.size(), nullptr);
-  if (plan_.scratch_bytes == 0) return;
+  if (sched_.scratch_bytes == 0) return;
   f->addFnAttr("probe-stack", "inline-asm");
   for (size_t i = 0; i < k_.nodes.size(); ++i) {
-    if (!plan_.materialized(int32_t(i))) continue;
+    if (!sched_.materialized(int32_t(i))) continue;
     auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), b.getInt64(row_length()), "scratch");
     a->setAlignment(llvm::Align(64));
     scratch_[i] = a;
@@ -66,11 +66,11 @@ void Lowering::emit_row(IRBuilder<> &b, Value *o) {
   std::vector<Value *> bases = row_bases(b, o);
   std::vector<Value *> row(k_.nodes.size(), nullptr); // per-row values known so far
   emit_stage(b, 0, bases, row);
-  for (int p = 0; p < plan_.passes; ++p) {
+  for (int p = 0; p < sched_.passes; ++p) {
     emit_pass(b, p, bases, row);
-    if (p == 0 && plan_.passes >= 2 && row_rank_ == 1) {
+    if (p == 0 && sched_.passes >= 2 && row_rank_ == 1) {
       prefetch_next_row(b, o, false);
-      if (!plan_.transcendental) prefetch_next_row(b, o, true);
+      if (!sched_.transcendental) prefetch_next_row(b, o, true);
     }
     emit_stage(b, p + 1, bases, row);
   }
@@ -118,13 +118,13 @@ void Lowering::prefetch_next_row(IRBuilder<> &b, Value *o, bool outputs) {
 void Lowering::emit_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, std::vector<Value *> &row) {
   for (size_t i = 0; i < k_.nodes.size(); ++i) {
     const Node &n = k_.nodes[i];
-    if (!plan_.per_row[i] || plan_.level[i] != s || n.op == KOp::Reduce) continue;
+    if (!sched_.per_row[i] || sched_.level[i] != s || n.op == KOp::Reduce) continue;
     if (row[i]) continue; // a row block computed it before its pass
     row[i] = n.op == KOp::Load ? load_element(b, n, bases, b.getInt64(0)) : emit_row_node(b, n, row, wide_);
   }
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     int32_t v = k_.outputs[o].value;
-    if (plan_.output_pass[o] < 0 && plan_.level[v] == s) store_output(b, o, bases, b.getInt64(0), row[v]);
+    if (sched_.output_pass[o] < 0 && sched_.level[v] == s) store_output(b, o, bases, b.getInt64(0), row[v]);
   }
 }
 
@@ -136,7 +136,7 @@ void Lowering::emit_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bas
 void Lowering::emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row) {
   std::vector<int32_t> reductions;
   for (size_t i = 0; i < k_.nodes.size(); ++i)
-    if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p)
+    if (k_.nodes[i].op == KOp::Reduce && sched_.level[k_.nodes[i].args[0]] == p)
       reductions.push_back(int32_t(i));
   std::vector<Value *> acc;
   for (int32_t r : reductions) {
@@ -346,7 +346,7 @@ std::vector<Value *> Lowering::emit_sub_row(IRBuilder<> &b, int p, const std::ve
                       // place must not change what a later output of this pass loads.
                       std::vector<std::pair<size_t, Value *>> stores;
                       for (size_t o = 0; o < k_.outputs.size(); ++o)
-                        if (plan_.output_pass[o] == p)
+                        if (sched_.output_pass[o] == p)
                           stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, bases, j, slot, cur));
                       for (auto [o, v] : stores) store_output(lb, o, bases, j, v);
                     },
@@ -363,7 +363,7 @@ Value *Lowering::element_value(IRBuilder<> &b, int32_t id, int p, const std::vec
   if (cur[id]) return cur[id];
   const Node &n = k_.nodes[id];
   llvm::Type *ty = value_type(c_, n.dtype);
-  int home = plan_.scratch_pass[id];
+  int home = sched_.scratch_pass[id];
   if (home >= 0 && home < p) return cur[id] = b.CreateLoad(ty, b.CreateInBoundsGEP(ty, scratch_[id], slot));
   for (int a = 0; a < op_arity(n.op); ++a) element_value(b, n.args[a], p, bases, j, slot, cur);
   cur[id] = n.op == KOp::Load ? load_element(b, n, bases, j) : emit_node(b, n, cur);

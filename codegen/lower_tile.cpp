@@ -43,7 +43,7 @@ void Lowering::allocate_tile(IRBuilder<> &b) {
     return a;
   };
   for (size_t i = 0; i < k_.nodes.size(); ++i) {
-    if (!plan_.per_row[i]) continue;
+    if (!sched_.per_row[i]) continue;
     tile_[i] = array(value_type(c_, k_.nodes[i].dtype));
     if (tile_sums_wide(k_.nodes[i])) tile_wide_[i] = array(b_double());
   }
@@ -83,7 +83,7 @@ void Lowering::emit_tile(IRBuilder<> &b, Value *first, Value *n) {
   std::vector<Value *> bases = row_bases(b, first);
   known_.assign(k_.nodes.size(), 0);
   emit_tile_stage(b, 0, bases, n);
-  for (int p = 0; p < plan_.passes; ++p) {
+  for (int p = 0; p < sched_.passes; ++p) {
     emit_tile_pass(b, p, bases, n);
     emit_tile_stage(b, p + 1, bases, n);
   }
@@ -129,9 +129,9 @@ std::vector<Value *> Lowering::load_known_wide(IRBuilder<> &b, Value *r) {
 void Lowering::emit_tile_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, Value *n) {
   std::vector<size_t> nodes, outs;
   for (size_t i = 0; i < k_.nodes.size(); ++i)
-    if (plan_.per_row[i] && plan_.level[i] == s && k_.nodes[i].op != KOp::Reduce) nodes.push_back(i);
+    if (sched_.per_row[i] && sched_.level[i] == s && k_.nodes[i].op != KOp::Reduce) nodes.push_back(i);
   for (size_t o = 0; o < k_.outputs.size(); ++o)
-    if (plan_.output_pass[o] < 0 && plan_.level[k_.outputs[o].value] == s) outs.push_back(o);
+    if (sched_.output_pass[o] < 0 && sched_.level[k_.outputs[o].value] == s) outs.push_back(o);
   if (nodes.empty() && outs.empty()) return;
   emit_loop(b, b.getInt64(0), n, "stage.r", [&](IRBuilder<> &lb, Value *r) {
     std::vector<Value *> br = tile_row(lb, bases, r);
@@ -150,7 +150,7 @@ void Lowering::emit_tile_stage(IRBuilder<> &b, int s, const std::vector<Value *>
 void Lowering::emit_tile_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *n) {
   std::vector<int32_t> reductions;
   for (size_t i = 0; i < k_.nodes.size(); ++i)
-    if (k_.nodes[i].op == KOp::Reduce && plan_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
+    if (k_.nodes[i].op == KOp::Reduce && sched_.level[k_.nodes[i].args[0]] == p) reductions.push_back(int32_t(i));
   auto over_rows = [&](const char *name, auto &&body) { emit_loop(b, b.getInt64(0), n, name, body); };
   over_rows("init.r", [&](IRBuilder<> &lb, Value *r) {
     for (int32_t red : reductions) {
@@ -179,7 +179,7 @@ void Lowering::emit_tile_pass(IRBuilder<> &b, int p, const std::vector<Value *> 
           }
           std::vector<std::pair<size_t, Value *>> stores; // all values before any store, as emit_sub_row
           for (size_t o = 0; o < k_.outputs.size(); ++o)
-            if (plan_.output_pass[o] == p)
+            if (sched_.output_pass[o] == p)
               stores.emplace_back(o, element_value(lb, k_.outputs[o].value, p, br, j, j, cur));
           for (auto [o, v] : stores) store_output(lb, o, br, j, v);
         });

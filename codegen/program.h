@@ -84,7 +84,7 @@ struct Program {
   std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those
   std::vector<int> transient_slots_;                   // slots a call binds and clear() drops
   std::vector<uint8_t> output_owned_;                  // per output: see find_owned_outputs
-  PlanStats stats_;
+  ExecutableStats stats_;
   std::vector<uint8_t> tensor_needed_; // per slot: some eager step, output or write-back reads its Tensor
 };
 

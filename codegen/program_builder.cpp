@@ -8,7 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "codegen/lowering.h"
+#include "codegen/op_lowering.h"
 #include "codegen/program.h"
 #include "ir/interpreter.h"
 #include "ir/memory_plan.h"
@@ -56,7 +56,7 @@ public:
       }
       std::vector<Tensor> outs;
       if (n->kind() == ir::Node::Kind::FusionGroup) {
-        outs = plan_group(*n, ins, s);
+        outs = build_group_step(*n, ins, s);
       } else {
         s.kind = Step::Kind::Eager;
         outs = run_op(n->op(), ins, n->attrs());
@@ -104,10 +104,10 @@ private:
 
 
   // Lowers the group to one kernel; on failure the group runs eagerly.
-  std::vector<Tensor> plan_group(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
+  std::vector<Tensor> build_group_step(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
     std::vector<Tensor> outs;
     for (const ir::Value *r : n.results()) outs.push_back(meta_like(r->type()));
-    if (is_epilogue_group(n)) return plan_epilogue(n, ins, s, outs);
+    if (is_epilogue_group(n)) return build_epilogue_step(n, ins, s, outs);
     if (ins.size() + outs.size() > 64) {
       fall_back(n, "more than 64 buffers", s);
       return outs;
@@ -137,7 +137,7 @@ private:
   }
 
   // A result the memory plan puts at the arena offset of one of the group's
-  // operands is computed in place over it (the plan's verifier allows no other
+  // operands is computed in place over it (the memory plan's verifier allows no other
   // overlap): when the operand really lives in that slot, the kernel is told,
   // so that it writes through the operand's pointer and still vectorizes. If
   // the kernel cannot honour it (different strides, a row pass reading the
@@ -182,7 +182,7 @@ private:
     return true;
   }
 
-  std::vector<Tensor> plan_epilogue(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {
+  std::vector<Tensor> build_epilogue_step(const ir::Node &n, const std::vector<Tensor> &ins, Step &s, std::vector<Tensor> outs) {
     try {
       s.epilogue = EpilogueStep::build(n, ins);
       s.kind = Step::Kind::Epilogue;

@@ -1,7 +1,7 @@
 // Lowering rules: how each elementwise op of the op table becomes a kernel
 // expression. One table, indexed by OpId; an op without an entry has no
 // lowering and its fusion group runs eagerly.
-#include "codegen/lowering.h"
+#include "codegen/op_lowering.h"
 
 #include <algorithm>
 #include <array>
