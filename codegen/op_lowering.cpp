@@ -1,6 +1,9 @@
 // Lowering rules: how each elementwise op of the op table becomes a kernel
-// expression. One table, indexed by OpId; an op without an entry has no
-// lowering and its fusion group runs eagerly.
+// expression. One table, indexed by OpId, and beside it the misfits: the
+// nodes of an op its rule cannot lower. fuse asks both (registered below,
+// passes/lowering_check.h) and leaves an op without an entry, or a node its
+// rule refuses, out of every group; should a group still fail to lower here,
+// it runs eagerly. The group geometry is passes/group_geometry.h, shared with fuse.
 #include "codegen/op_lowering.h"
 
 #include <algorithm>
