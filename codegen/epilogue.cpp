@@ -18,7 +18,8 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/jit.h"
-#include "codegen/lowering.h"
+#include "codegen/op_lowering.h"
+#include "passes/group_geometry.h"
 #include "ir/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
@@ -45,14 +46,7 @@ struct MatView {
   int64_t rs = 0, cs = 0;
 };
 
-// Strides of (s, st) broadcast to `domain` (aligned right; broadcast dims 0).
-std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, IntArrayRef domain) {
-  std::vector<int64_t> out(domain.size(), 0);
-  size_t off = domain.size() - s.size();
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] != 1) out[off + i] = st[i];
-  return out;
-}
+using passes::broadcast_strides;
 
 // The stride of dims [lo, hi) walked as one dim, or nothing when they do not nest.
 std::optional<int64_t> fold(IntArrayRef sizes, const std::vector<int64_t> &st, size_t lo, size_t hi) {

@@ -1,7 +1,7 @@
 // A compiled specialization: a fixed sequence of steps built once from an
 // optimized graph. Fusion groups become JIT kernels; everything else (views,
 // contractions, ops without a lowering, groups codegen cannot lower) runs as an
-// eager node inside the plan.
+// eager step of the compiled program (codegen/program.h).
 #pragma once
 
 #include <functional>
@@ -18,7 +18,7 @@ class Graph;
 
 namespace kiln::codegen {
 
-struct PlanStats {
+struct ExecutableStats {
   int64_t kernels = 0;      // JIT kernel launches per call
   int64_t eager_steps = 0;  // eager op calls per call (views included)
   int64_t groups_fallen_back = 0; // fusion groups run eagerly because codegen could not lower them
@@ -33,14 +33,14 @@ struct PlanStats {
 class Executable {
 public:
   virtual ~Executable() = default;
-  // Runs the plan; thread-safe: each running call takes its own arena and value
+  // Runs the program; thread-safe: each running call takes its own arena and value
   // table from a pool (steady state: no allocation but the outputs).
   virtual std::vector<Tensor> run(const std::vector<Tensor> &inputs) const = 0;
   // run() for inputs the caller has already checked against the signature the
-  // plan was built for (dtype, sizes and strides of each; kiln::compile's
+  // program was built for (dtype, sizes and strides of each; kiln::compile's
   // guards do): skips that check, which costs as much as the guards on tiny calls.
   virtual std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const = 0;
-  virtual PlanStats stats() const = 0;
+  virtual ExecutableStats stats() const = 0;
   // How many calls (run or run_matched) have started so far. Counted without a
   // read-modify-write per call: exact once the calls have returned.
   virtual int64_t calls() const = 0;
@@ -81,7 +81,7 @@ private:
 // The observer of this thread, or nullptr.
 const StepObserver *current_step_observer();
 
-// Builds the plan for `g` (already through the pass pipeline) specialised to
+// Builds the program for `g` (already through the pass pipeline) specialised to
 // the input tensors' dtypes, shapes and strides.
 std::shared_ptr<Executable> make_executable(std::shared_ptr<const ir::Graph> g, const std::vector<Tensor> &inputs);
 

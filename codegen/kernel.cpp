@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "codegen/row_plan.h"
+#include "codegen/row_schedule.h"
 #include "runtime/error.h"
 
 namespace kiln::codegen {

@@ -13,7 +13,7 @@
 //   kernel takes `void* const* buffers` in that order. A buffer's strides are in
 //   ELEMENTS, one per iteration dimension (0 = broadcast along that dim, any
 //   sign); element (i0..ik) lives at buffer[sum i_d * stride_d]. bool is 1 byte.
-// - Shape and strides are compile-time constants of the kernel (kiln's plans are
+// - Shape and strides are compile-time constants of the kernel (kiln's compiled programs are
 //   specialised per shape; constant trip counts and strides give the best code).
 // - Types are explicit: binary ops need equal dtypes; promotion is the caller's
 //   job (insert cast()). Comparisons give bool. Integer Div truncates toward zero
@@ -42,7 +42,7 @@
 // - Combines: Add, Mul, Max, Min on int32/int64/float32/float64 (not bool).
 //   The result has the value's dtype, in an unspecified order (the compiled
 //   code keeps several vector partial sums). Float sums do not lose digits
-//   with the row's length (codegen/lower.cpp, "float sums"): a float32 sum of
+//   with the row's length (codegen/lower_common.h, "float sums"): a float32 sum of
 //   loaded values, and every float32 sum of rows that run down columns,
 //   accumulates in double; other float sums keep partial sums in their type
 //   over blocks of 1024 elements, each block's total added in double. A sum
@@ -68,7 +68,7 @@
 //   several passes are computed once into a per-row scratch buffer. Rows that
 //   run down columns (strided row, neighbouring rows adjacent in memory: the
 //   statistics of an [N, C] batch norm) advance 64 at a time instead, the loop
-//   over those rows innermost (codegen/lower.cpp, "tiles"), also when the
+//   over those rows innermost (codegen/lower_tile.cpp), also when the
 //   rows' neighbours are along the innermost of several outer dims.
 //
 // In-place outputs (KernelDesc::output_aliases_input, KernelBuilder::alias_output):

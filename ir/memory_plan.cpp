@@ -33,7 +33,7 @@ bool elementwise_op(const Node &n) { return n.kind() == Node::Kind::Op && n.info
 bool reduction_op(const Node &n) { return n.kind() == Node::Kind::Op && n.info().kind == OpKind::Reduction; }
 
 // A fusion body of elementwise ops and reductions, computed row by row in
-// passes (codegen/row_plan.h): pass p folds the reductions of operands of
+// passes (codegen/row_schedule.h): pass p folds the reductions of operands of
 // level p (a value's level is the nesting depth of reductions below it) and
 // stores the full-size outputs of level p. `out` may overwrite a body input
 // read at the same index only if it is full-size and stored in the last pass:

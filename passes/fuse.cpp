@@ -13,7 +13,9 @@
 // Each node joins at most one group; then a cheap elementwise producer whose
 // readers all sit in other groups is copied into each of them when that saves
 // its buffer (passes/fuse_duplicate.cpp). Every refusal has a reason that
-// KILN_LOG=debug prints.
+// KILN_LOG=debug prints. A node joins a group only when codegen can lower
+// it there (passes/lowering_check.h); the group geometry (row shapes, reduced
+// dims) is passes/group_geometry.h, which codegen uses too.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -24,6 +26,8 @@
 #include "ir/graph.h"
 #include "passes/fuse_duplicate.h"
 #include "passes/fusion.h"
+#include "passes/group_geometry.h"
+#include "passes/lowering_check.h"
 #include "passes/pass_manager.h"
 #include "passes/rewrite.h"
 #include "runtime/log.h"
@@ -39,29 +43,6 @@ constexpr size_t kMaxGroupNodes = 64;
 
 bool same_shape(IntArrayRef a, IntArrayRef b) { return a == b; }
 
-// The dims a reduction folds, normalized and ascending (an empty list = all).
-std::vector<int64_t> reduced_dims(const Node &n) {
-  int64_t rank = int64_t(n.operand(0)->type().shape.size());
-  std::vector<int64_t> dims;
-  if (const AttrValue *a = n.attr("dims"); a && a->is_ints())
-    for (int64_t d : a->as_ints()) dims.push_back(d < 0 ? d + rank : d);
-  if (dims.empty())
-    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
-  std::sort(dims.begin(), dims.end());
-  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
-  return dims;
-}
-
-// D with the dims `red` reduced: kept as 1 or dropped.
-bool is_row_shape(IntArrayRef s, IntArrayRef d, const std::vector<int64_t> &red) {
-  if (d.empty() || red.empty()) return false;
-  Dims keep(d), dropped;
-  for (int64_t r : red) keep[size_t(r)] = 1;
-  for (size_t i = 0; i < d.size(); ++i)
-    if (!std::binary_search(red.begin(), red.end(), int64_t(i))) dropped.push_back(d[i]);
-  return s == IntArrayRef(keep) || s == IntArrayRef(dropped);
-}
-
 // Why a reduction cannot head or join a row-wise group, or "".
 std::string reduction_misfit(const Node &n) {
   int64_t rank = int64_t(n.operand(0)->type().shape.size());
@@ -69,19 +50,6 @@ std::string reduction_misfit(const Node &n) {
   if (rank > 1 && int64_t(reduced_dims(n).size()) == rank)
     return "reduces every dim (one row: the kernel would run on one thread); left to the eager kernel";
   return "";
-}
-
-// A full-shape node reading a row value whose reduced dims were dropped: numpy
-// aligns that value with D's trailing dims, the kernel indexes it by the kept
-// dims; the two agree only when the kept dims (of size > 1) are the trailing ones.
-bool dropped_row_misaligned(IntArrayRef d, const std::vector<int64_t> &red) {
-  size_t i = 0; // position among the kept dims
-  for (size_t dim = 0; dim < d.size(); ++dim) {
-    if (std::binary_search(red.begin(), red.end(), int64_t(dim))) continue;
-    if (d[dim] != 1 && dim != red.size() + i) return true;
-    ++i;
-  }
-  return false;
 }
 
 struct Group {
@@ -136,6 +104,7 @@ public:
   std::string misfit(const Node &n, int group, size_t extra) const override {
     const Group &grp = groups_.at(group);
     if (grp.members.size() + extra > kMaxGroupNodes) return "group size limit reached";
+    if (std::string why = lowering_misfit(n); !why.empty()) return "codegen cannot lower it: " + why;
     return shape_misfit(n, grp);
   }
   std::string seed(int group) const override { return groups_.at(group).seed; }
@@ -245,6 +214,8 @@ private:
     if (n->kind() == Node::Kind::Op && n->info().kind == OpKind::Contraction) return start_epilogue(n);
     if (!fusible_kind(*n)) return;
     if (n->results().size() != 1) return refuse(*n, "has several results");
+    // Codegen cannot lower it in any group: a group around it would run eagerly whole.
+    if (std::string why = lowering_misfit(*n); !why.empty()) return refuse(*n, "codegen cannot lower it: " + why);
     // Candidate groups: those of the producers of n's operands.
     std::vector<int> candidates;
     for (const Value *v : n->operands()) {

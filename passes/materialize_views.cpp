@@ -66,7 +66,7 @@ Tensor strided_meta(const Value *v) {
 
 // How many times the group walks each row: one pass per nesting level of
 // reductions, plus one for the outputs stored at every element (as the
-// kernel's row plan, codegen/row_plan.h). Outputs of the reduced shape (a lone
+// kernel's row schedule, codegen/row_schedule.h). Outputs of the reduced shape (a lone
 // sum, batch-norm statistics) are stored once per row, in no pass of their
 // own: x.permute(0, 2, 1).sum(-1) reads x once, and counting a second pass
 // made this pass copy x first, which cost 10x the kernel.

@@ -483,7 +483,7 @@ private:
 };
 
 void print_summary(std::ostream &os, const std::map<std::string, int> &before, const kiln::ir::Graph &g,
-                   const kiln::codegen::PlanStats &plan) {
+                   const kiln::codegen::ExecutableStats &plan) {
   auto after = op_counts(g);
   os << "summary:\n  nodes per op (traced -> optimized):\n";
   std::map<std::string, std::pair<int, int>> all;

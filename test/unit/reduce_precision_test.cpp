@@ -1,5 +1,5 @@
 // Compiled float reductions against naive double loops: long rows and long
-// columns keep their digits (codegen/lower.cpp, "float sums"), var of a
+// columns keep their digits (codegen/lower_common.h, "float sums"), var of a
 // constant row is exactly 0, a reduction over the strided last dim of a
 // permuted tensor runs in tiles without a copy, and batch norm's loop over
 // sub-rows stays rolled (its compile time grew with the batch).

@@ -1,8 +1,8 @@
-// Row blocks (codegen/lower.cpp emit_row_block, codegen/row_plan.h
-// plan_row_block): short contiguous row reductions -- matrix-vector products
+// Row blocks (codegen/lower_row_block.cpp emit_row_block, codegen/row_schedule.h
+// choose_row_block): short contiguous row reductions -- matrix-vector products
 // such as W6's linear layers -- evaluated a block of rows at a time. Numerics
 // against naive double loops (block rows, remainder rows, masked row tails,
-// NaN), kernels that must keep the row-by-row path, the plan's decision, and
+// NaN), kernels that must keep the row-by-row path, the schedule's decision, and
 // the assembly of W6's kernel.
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 
 #include "codegen/jit.h"
 #include "codegen/kernel.h"
-#include "codegen/row_plan.h"
+#include "codegen/row_schedule.h"
 #include "runtime/ops.h"
 
 #include "jit_test_util.h"
@@ -130,7 +130,7 @@ template <class T> void check_layer(const LayerSpec &s, int64_t nan_row = -1) {
 
 // The decision for the kernel as lowered (its outer dims already one dim here).
 int64_t block_of(const KernelDesc &desc, int64_t lanes = 16) {
-  return plan_row_block(desc, plan_rows(desc, 1 << 20), lanes);
+  return choose_row_block(desc, schedule_rows(desc, 1 << 20), lanes);
 }
 
 } // namespace

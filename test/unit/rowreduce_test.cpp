@@ -1,6 +1,6 @@
 // Row-wise reductions in the kernel builder (KernelBuilder::reduce): softmax and
 // layer_norm rows against naive double references, NaN/integer semantics, per-row
-// outputs, random kernels against the interpreter, the pass plan, vector code.
+// outputs, random kernels against the interpreter, the pass schedule, vector code.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,7 +16,7 @@
 
 #include "codegen/interpret.h"
 #include "codegen/jit.h"
-#include "codegen/row_plan.h"
+#include "codegen/row_schedule.h"
 #include "expect_error.h"
 #include "jit_test_util.h"
 #include "runtime/error.h"
@@ -319,7 +319,7 @@ TEST(RowReduce, InPlaceRefusedWhenALaterPassRereadsTheInput) {
 // A row longer than the scratch budget recomputes exp instead of keeping it.
 TEST(RowReduce, SoftmaxRowBeyondScratchBudget) {
   KernelDesc big = softmax_desc(2, 200000, DType::Float32);
-  EXPECT_EQ(plan_rows(big, 512 * 1024).scratch_bytes, 0);
+  EXPECT_EQ(schedule_rows(big, 512 * 1024).scratch_bytes, 0);
   check_softmax<float>(2, 200000, DType::Float32, 1e-5, false);
 }
 
@@ -545,11 +545,11 @@ TEST(RowReduce, BuilderRejectsBadReductions) {
   EXPECT_NE(a.build().key(), b.build().key());
 }
 
-// ---- the pass plan
+// ---- the pass schedule
 
 TEST(RowReduce, PlanKeepsExpInScratchForSoftmax) {
   KernelDesc sm = softmax_desc(8, 1024, DType::Float32);
-  RowPlan p = plan_rows(sm, 512 * 1024);
+  RowSchedule p = schedule_rows(sm, 512 * 1024);
   EXPECT_EQ(p.passes, 3); // max, sum of exp, store
   EXPECT_EQ(p.scratch_bytes, 1024 * 4);
   int materialized = 0;
@@ -562,7 +562,7 @@ TEST(RowReduce, PlanKeepsExpInScratchForSoftmax) {
   EXPECT_EQ(materialized, 1);
 
   KernelDesc ln = layer_norm_desc(8, 1024, DType::Float32, true);
-  RowPlan q = plan_rows(ln, 512 * 1024);
+  RowSchedule q = schedule_rows(ln, 512 * 1024);
   EXPECT_EQ(q.passes, 3); // mean, variance, store
   EXPECT_EQ(q.scratch_bytes, 0); // x - mean is cheap: recomputed
   EXPECT_EQ(q.output_pass, (std::vector<int>{2, -1, -1}));
@@ -573,7 +573,7 @@ TEST(RowReduce, PlanKeepsExpInScratchForSoftmax) {
   Expr t = tanh(exp(x));
   k.output(t - reduce_sum(t));
   KernelDesc d = k.build();
-  RowPlan r = plan_rows(d, 512 * 1024);
+  RowSchedule r = schedule_rows(d, 512 * 1024);
   EXPECT_EQ(r.scratch_bytes, 64 * 4);
   EXPECT_TRUE(r.materialized(t.id));
 }

@@ -1,5 +1,5 @@
 // Lowers a fusion group (elementwise body) to a kernel description using the
-// lowering-rule table in lowering.cpp.
+// lowering-rule table in op_lowering.cpp.
 #pragma once
 
 #include <vector>

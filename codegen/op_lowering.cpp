@@ -1,7 +1,10 @@
 // Lowering rules: how each elementwise op of the op table becomes a kernel
-// expression. One table, indexed by OpId; an op without an entry has no
-// lowering and its fusion group runs eagerly.
-#include "codegen/lowering.h"
+// expression. One table, indexed by OpId, and beside it the misfits: the
+// nodes of an op its rule cannot lower. fuse asks both (registered below,
+// passes/lowering_check.h) and leaves an op without an entry, or a node its
+// rule refuses, out of every group; should a group still fail to lower here,
+// it runs eagerly. The group geometry is passes/group_geometry.h, shared with fuse.
+#include "codegen/op_lowering.h"
 
 #include <algorithm>
 #include <array>
@@ -11,6 +14,8 @@
 #include <unordered_set>
 
 #include "ir/graph.h"
+#include "passes/group_geometry.h"
+#include "passes/lowering_check.h"
 
 namespace kiln::codegen {
 namespace {
@@ -79,9 +84,43 @@ Expr add_sub(const Ctx &x, KOp op) {
   return x.k.binary(op, x.arg(0), b);
 }
 
+// ---- misfits: why a rule cannot lower a node, from what the fuse pass knows
+// too (the node, its result dtype, which operands are scalar constants and
+// their values). lower_group refuses with them before it applies a rule, and
+// fuse asks them (through passes/lowering_check.h) before it groups a node, so
+// that the two never disagree. A rule without one lowers every node of its op.
+using Consts = std::vector<std::optional<double>>; // per operand: its value, when a known scalar
+using Misfit = std::string (*)(const ir::Node &n, const Consts &c);
+
+DType out_dtype(const ir::Node &n) { return n.result()->type().dtype; }
+
+std::string pow_misfit(const ir::Node &n, const Consts &c) {
+  if (!c.at(1)) return "the exponent is not a constant";
+  double e = *c[1];
+  if (e == 1 || e == 2 || e == 3) return "";
+  if (is_floating(out_dtype(n)) && (e == 0.5 || e == -1 || e == -0.5)) return "";
+  return "exponent " + std::to_string(e);
+}
+
+// Integer division stays eager: a zero divisor must raise as in eager (the
+// kernel's division returns 0 for it and cannot report an error).
+std::string div_misfit(const ir::Node &n, const Consts &) {
+  bool rounded = n.attrs().at(0).as_opt_string().has_value();
+  return rounded && !is_floating(out_dtype(n)) ? "integer division" : "";
+}
+
+std::string remainder_misfit(const ir::Node &n, const Consts &) {
+  return is_floating(out_dtype(n)) ? "" : "integer remainder";
+}
+
+std::string mean_misfit(const ir::Node &n, const Consts &) {
+  return is_floating(out_dtype(n)) ? "" : "mean of an integer type";
+}
+
+// ---- rules
+
 Expr pow_rule(const Ctx &x) {
-  if (!x.const_value[1]) no_lowering(x, "the exponent is not a constant");
-  double e = *x.const_value[1];
+  double e = *x.const_value[1]; // pow_misfit: a known constant
   Expr a = x.arg(0);
   if (e == 1) return a;
   if (e == 2) return a * a;
@@ -89,15 +128,12 @@ Expr pow_rule(const Ctx &x) {
   if (e == 0.5 && is_floating(x.out)) return x.k.unary(KOp::Sqrt, a);
   if (e == -1 && is_floating(x.out)) return x.c(1.0) / a;
   if (e == -0.5 && is_floating(x.out)) return x.k.unary(KOp::Rsqrt, a);
-  no_lowering(x, "exponent " + std::to_string(e));
+  no_lowering(x, "internal: pow_misfit admitted exponent " + std::to_string(e));
 }
 
 Expr div_rule(const Ctx &x) {
   std::optional<std::string> mode = x.attr(0).as_opt_string();
   if (!mode) return x.arg(0) / x.arg(1);
-  // Integer division stays eager: a zero divisor must raise as in eager (the
-  // kernel's division returns 0 for it and cannot report an error).
-  if (!is_floating(x.out)) no_lowering(x, "integer division");
   Expr q = x.arg(0) / x.arg(1);
   if (*mode == "floor") return x.k.unary(KOp::Floor, q);
   return x.k.select(x.k.binary(KOp::Lt, q, x.c(0.0)), x.k.unary(KOp::Ceil, q), x.k.unary(KOp::Floor, q));
@@ -124,7 +160,6 @@ Expr sign_rule(const Ctx &x) {
 }
 
 Expr remainder_rule(const Ctx &x) {
-  if (!is_floating(x.out)) no_lowering(x, "integer remainder");
   Expr a = x.arg(0), b = x.arg(1);
   return a - x.k.unary(KOp::Floor, a / b) * b;
 }
@@ -142,7 +177,6 @@ Expr reduction(const Ctx &x, KOp combine) {
   return x.k.reduce(combine, v);
 }
 Expr mean_rule(const Ctx &x) {
-  if (!is_floating(x.out)) no_lowering(x, "mean of an integer type");
   return reduce_mean(x.to(x.args.at(0), x.out));
 }
 
@@ -205,15 +239,41 @@ const std::array<Rule, kNumOps> &rules() {
   return table;
 }
 
-// Iteration-space strides (elements) of an operand of shape/strides (s, st)
-// broadcast to `domain`: dims aligned right; broadcast dims read stride 0.
-std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std::vector<int64_t> &domain) {
-  std::vector<int64_t> out(domain.size(), 0);
-  size_t off = domain.size() - s.size();
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] != 1) out[off + i] = st[i];
-  return out;
+const std::array<Misfit, kNumOps> &misfits() {
+  static const std::array<Misfit, kNumOps> table = [] {
+    std::array<Misfit, kNumOps> t{};
+    t[size_t(OpId::Pow)] = pow_misfit;
+    t[size_t(OpId::Div)] = div_misfit;
+    t[size_t(OpId::Remainder)] = remainder_misfit;
+    t[size_t(OpId::Mean)] = mean_misfit;
+    return t;
+  }();
+  return table;
 }
+
+// Why `n`'s rule cannot lower it, or "" (see Misfit).
+std::string rule_misfit(const ir::Node &n, const Consts &c) {
+  if (!has_lowering(n.op())) return "not in the lowering table";
+  Misfit m = misfits()[size_t(n.op())];
+  return m ? m(n, c) : "";
+}
+
+// fuse's question (passes/lowering_check.h), for `n` still in the graph: an
+// operand that is a scalar constant there becomes a group operand that
+// lower_group folds into the kernel.
+std::string misfit_in_group(const ir::Node &n) {
+  Consts c;
+  for (const ir::Value *v : n.operands()) {
+    bool known = v && v->kind() == ir::Value::Kind::Const && v->tensor().numel() == 1;
+    c.push_back(known ? std::optional<double>(v->tensor().item().toDouble()) : std::nullopt);
+  }
+  return rule_misfit(n, c);
+}
+
+// Registered while libkiln loads, before any pass can run.
+[[maybe_unused]] const bool registered_with_fuse = (passes::register_lowering_misfit(&misfit_in_group), true);
+
+using passes::broadcast_strides;
 
 // A group's iteration space. Its reductions all fold the same dims R of the
 // domain D (the last one for softmax and layer_norm, N, H, W for batch-norm
@@ -222,7 +282,7 @@ std::vector<int64_t> broadcast_strides(IntArrayRef s, IntArrayRef st, const std:
 // last dim and the permutation is the identity, as for last-dim reductions.
 struct Space {
   std::vector<int64_t> domain;
-  std::vector<size_t> reduced; // R, ascending
+  std::vector<int64_t> reduced; // R, ascending
   std::vector<size_t> perm;    // kernel dim i walks domain dim perm[i]
 
   std::vector<int64_t> kept_shape() const {
@@ -238,23 +298,13 @@ struct Space {
   }
   std::vector<int64_t> kernel_shape() const { return permute(domain); }
   int32_t row_rank() const { return int32_t(std::max<size_t>(reduced.size(), 1)); }
-  bool is_reduced(size_t d) const { return std::find(reduced.begin(), reduced.end(), d) != reduced.end(); }
+  bool is_reduced(size_t d) const { return std::find(reduced.begin(), reduced.end(), int64_t(d)) != reduced.end(); }
   // A per-row shape: the reduced dims kept as 1, or dropped.
-  bool is_row(IntArrayRef s) const {
-    if (domain.empty()) return false;
-    std::vector<int64_t> keep = domain;
-    for (size_t d : reduced) keep[d] = 1;
-    return s == IntArrayRef(keep) || s == IntArrayRef(kept_shape());
-  }
+  bool is_row(IntArrayRef s) const { return passes::is_row_shape(s, domain, reduced); }
   size_t dropped_rank() const { return domain.size() - reduced.size(); }
-  // A row value with the reduced dims dropped, read by a full-shape node: numpy
-  // aligns it with the domain's trailing dims, the kernel indexes it by the
-  // kept dims. They agree when the kept dims of size > 1 are the trailing ones.
-  bool dropped_rows_align() const {
-    for (size_t i = 0; i + reduced.size() < perm.size(); ++i)
-      if (domain[perm[i]] != 1 && perm[i] != reduced.size() + i) return false;
-    return true;
-  }
+  // A row value with the reduced dims dropped, read by a full-shape node (see
+  // passes::dropped_row_misaligned).
+  bool dropped_rows_align() const { return !passes::dropped_row_misaligned(domain, reduced); }
   // Row-context strides: an operand read by a node whose result dropped the
   // reduced dims ([M, N] in an [M, N, K] group, e.g. the bias added after a
   // reduction) broadcasts against the kept dims, numpy-style, and is constant
@@ -266,20 +316,6 @@ struct Space {
     return out;
   }
 };
-
-// The dims a reduction node folds, normalized and ascending (empty attr = all).
-std::vector<size_t> reduced_dims_of(const ir::Node &n) {
-  size_t rank = n.operand(0)->type().shape.size();
-  const AttrValue *attr = n.attr("dims");
-  std::vector<size_t> dims;
-  if (attr && attr->is_ints())
-    for (int64_t d : attr->as_ints()) dims.push_back(size_t(d < 0 ? d + int64_t(rank) : d));
-  if (dims.empty())
-    for (size_t d = 0; d < rank; ++d) dims.push_back(d);
-  std::sort(dims.begin(), dims.end());
-  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
-  return dims;
-}
 
 // Without reductions, a group whose results are stored in a layout other than
 // row-major (eager's for an elementwise op on a transposed input) iterates in
@@ -295,7 +331,7 @@ Space group_space(const ir::Graph &body, std::vector<int64_t> domain, const Dims
     KILN_CHECK(IntArrayRef(n->operand(0)->type().shape) == IntArrayRef(sp.domain), "codegen: ", n->mnemonic(),
                " reduces a ", shape_str(n->operand(0)->type().shape), " operand in a group of domain ",
                shape_str(sp.domain));
-    std::vector<size_t> dims = reduced_dims_of(*n);
+    std::vector<int64_t> dims = passes::reduced_dims(*n);
     KILN_CHECK(!first || dims == sp.reduced, "codegen: ", n->mnemonic(), " reduces other dims than ",
                first->mnemonic(), " in the same group");
     first = n;
@@ -306,10 +342,10 @@ Space group_space(const ir::Graph &body, std::vector<int64_t> domain, const Dims
     // Larger strides outside; dims of size 1 (whose stride means nothing) outermost.
     auto key = [&](size_t d) { return sp.domain[d] == 1 ? std::numeric_limits<int64_t>::max() : (*order)[d]; };
     std::stable_sort(sp.perm.begin(), sp.perm.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
-    sp.reduced = {sp.perm.back()};
+    sp.reduced = {int64_t(sp.perm.back())};
     return sp;
   }
-  if (!first && !sp.domain.empty()) sp.reduced = {sp.domain.size() - 1};
+  if (!first && !sp.domain.empty()) sp.reduced = {int64_t(sp.domain.size()) - 1};
   for (size_t d = 0; d < sp.domain.size(); ++d)
     if (!sp.is_reduced(d)) sp.perm.push_back(d);
   sp.perm.insert(sp.perm.end(), sp.reduced.begin(), sp.reduced.end());
@@ -422,7 +458,7 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
       auto kv = known.find(v);
       x.const_value.push_back(kv == known.end() ? std::nullopt : std::optional<double>(kv->second));
     }
-    if (!rule) no_lowering(x, "not in the lowering table");
+    if (std::string why = rule_misfit(*n, x.const_value); !why.empty()) no_lowering(x, why);
     IntArrayRef rs = n->result()->type().shape;
     KILN_CHECK(rs == IntArrayRef(domain) || sp.is_row(rs) || n->result()->type().numel() == 1, "codegen: ",
                n->mnemonic(), " result shape ", shape_str(rs), " fits neither the domain ", shape_str(domain),

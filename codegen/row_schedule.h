@@ -1,6 +1,6 @@
 // INTERNAL to codegen: how a kernel with row reductions (KernelBuilder::reduce)
-// is evaluated row by row, in passes over the row. No LLVM here; lower.cpp
-// turns the plan into loops, tests check its decisions.
+// is evaluated row by row, in passes over the row. No LLVM here; lower_row_reduce.cpp
+// turns the schedule into loops, tests check its decisions.
 //
 // Levels: a node's level is the deepest nesting of reductions below it (a
 // Reduce counts itself). Pass p (0-based) walks the row once and folds every
@@ -19,7 +19,7 @@ namespace kiln::codegen {
 
 struct KernelDesc;
 
-struct RowPlan {
+struct RowSchedule {
   std::vector<uint8_t> per_row; // per node: same value for the whole row
   std::vector<int> level;       // per node, see above
   std::vector<int> scratch_pass; // per node: pass that writes it to per-row scratch; -1 = recomputed
@@ -35,7 +35,7 @@ struct RowPlan {
 // expensive ones (transcendentals), which the first pass stores in a scratch
 // row that later passes read, as long as the scratch stays within
 // `max_scratch_bytes` for the whole kernel. `desc` must have reductions and rank >= 1.
-RowPlan plan_rows(const KernelDesc &desc, int64_t max_scratch_bytes);
+RowSchedule schedule_rows(const KernelDesc &desc, int64_t max_scratch_bytes);
 
 // Per node: its level (see above), the deepest nesting of reductions below it.
 std::vector<int> node_levels(const KernelDesc &desc);
@@ -47,16 +47,16 @@ std::vector<int> node_levels(const KernelDesc &desc);
 // the same L1 sets and evict each other.
 inline constexpr int64_t kMaxBlockRowLength = 256;
 
-// Row blocks (lower.cpp, emit_row_block): how many neighbouring rows are
+// Row blocks (lower_row_block.cpp): how many neighbouring rows are
 // reduced side by side, each in its own vector accumulator, then combined by a
 // transposing shuffle tree so that lane r holds row r's result; 0 = row by row.
 // `desc` is the kernel as lowered: outer dims collapsed into one ([rows, L]).
 // `lanes`: float32 lanes of the target's widest vector (the block size).
-int64_t plan_row_block(const KernelDesc &desc, const RowPlan &plan, int64_t lanes);
+int64_t choose_row_block(const KernelDesc &desc, const RowSchedule &sched, int64_t lanes);
 
-// For a kernel plan_row_block accepted: whether the per-row values after the
+// For a kernel choose_row_block accepted: whether the per-row values after the
 // pass (bias, relu...) and the per-row outputs can be evaluated as vectors
 // across the block's rows (lane r = row r) instead of row by row.
-bool row_block_stage_is_vector(const KernelDesc &desc, const RowPlan &plan);
+bool row_block_stage_is_vector(const KernelDesc &desc, const RowSchedule &sched);
 
 } // namespace kiln::codegen

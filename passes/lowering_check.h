@@ -1,0 +1,25 @@
+// What the fuse pass asks codegen: can it lower this node as a member of a
+// fusion group? passes/ must not include codegen/, so codegen registers its
+// answer (codegen/op_lowering.cpp, while libkiln loads: kiln::compile,
+// kiln-opt and every program linking the library get the same answer). With
+// nothing registered, no node is lowerable, and fuse forms no group.
+#pragma once
+
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+// Why `n` (an elementwise or reduction op node, its operands as they stand in
+// the graph: a scalar constant operand is known to the kernel) cannot be
+// lowered inside a fusion group, or "" when it can.
+using LoweringMisfit = std::string (*)(const ir::Node &n);
+
+// Installs codegen's answer (replacing any earlier one). Thread-safe.
+void register_lowering_misfit(LoweringMisfit check);
+
+// The registered answer for `n`.
+std::string lowering_misfit(const ir::Node &n);
+
+} // namespace kiln::passes
