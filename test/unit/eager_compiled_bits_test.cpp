@@ -191,4 +191,41 @@ TEST(EagerCompiledBits, TranscendentalsAreCompiled) {
   }
 }
 
+// Non-contiguous inputs (transposed, sliced, expanded with stride 0, integer
+// promoted to float32) take the eager loop's strided walk through the array
+// kernels: the same bits as the contiguous eager call and as compiled code.
+TEST(EagerCompiledBits, StridedAndPromotedInputs) {
+  std::vector<float> base(70 * 40);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = -9.0f + 18.0f * float(i) / float(base.size()) + 1e-3f * float(i % 7);
+  Tensor t = tensor_of(base).view({70, 40});
+  std::vector<int32_t> ints(300);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = int32_t(i % 21) - 10;
+  Tensor iv = kiln::from_blob(ints.data(), {int64_t(ints.size())}, TensorOptions().dtype(kInt32)).clone();
+  const std::vector<std::pair<const char *, Tensor>> inputs = {
+      {"transposed", t.transpose(0, 1)},
+      {"sliced", t.slice(1, 1, 39, 3)},
+      {"expanded", t.select(0, 5).unsqueeze(0).expand({50, 40})},
+      {"int32", iv},
+  };
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  for (const Case &c : cases()) {
+    OpFn fn = c.fn;
+    auto f = kiln::compile([fn](const std::vector<Tensor> &in) { return std::vector<Tensor>{fn(in[0])}; }, o);
+    for (const auto &[layout, x] : inputs) {
+      SCOPED_TRACE(std::string(c.name) + " " + layout);
+      std::string name = c.name;
+      bool float_only = name == "silu" || name.rfind("gelu", 0) == 0; // as torch: no integer inputs
+      if (x.dtype() == kInt32 && float_only) continue;
+      Tensor eager = c.fn(x);
+      Tensor dense = c.fn(x.contiguous());
+      Tensor jit = f({x}).at(0);
+      if (eager.dtype() != kFloat32) continue; // pow/abs/... of int32 stay integer: not vector math
+      Tensor xf = x.to(kFloat32).contiguous();
+      expect_bitwise_equal<float>(c, xf, dense, eager.contiguous());
+      expect_bitwise_equal<float>(c, xf, eager.contiguous(), jit.contiguous());
+    }
+  }
+}
+
 } // namespace
