@@ -8,7 +8,7 @@
 //          3 arrays x n x 4 bytes, no write-allocate traffic counted).
 //   Exp, Tanh, GeluTanh, GeluErf, Sigmoid, Log
 //          y = f(x) on 4,194,304-element float tensors, at 1 and 2 threads: the
-//          transcendental unary kernels (runtime/kernels/vecmath.h); bytes
+//          transcendental unary kernels (runtime/kernels/vecmath_kernels.h); bytes
 //          processed = 2 arrays x 4M x 4 bytes. ns/element = Time / 4194304.
 //   Sgemm  mm of [M, K] x [K, N] float tensors (OpenBLAS sgemm), GFLOP/s in the
 //          "flops" counter: 2048^3 at 1 and 2 threads (the machine's GEMM peak),

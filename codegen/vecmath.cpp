@@ -112,10 +112,13 @@ Value *exp(IRBuilderBase &b, Value *x) {
   // normal: above ln(FLT_MAX) the result is inf (from the largest float whose
   // exponential rounds to inf); below ln(FLT_MIN) = -126 ln2, where the result
   // would be subnormal, it is flushed to 0 (an absolute error below 1.2e-38).
-  // A NaN x fails both comparisons and keeps y, which is NaN: t's NaN bits
-  // shifted by 23 are 0 and er is NaN.
+  // A NaN x must be caught too: er is NaN, but adding t's payload bits shifted
+  // by 23 to its bits can carry out of the exponent field and leave a finite
+  // number (exp(NaN) was 0x1.000004p-127). So the overflow test is unordered
+  // (true for NaN) and picks x + inf: inf for a large x, x's NaN for a NaN, at
+  // the cost of one add (a separate NaN select made softmax ~10% slower).
   double inf = __builtin_inf();
-  y = b.CreateSelect(b.CreateFCmpOGE(x, c(x, 88.72283935546875)), c(x, inf), y);
+  y = b.CreateSelect(b.CreateFCmpUGE(x, c(x, 88.72283935546875)), b.CreateFAdd(x, c(x, inf)), y);
   return b.CreateSelect(b.CreateFCmpOLT(x, c(x, -87.33654022216797)), c(x, 0.0), y);
 }
 
@@ -129,7 +132,9 @@ Value *expm1(IRBuilderBase &b, Value *x) {
   Value *ni = b.CreateFPToSI(n, int_type(b, x));
   Value *t = pow2i(b, b.CreateSub(ni, ci(b, x, 1)));
   Value *y = b.CreateFMul(fma(b, t, em, b.CreateFSub(t, c(x, 0.5))), c(x, 2.0));
-  return b.CreateSelect(is_nan(b, x), x, y);
+  // NaN or +-0 (unordered or equal): x itself; r = -0 - 0 ln2 rounds to +0,
+  // which would lose the sign of expm1(-0) = -0.
+  return b.CreateSelect(b.CreateFCmpUEQ(x, c(x, 0.0)), x, y);
 }
 
 Value *log(IRBuilderBase &b, Value *x) {
@@ -218,6 +223,26 @@ Value *sigmoid(IRBuilderBase &b, Value *x) {
   // 1 / (1 + e^-x): for x -> -inf, e^-x -> inf and the quotient -> 0 exactly.
   Value *e = exp(b, b.CreateFNeg(x));
   return b.CreateFDiv(c(x, 1.0), b.CreateFAdd(c(x, 1.0), e));
+}
+
+// The composite activations, operation for operation as the JIT builds them
+// from its kernel ops (codegen/lowering.cpp's Silu and Gelu rules,
+// codegen/kernel.cpp's gelu_tanh), so that the eager kernels generated from
+// these (codegen/aot/) give the same bits. test/unit/eager_compiled_bits_test
+// checks that they do.
+Value *silu(IRBuilderBase &b, Value *x) { return b.CreateFMul(x, sigmoid(b, x)); }
+
+Value *gelu_erf(IRBuilderBase &b, Value *x) {
+  // (0.5 x) (1 + erf(x / sqrt(2)))
+  Value *e = erf(b, b.CreateFMul(x, c(x, 0.70710678118654752440)));
+  return b.CreateFMul(b.CreateFMul(c(x, 0.5), x), b.CreateFAdd(c(x, 1.0), e));
+}
+
+Value *gelu_tanh(IRBuilderBase &b, Value *x) {
+  // (x 0.5) (1 + tanh((x + x^3 0.044715) sqrt(2/pi))), x^3 = (x x) x
+  Value *cube = b.CreateFMul(b.CreateFMul(x, x), x);
+  Value *inner = b.CreateFMul(b.CreateFAdd(x, b.CreateFMul(cube, c(x, 0.044715))), c(x, 0.7978845608028654));
+  return b.CreateFMul(b.CreateFMul(x, c(x, 0.5)), b.CreateFAdd(c(x, 1.0), tanh(b, inner)));
 }
 
 } // namespace kiln::codegen::vecmath

@@ -1,9 +1,14 @@
 // Accuracy of kiln's float32 transcendentals (KOp::Exp, Expm1, Log, Log1p, Tanh,
 // Erf, Sigmoid on float32). They are emitted as branch-free LLVM IR polynomials
-// (codegen/vecmath.cpp) that vectorize to 16-wide AVX-512 code:
+// (codegen/vecmath.cpp) that vectorize to 16-wide AVX-512 code. That IR is their
+// only definition: the JIT inlines it into its kernels, and the eager kernels are
+// the same IR compiled at build time (codegen/aot/vecmath_kernels_gen.cpp ->
+// runtime/kernels/vecmath_kernels.h), so eager and compiled results agree bit for
+// bit (test/unit/eager_compiled_bits_test.cpp; docs/vecmath.md):
 //   exp     Cephes expf: n = roundeven(x log2e), r = x - n ln2 (two-step, fma),
 //           e^r = 1 + r + r^2 P5(r), times 2^n by adding n to its exponent bits;
-//           results that would be subnormal (x < ln(FLT_MIN) = -87.3365) are 0.
+//           results that would be subnormal (x < ln(FLT_MIN) = -87.3365) are 0;
+//           NaN in, NaN out.
 //   expm1   same reduction, Taylor e^r - 1 to r^8, recombined as 2(t em + t - 1/2),
 //           t = 2^(n-1), exact for n = 0.
 //   log     Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P8(f).
@@ -13,6 +18,8 @@
 //           a tanh-GELU kernel ~20% slower; 2.5 ulp was judged the better trade.)
 //   erf     9/12-degree rational interpolant (Eigen's float erf), +-1 past 3.8325.
 //   sigmoid 1 / (1 + exp(-x)).
+//   silu, gelu (both approximations): composed from the above as the JIT's
+//           lowering composes them (torch's formulas; see vecmath_ir.h).
 // float64 kernels call libm instead (correctly rounded to ~1 ulp).
 //
 // The bounds below are measured by test/unit/vecmath_test.cpp against double

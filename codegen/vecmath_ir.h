@@ -18,5 +18,10 @@ llvm::Value *log1p(llvm::IRBuilderBase &b, llvm::Value *x);
 llvm::Value *tanh(llvm::IRBuilderBase &b, llvm::Value *x);
 llvm::Value *erf(llvm::IRBuilderBase &b, llvm::Value *x);
 llvm::Value *sigmoid(llvm::IRBuilderBase &b, llvm::Value *x);
+// Composite activations: exactly the operations the JIT's lowering of silu and
+// gelu emits (for the generated eager kernels, codegen/aot/).
+llvm::Value *silu(llvm::IRBuilderBase &b, llvm::Value *x);
+llvm::Value *gelu_erf(llvm::IRBuilderBase &b, llvm::Value *x);
+llvm::Value *gelu_tanh(llvm::IRBuilderBase &b, llvm::Value *x);
 
 } // namespace kiln::codegen::vecmath

@@ -223,8 +223,18 @@ void pow_kernel(const Tensor &out, const Tensor &a, const Tensor &b) {
   if (!out.is_floating_point())
     return binary_kernel<IntTypes>(out, a, b, [](auto x, auto y) { return int_pow(x, y); });
   std::optional<double> e = scalar_value(b);
+  // The exponents torch (pow_tensor_scalar_optimized_kernel) and the JIT's pow
+  // rule (codegen/lowering.cpp) turn into arithmetic, in the JIT's operation
+  // order, so that eager and compiled results agree bit for bit; e.g. pow(-0, 0.5)
+  // is sqrt(-0) = -0 and pow(x, 3) is (x * x) * x, two roundings.
+  if (e && *e == 1.0) return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return x; });
   if (e && *e == 2.0) return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return x * x; });
+  if (e && *e == 3.0) return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return x * x * x; });
   if (e && *e == 0.5) return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return std::sqrt(x); });
+  if (e && *e == -1.0)
+    return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return decltype(x)(1) / x; });
+  if (e && *e == -0.5)
+    return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return decltype(x)(1) / std::sqrt(x); });
   binary_kernel<FloatTypes>(out, a, b, [](auto x, auto y) { return std::pow(x, y); });
 }
 

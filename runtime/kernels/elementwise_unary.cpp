@@ -1,11 +1,12 @@
 // Unary elementwise ops: neg .. logical_not, gelu, silu, relu_.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
-#include "runtime/kernels/vecmath.h"
+#include "runtime/kernels/vecmath_kernels.h"
 #include "runtime/op_adapters.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
@@ -53,35 +54,86 @@ void check_floating(const Tensor &x, const char *op) {
              shape_str(x.sizes()), ")");
 }
 
-// float32 goes through vecmath (branch-free polynomials the loop vectorizer
-// turns into AVX-512 code); float64 keeps libm, which is correctly rounded to
-// ~1 ulp and for which no cheap vectorizable version of that accuracy exists here.
-#define KILN_VECMATH_OR_STD(name, std_expr)                                                                    \
-  template <class T> KILN_VECMATH_INLINE T k_##name(T v) {                                                     \
-    if constexpr (std::is_same_v<T, float>) return vecmath::name(v);                                           \
-    else return std_expr;                                                                                      \
+// ---------------------------------------------------------------- transcendentals
+//
+// float32 runs the generated kernels of vecmath_kernels.h: the JIT's own IR
+// (codegen/vecmath.cpp) compiled at build time, so that eager and compiled
+// results are the same bits. float64 calls libm, as the JIT does, composed in
+// the JIT's operation order (codegen/lowering.cpp's rules); this file is built
+// with -ffp-contract=off so that the compiler fuses no a * b + c the JIT keeps
+// as two roundings.
+
+using ArrayFn = void (*)(const float *, float *, int64_t);
+
+// One innermost run of the elementwise loop (loops.h): contiguous runs go to the
+// array kernel directly, strided ones through a block on the stack.
+void array_run(ArrayFn fn, char *const *ptrs, const int64_t *st, int64_t n) {
+  if (st[0] == int64_t(sizeof(float)) && st[1] == int64_t(sizeof(float)))
+    return fn(reinterpret_cast<const float *>(ptrs[1]), reinterpret_cast<float *>(ptrs[0]), n);
+  constexpr int64_t kBlock = 256;
+  alignas(64) float in[kBlock], res[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    int64_t m = std::min(kBlock, n - b);
+    for (int64_t k = 0; k < m; ++k) in[k] = *reinterpret_cast<const float *>(ptrs[1] + (b + k) * st[1]);
+    fn(in, res, m);
+    for (int64_t k = 0; k < m; ++k) *reinterpret_cast<float *>(ptrs[0] + (b + k) * st[0]) = res[k];
   }
-KILN_VECMATH_OR_STD(exp, std::exp(v))
-KILN_VECMATH_OR_STD(expm1, std::expm1(v))
-KILN_VECMATH_OR_STD(log, std::log(v))
-KILN_VECMATH_OR_STD(log1p, std::log1p(v))
-KILN_VECMATH_OR_STD(tanh, std::tanh(v))
-KILN_VECMATH_OR_STD(erf, std::erf(v))
-KILN_VECMATH_OR_STD(sigmoid, T(1) / (T(1) + std::exp(-v)))
-KILN_VECMATH_OR_STD(silu, v / (T(1) + std::exp(-v)))
-KILN_VECMATH_OR_STD(gelu_tanh, T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))))
-KILN_VECMATH_OR_STD(gelu_erf, T(0.5) * v * (T(1) + std::erf(v * T(0.7071067811865476))))
-#undef KILN_VECMATH_OR_STD
+}
+
+// out = fn(x) in float32, with run_loop's walk (loops.h): one flat run split
+// over threads when both are dense, else the coalesced N-d walk.
+void array_loop_f32(const Tensor &out, const Tensor &x, ArrayFn fn) {
+  Arg a(x, kFloat32);
+  const TensorImpl &oi = *out.unsafeGetTensorImpl();
+  const int64_t numel = oi.numel;
+  if (numel == 0) return;
+  char *odata = detail::impl_data(oi);
+  auto inner = [fn](char *const *ptrs, const int64_t *st, int64_t n) { array_run(fn, ptrs, st, n); };
+  if (detail::impl_contiguous(oi) && detail::flat_arg(a, numel)) {
+    const int64_t st[2] = {int64_t(sizeof(float)), a.numel == 1 ? 0 : int64_t(sizeof(float))};
+    char *base[2] = {odata, a.data};
+    if (numel <= detail::kGrain) return inner(base, st, numel);
+    parallel_for(0, numel, detail::kGrain, [&](int64_t b, int64_t e) {
+      char *ptrs[2] = {base[0] + b * st[0], base[1] + b * st[1]};
+      inner(ptrs, st, e - b);
+    });
+    return;
+  }
+  detail::Plan<2> plan;
+  const Arg *args[1] = {&a};
+  detail::build_plan<2>(plan, out, odata, args);
+  if (numel <= detail::kGrain) return detail::walk_range(plan, 0, numel, inner);
+  parallel_for(0, numel, detail::kGrain, [&](int64_t b, int64_t e) { detail::walk_range(plan, b, e, inner); });
+}
+
+// A float-only transcendental: float32 through its generated kernel, float64 through f64.
+template <class F64> void transcendental(const Tensor &out, const Tensor &x, ArrayFn f32, F64 f64) {
+  if (out.dtype() == kFloat32) return array_loop_f32(out, x, f32);
+  KILN_CHECK(out.dtype() == kFloat64, "internal: transcendental kernel has no ", out.dtype(), " instantiation");
+  Arg a(x, kFloat64);
+  run_loop<double, double>(out, {&a}, f64);
+}
+
+double sigmoid_f64(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double silu_f64(double v) { return v * sigmoid_f64(v); }
+double gelu_erf_f64(double v) { return (0.5 * v) * (1.0 + std::erf(v * 0.70710678118654752440)); }
+double gelu_tanh_f64(double v) {
+  double inner = (v + (v * v * v) * 0.044715) * 0.7978845608028654;
+  return (v * 0.5) * (1.0 + std::tanh(inner));
+}
 
 } // namespace
 
 // A float-only op: bool/integer inputs promote to float32.
+#define KILN_FLOAT_OP_HEAD(fn, Id)                                                                             \
+  detail::check_defined(x, #fn, "self");                                                                       \
+  KILN_TRACE(Id, {x});                                                                                         \
+  Tensor out = detail::make_elementwise_result(x.sizes(), detail::float_type(x.dtype()), {&x});                \
+  if (out.is_meta()) return out;
+
 #define KILN_FLOAT_UNARY(fn, Id, ...)                                                                          \
   Tensor fn(const Tensor &x) {                                                                                 \
-    detail::check_defined(x, #fn, "self");                                                                     \
-    KILN_TRACE(Id, {x});                                                                                       \
-    Tensor out = detail::make_elementwise_result(x.sizes(), detail::float_type(x.dtype()), {&x});              \
-    if (out.is_meta()) return out;                                                                             \
+    KILN_FLOAT_OP_HEAD(fn, Id)                                                                                 \
     unary_kernel<FloatTypes>(out, x, [](auto v) {                                                              \
       using T [[maybe_unused]] = decltype(v);                                                                  \
       return __VA_ARGS__;                                                                                      \
@@ -89,19 +141,29 @@ KILN_VECMATH_OR_STD(gelu_erf, T(0.5) * v * (T(1) + std::erf(v * T(0.707106781186
     return out;                                                                                                \
   }
 
-KILN_FLOAT_UNARY(exp, Exp, k_exp(v))
-KILN_FLOAT_UNARY(log, Log, k_log(v))
-KILN_FLOAT_UNARY(log1p, Log1p, k_log1p(v))
-KILN_FLOAT_UNARY(expm1, Expm1, k_expm1(v))
+// A transcendental: float32 by kiln_vm_<fn>_f32, float64 by `f64`.
+#define KILN_TRANSCENDENTAL(fn, Id, f64)                                                                       \
+  Tensor fn(const Tensor &x) {                                                                                 \
+    KILN_FLOAT_OP_HEAD(fn, Id)                                                                                 \
+    transcendental(out, x, kiln_vm_##fn##_f32, [](double v) { return f64; });                                  \
+    return out;                                                                                                \
+  }
+
+KILN_TRANSCENDENTAL(exp, Exp, std::exp(v))
+KILN_TRANSCENDENTAL(log, Log, std::log(v))
+KILN_TRANSCENDENTAL(log1p, Log1p, std::log1p(v))
+KILN_TRANSCENDENTAL(expm1, Expm1, std::expm1(v))
+KILN_TRANSCENDENTAL(tanh, Tanh, std::tanh(v))
+KILN_TRANSCENDENTAL(sigmoid, Sigmoid, sigmoid_f64(v))
+KILN_TRANSCENDENTAL(erf, Erf, std::erf(v))
 KILN_FLOAT_UNARY(sqrt, Sqrt, std::sqrt(v))
 KILN_FLOAT_UNARY(rsqrt, Rsqrt, T(1) / std::sqrt(v))
 KILN_FLOAT_UNARY(sin, Sin, std::sin(v))
 KILN_FLOAT_UNARY(cos, Cos, std::cos(v))
-KILN_FLOAT_UNARY(tanh, Tanh, k_tanh(v))
-KILN_FLOAT_UNARY(sigmoid, Sigmoid, k_sigmoid(v))
-KILN_FLOAT_UNARY(erf, Erf, k_erf(v))
 KILN_FLOAT_UNARY(reciprocal, Reciprocal, T(1) / v)
+#undef KILN_TRANSCENDENTAL
 #undef KILN_FLOAT_UNARY
+#undef KILN_FLOAT_OP_HEAD
 
 Tensor neg(const Tensor &x) {
   detail::check_defined(x, "neg", "self");
@@ -159,10 +221,10 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   if (approximate == "tanh") {
-    unary_kernel<FloatTypes>(out, x, [](auto v) { return k_gelu_tanh(v); });
+    transcendental(out, x, kiln_vm_gelu_tanh_f32, gelu_tanh_f64);
     return out;
   }
-  unary_kernel<FloatTypes>(out, x, [](auto v) { return k_gelu_erf(v); }); // 0.5 x (1 + erf(x / sqrt(2)))
+  transcendental(out, x, kiln_vm_gelu_erf_f32, gelu_erf_f64); // 0.5 x (1 + erf(x / sqrt(2)))
   return out;
 }
 
@@ -172,7 +234,7 @@ Tensor silu(const Tensor &x) {
   KILN_TRACE(Silu, {x});
   Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
-  unary_kernel<FloatTypes>(out, x, [](auto v) { return k_silu(v); }); // x / (1 + exp(-x)), as torch
+  transcendental(out, x, kiln_vm_silu_f32, silu_f64); // x sigmoid(x), the JIT's order
   return out;
 }
 

@@ -125,7 +125,11 @@ TEST(ElementwiseUnary, GeluSiluValuesAndErrors) {
         Tensor x = make_layout({4, 6}, dt, signed_frac, l);
         Tensor y = fn(x);
         EXPECT_EQ(y.dtype(), dt);
-        expect_values(y, ref_unary(x, ref), rtol_for(dt) * 2, 1e-7, nm);
+        // gelu's negative tail 0.5 x (1 + erf|tanh(..)) cancels (torch's formula,
+        // and the JIT's, which eager matches bit for bit): its float32 error is
+        // ~1 epsilon of |x| (|x| <= 3.1 here), not of the small result.
+        double atol = dt == kFloat32 ? 4e-7 : 1e-7;
+        expect_values(y, ref_unary(x, ref), rtol_for(dt) * 2, atol, nm);
       }
   }
   Tensor i = make({3}, kInt64, small_int);

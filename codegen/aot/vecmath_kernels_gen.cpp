@@ -1,0 +1,165 @@
+// Build-time generator of the eager float32 transcendental kernels.
+//
+//   kiln-vecmath-gen OUTPUT.o (native|x86-64)
+//
+// Emits one object file with, for each function F of runtime/kernels/vecmath_kernels.h,
+//   extern "C" void kiln_vm_F_f32(const float *x, float *y, int64_t n);   // y[i] = F(x[i])
+// whose loop body is built by the same IR builders the JIT inlines into its
+// kernels (codegen/vecmath.cpp) and optimized by the same O3 pipeline. The
+// eager kernels (runtime/kernels/elementwise_unary.cpp) call these, so eager and
+// compiled results agree bit for bit: both run the same IEEE operations
+// (explicit llvm.fma, no fast-math flags, hence no contraction), whatever the
+// vector width the loop vectorizer picks in either.
+//
+// Target: `native` is the host CPU (the library is built with -march=native by
+// default, KILN_NATIVE=ON, so it runs where it is built, and the JIT targets the
+// host too); `x86-64` the baseline ISA (KILN_NATIVE=OFF), where llvm.fma
+// becomes a call to libm's fmaf: the same bits, only slower.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <llvm/IR/BasicBlock.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include "codegen/vecmath_ir.h"
+
+namespace {
+
+namespace vm = kiln::codegen::vecmath;
+using Builder = llvm::Value *(*)(llvm::IRBuilderBase &, llvm::Value *);
+
+// The functions, in the order of runtime/kernels/vecmath_kernels.h.
+struct Kernel {
+  const char *name;
+  Builder build;
+};
+constexpr Kernel kKernels[] = {
+    {"exp", vm::exp},   {"expm1", vm::expm1},     {"log", vm::log},         {"log1p", vm::log1p},
+    {"tanh", vm::tanh}, {"erf", vm::erf},         {"sigmoid", vm::sigmoid}, {"silu", vm::silu},
+    {"gelu_erf", vm::gelu_erf}, {"gelu_tanh", vm::gelu_tanh},
+};
+
+// void kiln_vm_<name>_f32(const float *x, float *y, int64_t n): a counted loop
+// over y[i] = f(x[i]) for the loop vectorizer to widen.
+void emit_kernel(llvm::Module &m, const Kernel &k, const std::string &cpu, const std::string &features) {
+  llvm::LLVMContext &c = m.getContext();
+  llvm::Type *ptr = llvm::PointerType::getUnqual(c);
+  llvm::Type *i64 = llvm::Type::getInt64Ty(c);
+  auto *fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr, i64}, false);
+  std::string name = "kiln_vm_";
+  name.append(k.name).append("_f32");
+  auto *fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m);
+  fn->setDoesNotThrow();
+  fn->addFnAttr("target-cpu", cpu);
+  if (!features.empty()) fn->addFnAttr("target-features", features);
+  fn->addParamAttr(0, llvm::Attribute::NoCapture);
+  fn->addParamAttr(0, llvm::Attribute::ReadOnly);
+  fn->addParamAttr(1, llvm::Attribute::NoCapture);
+  llvm::Value *x = fn->getArg(0), *y = fn->getArg(1), *n = fn->getArg(2);
+
+  auto *entry = llvm::BasicBlock::Create(c, "entry", fn);
+  auto *loop = llvm::BasicBlock::Create(c, "loop", fn);
+  auto *exit = llvm::BasicBlock::Create(c, "exit", fn);
+  llvm::IRBuilder<> b(entry);
+  b.CreateCondBr(b.CreateICmpSGT(n, b.getInt64(0)), loop, exit);
+  b.SetInsertPoint(loop);
+  llvm::PHINode *i = b.CreatePHI(i64, 2);
+  i->addIncoming(b.getInt64(0), entry);
+  llvm::Type *f32 = b.getFloatTy();
+  llvm::Value *v = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, x, i));
+  b.CreateStore(k.build(b, v), b.CreateInBoundsGEP(f32, y, i));
+  llvm::Value *next = b.CreateAdd(i, b.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+  i->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
+  b.SetInsertPoint(exit);
+  b.CreateRetVoid();
+}
+
+// The JIT's pipeline (codegen/jit.cpp State::optimize): O3 with both vectorizers.
+void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  pto.LoopUnrolling = true;
+  pto.LoopInterleaving = true;
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+}
+
+std::string host_features() {
+  std::string out;
+  for (const auto &f : llvm::sys::getHostCPUFeatures()) {
+    if (!out.empty()) out.push_back(',');
+    out.push_back(f.getValue() ? '+' : '-');
+    out.append(f.getKey().data(), f.getKey().size());
+  }
+  return out;
+}
+
+int fail(const std::string &msg) {
+  std::fprintf(stderr, "kiln-vecmath-gen: %s\n", msg.c_str());
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 3) return fail("usage: kiln-vecmath-gen OUTPUT.o (native|x86-64)");
+  const std::string out_path = argv[1], which = argv[2];
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  const bool native = which == "native";
+  if (!native && which != "x86-64") return fail("target must be native or x86-64, got " + which);
+  std::string cpu = native ? llvm::sys::getHostCPUName().str() : "x86-64";
+  std::string features = native ? host_features() : "";
+  std::string triple = llvm::sys::getDefaultTargetTriple();
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target) return fail(err);
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (!tm) return fail("cannot create a target machine for " + triple + " " + cpu);
+
+  llvm::LLVMContext ctx;
+  llvm::Module m("kiln_vecmath_kernels", ctx);
+  m.setTargetTriple(triple);
+  m.setDataLayout(tm->createDataLayout());
+  for (const Kernel &k : kKernels) emit_kernel(m, k, cpu, features);
+  if (llvm::verifyModule(m, &llvm::errs())) return fail("invalid IR");
+  optimize(m, *tm);
+
+  std::error_code ec;
+  llvm::raw_fd_ostream os(out_path, ec, llvm::sys::fs::OF_None);
+  if (ec) return fail("cannot write " + out_path + ": " + ec.message());
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    return fail("the target cannot emit object files");
+  pm.run(m);
+  os.flush();
+  std::printf("kiln-vecmath-gen: %zu kernels for %s (%s) -> %s\n", std::size(kKernels), cpu.c_str(),
+              triple.c_str(), out_path.c_str());
+  return 0;
+}
