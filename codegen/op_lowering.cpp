@@ -156,7 +156,8 @@ Expr lerp_rule(const Ctx &x) {
 Expr sign_rule(const Ctx &x) {
   Expr a = x.arg(0);
   Expr pos = x.k.binary(KOp::Gt, a, x.c(0.0)), neg = x.k.binary(KOp::Lt, a, x.c(0.0));
-  return x.k.select(pos, x.c(1.0), x.k.select(neg, x.c(-1.0), a * x.c(0.0)));
+  // NaN and -0 give +0, as eager and torch's (0 < a) - (a < 0) do.
+  return x.k.select(pos, x.c(1.0), x.k.select(neg, x.c(-1.0), x.c(0.0)));
 }
 
 Expr remainder_rule(const Ctx &x) {
@@ -195,7 +196,11 @@ const std::array<Rule, kNumOps> &rules() {
     set(OpId::Tanh, [](const Ctx &x) { return float_unary(x, KOp::Tanh); });
     set(OpId::Sigmoid, [](const Ctx &x) { return float_unary(x, KOp::Sigmoid); });
     set(OpId::Erf, [](const Ctx &x) { return float_unary(x, KOp::Erf); });
-    set(OpId::Relu, [](const Ctx &x) { return x.k.binary(KOp::Max, x.arg(0), x.c(0.0)); });
+    // A select, not Max (llvm.maximum): relu keeps -0 and NaN as eager and torch do.
+    set(OpId::Relu, [](const Ctx &x) {
+      Expr a = x.arg(0);
+      return x.k.select(x.k.binary(KOp::Lt, a, x.c(0.0)), x.c(0.0), a);
+    });
     set(OpId::Gelu, gelu_rule);
     set(OpId::Silu, [](const Ctx &x) { return x.arg(0) * x.k.unary(KOp::Sigmoid, x.arg(0)); });
     set(OpId::Reciprocal, [](const Ctx &x) { return x.c(1.0) / x.arg(0); });
