@@ -341,10 +341,10 @@ struct KernelAccess {
 
 namespace {
 
-std::shared_ptr<CompiledKernel> make_kernel(State &st, const KernelDesc &desc, uint64_t hash,
+std::shared_ptr<CompiledKernel> make_kernel(State &st, const ModuleBuilder &build, uint64_t hash,
                                             const std::string &key, const std::string &symbol) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> m = lower_kernel(desc, symbol, st.target, *ctx);
+  std::unique_ptr<llvm::Module> m = build(symbol, st.target, *ctx);
   // Everything that decides the machine code, so that a cached object is only
   // reused by an identical compiler, CPU and kernel.
   std::string disk_key = std::string("llvm=") + LLVM_VERSION_STRING + ";cpu=" + st.cpu +
@@ -376,15 +376,34 @@ void dump_kernel(const CompiledKernel &k) {
   if (!k.assembly().empty()) dump_log().info("# ---- assembly of {}\n{}", k.symbol(), k.assembly());
 }
 
+// FNV-1a with a murmur finaliser, for the keys of compile_module().
+uint64_t hash_key(const std::string &key) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
 } // namespace
 
 std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
+  ModuleBuilder build = [&desc](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
+    return lower_kernel(desc, symbol, target, ctx);
+  };
+  return compile_keyed(desc.key(), desc.hash(), build, &desc);
+}
+
+std::shared_ptr<const CompiledKernel> Jit::compile_module(const std::string &key, const ModuleBuilder &build) {
+  return compile_keyed("module:" + key, hash_key("module:" + key), build, nullptr);
+}
+
+std::shared_ptr<const CompiledKernel> Jit::compile_keyed(std::string key, uint64_t hash, const ModuleBuilder &build,
+                                                         const KernelDesc *desc) {
   State &st = *impl_;
   auto t0 = Clock::now();
   std::lock_guard<std::mutex> lock(st.compile_mu);
   ++st.stats.requests;
-  std::string key = desc.key();
-  uint64_t hash = desc.hash();
   std::string symbol = "kiln_k_" + hex16(hash);
   auto it = st.kernels.find(hash);
   if (it != st.kernels.end()) {
@@ -398,7 +417,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   }
   std::shared_ptr<CompiledKernel> k;
   try {
-    k = make_kernel(st, desc, hash, key, symbol);
+    k = make_kernel(st, build, hash, key, symbol);
   } catch (const std::exception &e) {
     ++st.stats.failures;
     kiln::log()->warn("kiln jit: {}", e.what());
@@ -409,7 +428,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   kiln::log()->debug("kiln jit: {} {} in {:.2f} ms (O3 {:.2f} ms, codegen {:.2f} ms)", symbol,
                     k->from_disk_cache() ? "loaded from disk cache" : "compiled", k->compile_ms(),
                     st.capture.opt_ms, st.capture.codegen_ms);
-  if (st.opts.dump_kernels) dump_log().info("# ---- {}\n{}", symbol, desc.to_string());
+  if (st.opts.dump_kernels && desc) dump_log().info("# ---- {}\n{}", symbol, desc->to_string());
   if (st.opts.dump) dump_kernel(*k);
   if (it == st.kernels.end()) st.kernels.emplace(hash, State::Entry{std::move(key), k});
   return k;
