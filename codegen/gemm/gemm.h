@@ -87,6 +87,10 @@ template <class T> int warm_up(const Config &config = default_config<T>());
 // loop of independent vector FMAs at the host's widest vector, timed for ~`ms`.
 double fma_peak_gflops(int threads, double ms = 100);
 
+// The full-tile micro-kernel alone on one thread, on L1-resident packed panels
+// (A mr x kc, B kc x nr, one C tile), in GFLOP/s: the bound of the loops around it.
+template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms = 100);
+
 } // namespace kiln::codegen::gemm
 
 namespace kiln {
