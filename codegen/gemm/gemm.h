@@ -13,7 +13,8 @@
 // micro-kernel that cannot be compiled throws kiln::Error (callers fall back to BLAS).
 //
 // Design (numbers from bench/gemm_bench.cpp, see docs/performance.md):
-// - micro-kernel MR x NR accumulators in vector registers, A and B read from
+// - micro-kernel MR x NR accumulators (AVX-512: 8 x 48 floats / 8 x 24 doubles;
+//   AVX2: 6 x 16 / 6 x 8) in vector registers, A and B read from
 //   packed panels (A: kc x MR, B: kc x NR, zero padded), N edge by masked
 //   loads/stores, M edge by a kernel compiled for the remaining rows.
 // - loops (Goto/BLIS order): jc over NC columns (B block kc x nc packed once
@@ -87,8 +88,13 @@ template <class T> int warm_up(const Config &config = default_config<T>());
 // loop of independent vector FMAs at the host's widest vector, timed for ~`ms`.
 double fma_peak_gflops(int threads, double ms = 100);
 
+// The same for one thread per CPU-second of that thread (thread CPU time): on a
+// shared machine, the rate the core gives while this thread runs on it.
+double fma_peak_cpu_gflops(double ms = 100);
+
 // The full-tile micro-kernel alone on one thread, on L1-resident packed panels
-// (A mr x kc, B kc x nr, one C tile), in GFLOP/s: the bound of the loops around it.
+// (A mr x kc, B kc x nr, one C tile), in GFLOP/s per CPU-second of the thread
+// (compare with fma_peak_cpu_gflops): the bound of the loops around it.
 template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms = 100);
 
 } // namespace kiln::codegen::gemm

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "codegen/gemm/gemm.h"
@@ -226,6 +227,25 @@ template <class T> void packed_equals_unpacked(int threads) {
 TEST(GemmJit, PackedEqualsUnpackedF32OneThread) { packed_equals_unpacked<float>(1); }
 TEST(GemmJit, PackedEqualsUnpackedF32TwoThreads) { packed_equals_unpacked<float>(2); }
 TEST(GemmJit, PackedEqualsUnpackedF64TwoThreads) { packed_equals_unpacked<double>(2); }
+
+// Callers on several threads at once (each splitting its product over the
+// pool), first calls included: kernels compile once, scratch is per thread.
+TEST(GemmJit, ConcurrentCallersTwoThreads) {
+  set_num_threads(2);
+  std::vector<Case<float>> cases;
+  for (int t = 0; t < 4; ++t) cases.push_back(make_case<float>(t & 1, t & 2, 100 + 37 * t, 90 + 11 * t, 200, 1, 1.f, 0.5f, 50 + t));
+  std::vector<std::vector<float>> got(cases.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < cases.size(); ++t)
+    threads.emplace_back([&, t] {
+      gemm::Config cfg = gemm::config_for_isa<float>(gemm::host_isa());
+      cfg.mr = 5, cfg.mc = 5 * 8; // a tile no other test compiled: the callers race to compile it
+      cfg.threads = 2;
+      for (int rep = 0; rep < 3; ++rep) got[t] = run_gemm(cases[t], cfg);
+    });
+  for (auto &th : threads) th.join();
+  for (size_t t = 0; t < cases.size(); ++t) expect_matches(cases[t], got[t], reference(cases[t]), "concurrent");
+}
 
 TEST(GemmJit, BadArgumentsThrow) {
   std::vector<float> a(100), b(100), c(100);
