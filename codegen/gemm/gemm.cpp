@@ -12,9 +12,12 @@
 #include <tuple>
 #include <vector>
 
-#include "codegen/jit.h"
+#include <spdlog/spdlog.h>
+
 #include "codegen/gemm/ukernel.h"
+#include "codegen/jit.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
@@ -54,7 +57,10 @@ void apply_env_override(Config &c) {
   if (!s || !*s) return;
   long v[6] = {c.mr, c.nv, long(c.kc), long(c.mc), long(c.nc), c.unroll};
   int n = std::sscanf(s, "%ld,%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
-  if (n < 2 || v[0] < 1 || v[1] < 1) return;
+  if (n < 2 || v[0] < 1 || v[1] < 1) {
+    kiln::log()->warn("KILN_GEMM_TILE='{}' is not MR,NV[,KC,MC,NC,UNROLL] with MR, NV >= 1: ignored", s);
+    return;
+  }
   c.mr = int(v[0]), c.nv = int(v[1]);
   c.kc = v[2] > 0 ? v[2] : c.kc, c.unroll = v[5] > 0 ? int(v[5]) : c.unroll;
   c.mc = std::max<int64_t>(1, (v[3] > 0 ? v[3] : c.mc) / c.mr) * c.mr;
@@ -172,6 +178,9 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
     if (cs == 1) {
       for (int64_t p = 0; p < kc; ++p) std::copy_n(src + p * rs, cols, d + p * nr); // inlined, not a call per row
     } else { // k outer, as in pack_a: contiguous writes
+      // Blocked variants (8-column strips, 16 x 8 tiles) traded W5's fc2
+      // weights (ldb 3072: 48 rows in one L1 set) against qkv's and small
+      // ones without a clear win: weights are meant to be packed once (pack_b).
       for (int64_t p = 0; p < kc; ++p)
         for (int64_t j = 0; j < cols; ++j) d[p * nr + j] = src[j * cs + p * rs];
     }
