@@ -39,14 +39,16 @@ std::string host_isa() {
 }
 
 namespace {
-// kc x nr of B (the micro-panel reused across the ir loop) fits L1 (48 KiB)
-// beside the A micro-panel; mc x kc of A fits half of L2 (1 MiB); kc x nc of B
-// a slice of L3.
+// kc = 256 floats (the B micro-panel kc x nr is reused across the ir loop), mc
+// x kc of A a quarter of L2 (1 MiB), kc x nc of B a slice of L3. Measured per
+// CPU-second on 2048^3 and W5's qkv, 8 x 48 tile (KILN_BENCH_CPU, interleaved
+// runs): kc 256 >= 160, 128 > 96; mc 256 >= 512, 768; differences near the
+// +-10% noise of the shared machine.
 Config make_config(int mr, int nv, int lanes, int elem_bytes) {
   Config c;
   c.mr = mr, c.nv = nv, c.lanes = lanes, c.unroll = 4;
   c.kc = 256 * 4 / elem_bytes;
-  c.mc = std::max<int64_t>(1, (512 * 1024 / (c.kc * elem_bytes)) / mr) * mr;
+  c.mc = std::max<int64_t>(1, (256 * 1024 / (c.kc * elem_bytes)) / mr) * mr;
   c.nc = std::max<int64_t>(1, 4096 / c.nr()) * c.nr();
   return c;
 }
