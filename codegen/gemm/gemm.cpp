@@ -345,6 +345,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 }
 
 template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const Config &config) {
+  check_dims("gemm_strided", M, N, K);
+  check_config<T>(config);
+  KILN_CHECK(ars >= 0 && acs >= 0 && brs >= 0 && bcs >= 0, "gemm_strided: expected non-negative strides, got A (",
+             ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
+  check_ld("gemm_strided", "ldc", ldc, M, N);
+  if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
+  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, config, &kernels_for<T>(config, M)};
+  run(pr, config.threads);
+}
+
+template <class T>
 void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, const PackedB<T> &B, T beta, T *C,
                  int64_t ldc, int threads) {
   const int64_t N = B.N, K = B.K;
@@ -454,6 +467,8 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
   template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T *, int64_t, const Config &);                  \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T *, int64_t, const T *, int64_t, T, T *, \
                         int64_t, const Config &);                                                              \
+  template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
+                                int64_t, T, T *, int64_t, const Config &);                                    \
   template void gemm_packed<T>(bool, int64_t, T, const T *, int64_t, const PackedB<T> &, T, T *, int64_t, int);  \
   template int warm_up<T>(const Config &);                                                                     \
   template double ukernel_gflops<T>(const Config &, int64_t, double);

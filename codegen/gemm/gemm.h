@@ -67,6 +67,14 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
           int64_t ldb, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
 
+// The same with any element strides, as runtime/kernels/linalg_internal.h's
+// gemm (the executor's contraction steps): op(A)[i, p] = A[i * ars + p * acs],
+// op(B)[p, j] = B[p * brs + j * bcs] (the packing reads any layout; strides may
+// be 0 for broadcast operands), C row-major with leading dimension ldc >= N.
+template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
+
 template <class T>
 void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, const PackedB<T> &B, T beta, T *C,
                  int64_t ldc, int threads = 0);

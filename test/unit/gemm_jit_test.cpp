@@ -228,6 +228,36 @@ TEST(GemmJit, PackedEqualsUnpackedF32OneThread) { packed_equals_unpacked<float>(
 TEST(GemmJit, PackedEqualsUnpackedF32TwoThreads) { packed_equals_unpacked<float>(2); }
 TEST(GemmJit, PackedEqualsUnpackedF64TwoThreads) { packed_equals_unpacked<double>(2); }
 
+// Any element strides (the executor's strided views): A and B read through
+// non-unit strides on both axes, and a broadcast (stride 0) operand.
+template <class T> void strided_operands(int threads) {
+  set_num_threads(2);
+  for (gemm::Config cfg : isa_configs<T>()) {
+    cfg.threads = threads;
+    for (auto [M, N, K] : {std::tuple{65, 50, 33}, {300, 17, 129}, {7, 257, 64}}) {
+      // Both strides of A and B other than 1 (and than the row length).
+      const int64_t ars = 3, acs = 3 * M + 1, brs = 2 * N + 5, bcs = 2;
+      Case<T> c = make_case<T>(false, false, M, N, K, 2, T(0.5), T(-1), uint32_t(M * N));
+      std::vector<T> As(size_t((M - 1) * ars + (K - 1) * acs + 1)), Bs(size_t((K - 1) * brs + (N - 1) * bcs + 1));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t p = 0; p < K; ++p) As[i * ars + p * acs] = c.A[i * c.lda + p];
+      for (int64_t p = 0; p < K; ++p)
+        for (int64_t j = 0; j < N; ++j) Bs[p * brs + j * bcs] = c.B[p * c.ldb + j];
+      std::vector<T> C = c.C0;
+      gemm::gemm_strided<T>(M, N, K, c.alpha, As.data(), ars, acs, Bs.data(), brs, bcs, c.beta, C.data(), c.ldc, cfg);
+      expect_matches(c, C, reference(c), "strided " + describe(c, cfg));
+      // B broadcast along k (stride 0): every row of op(B) is row 0.
+      for (int64_t p = 1; p < K; ++p)
+        for (int64_t j = 0; j < N; ++j) c.B[p * c.ldb + j] = c.B[j];
+      C = c.C0;
+      gemm::gemm_strided<T>(M, N, K, c.alpha, As.data(), ars, acs, c.B.data(), 0, 1, c.beta, C.data(), c.ldc, cfg);
+      expect_matches(c, C, reference(c), "broadcast B " + describe(c, cfg));
+    }
+  }
+}
+TEST(GemmJit, StridedOperandsF32OneThread) { strided_operands<float>(1); }
+TEST(GemmJit, StridedOperandsF64TwoThreads) { strided_operands<double>(2); }
+
 // Callers on several threads at once (each splitting its product over the
 // pool), first calls included: kernels compile once, scratch is per thread.
 TEST(GemmJit, ConcurrentCallersTwoThreads) {
