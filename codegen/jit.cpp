@@ -33,6 +33,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/lower.h"
+#include "codegen/module_flags.h"
 #include "codegen/object_cache.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -153,7 +154,9 @@ struct State {
     // An object on disk makes O3 wasted work: skip it (the compiler loads the object).
     if (use_disk() && disk->prefetch(m)) return;
     auto t0 = Clock::now();
-    optimize(m);
+    // Generators that emit finished loops (codegen/gemm) flag their modules:
+    // O3 finds nothing to improve there and costs ~40% of their compile time.
+    if (!m.getModuleFlag(kSkipOptimizerFlag)) optimize(m);
     mark_streamed_stores(m);
     capture.opt_ms = ms_since(t0);
     if (!opts.capture_ir) return;

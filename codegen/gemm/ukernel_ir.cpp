@@ -18,12 +18,13 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/lower.h"
+#include "codegen/module_flags.h"
 #include "runtime/error.h"
 
 namespace kiln::codegen::gemm {
 
 std::string TileConfig::key() const {
-  return std::string("gemm-ukr-v2;") + (f64 ? "f64" : "f32") + ";mr=" + std::to_string(mr) +
+  return std::string("gemm-ukr-v3;") + (f64 ? "f64" : "f32") + ";mr=" + std::to_string(mr) +
          ";nv=" + std::to_string(nv) + ";lanes=" + std::to_string(lanes) + ";unroll=" + std::to_string(unroll);
 }
 
@@ -241,6 +242,7 @@ std::unique_ptr<llvm::Module> build_ukernel(const TileConfig &cfg, const std::st
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
   UkernelBuilder(cfg, *m, target).build(symbol);
+  m->addModuleFlag(llvm::Module::Warning, kSkipOptimizerFlag, 1);
   std::string problems;
   llvm::raw_string_ostream os(problems);
   if (llvm::verifyModule(*m, &os)) KILN_FAIL("gemm: micro-kernel ", cfg.key(), " produced invalid IR: ", os.str());
