@@ -33,6 +33,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/lower.h"
+#include "codegen/module_flags.h"
 #include "codegen/object_cache.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -153,7 +154,9 @@ struct State {
     // An object on disk makes O3 wasted work: skip it (the compiler loads the object).
     if (use_disk() && disk->prefetch(m)) return;
     auto t0 = Clock::now();
-    optimize(m);
+    // Generators that emit finished loops (codegen/gemm) flag their modules:
+    // O3 finds nothing to improve there and costs ~40% of their compile time.
+    if (!m.getModuleFlag(kSkipOptimizerFlag)) optimize(m);
     mark_streamed_stores(m);
     capture.opt_ms = ms_since(t0);
     if (!opts.capture_ir) return;
@@ -341,10 +344,10 @@ struct KernelAccess {
 
 namespace {
 
-std::shared_ptr<CompiledKernel> make_kernel(State &st, const KernelDesc &desc, uint64_t hash,
+std::shared_ptr<CompiledKernel> make_kernel(State &st, const ModuleBuilder &build, uint64_t hash,
                                             const std::string &key, const std::string &symbol) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> m = lower_kernel(desc, symbol, st.target, *ctx);
+  std::unique_ptr<llvm::Module> m = build(symbol, st.target, *ctx);
   // Everything that decides the machine code, so that a cached object is only
   // reused by an identical compiler, CPU and kernel.
   std::string disk_key = std::string("llvm=") + LLVM_VERSION_STRING + ";cpu=" + st.cpu +
@@ -376,15 +379,34 @@ void dump_kernel(const CompiledKernel &k) {
   if (!k.assembly().empty()) dump_log().info("# ---- assembly of {}\n{}", k.symbol(), k.assembly());
 }
 
+// FNV-1a with a murmur finaliser, for the keys of compile_module().
+uint64_t hash_key(const std::string &key) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
 } // namespace
 
 std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
+  ModuleBuilder build = [&desc](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
+    return lower_kernel(desc, symbol, target, ctx);
+  };
+  return compile_keyed(desc.key(), desc.hash(), build, &desc);
+}
+
+std::shared_ptr<const CompiledKernel> Jit::compile_module(const std::string &key, const ModuleBuilder &build) {
+  return compile_keyed("module:" + key, hash_key("module:" + key), build, nullptr);
+}
+
+std::shared_ptr<const CompiledKernel> Jit::compile_keyed(std::string key, uint64_t hash, const ModuleBuilder &build,
+                                                         const KernelDesc *desc) {
   State &st = *impl_;
   auto t0 = Clock::now();
   std::lock_guard<std::mutex> lock(st.compile_mu);
   ++st.stats.requests;
-  std::string key = desc.key();
-  uint64_t hash = desc.hash();
   std::string symbol = "kiln_k_" + hex16(hash);
   auto it = st.kernels.find(hash);
   if (it != st.kernels.end()) {
@@ -398,7 +420,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   }
   std::shared_ptr<CompiledKernel> k;
   try {
-    k = make_kernel(st, desc, hash, key, symbol);
+    k = make_kernel(st, build, hash, key, symbol);
   } catch (const std::exception &e) {
     ++st.stats.failures;
     kiln::log()->warn("kiln jit: {}", e.what());
@@ -409,7 +431,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelDesc &desc) {
   kiln::log()->debug("kiln jit: {} {} in {:.2f} ms (O3 {:.2f} ms, codegen {:.2f} ms)", symbol,
                     k->from_disk_cache() ? "loaded from disk cache" : "compiled", k->compile_ms(),
                     st.capture.opt_ms, st.capture.codegen_ms);
-  if (st.opts.dump_kernels) dump_log().info("# ---- {}\n{}", symbol, desc.to_string());
+  if (st.opts.dump_kernels && desc) dump_log().info("# ---- {}\n{}", symbol, desc->to_string());
   if (st.opts.dump) dump_kernel(*k);
   if (it == st.kernels.end()) st.kernels.emplace(hash, State::Entry{std::move(key), k});
   return k;

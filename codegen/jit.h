@@ -19,12 +19,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "codegen/kernel.h"
 
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
 namespace kiln::codegen {
+
+struct LowerTarget;
+
+// Builds a module defining `symbol` for `target` (generators that are not
+// KernelDescs, e.g. codegen/gemm's micro-kernels). Throws kiln::Error on failure.
+using ModuleBuilder = std::function<std::unique_ptr<llvm::Module>(const std::string &symbol,
+                                                                   const LowerTarget &target,
+                                                                   llvm::LLVMContext &ctx)>;
 
 struct JitOptions {
   // Keep each kernel's optimized LLVM IR / assembly text on the CompiledKernel.
@@ -97,6 +111,11 @@ public:
   // Thread-safe. Returns the cached kernel when an identical description was
   // compiled before. Throws kiln::Error on failure (the Jit stays usable).
   std::shared_ptr<const CompiledKernel> compile(const KernelDesc &desc);
+  // Same caches (memory and disk) for a module from another generator. `key`
+  // must determine the module completely (it names the symbol and the disk
+  // entry). The kernel's fn() is the symbol's address: callers cast it to the
+  // function type they generated.
+  std::shared_ptr<const CompiledKernel> compile_module(const std::string &key, const ModuleBuilder &build);
 
   JitStats stats() const;
   const JitOptions &options() const;
@@ -110,6 +129,8 @@ public:
   static Jit &current();
 
 private:
+  std::shared_ptr<const CompiledKernel> compile_keyed(std::string key, uint64_t hash, const ModuleBuilder &build,
+                                                      const KernelDesc *desc);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codegen/gemm/gemm.h"
 #include "codegen/jit.h"
 #include "ir/graph.h"
 #include "runtime/error.h"
@@ -183,9 +184,19 @@ std::string json_number(double v) {
 } // namespace
 
 void print_bench_table(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows) {
+  print_bench_table(os, threads, stream_gbps, 0, rows);
+}
+
+void print_bench_table(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
+                       const std::vector<BenchRow> &rows) {
   char line[512];
-  std::snprintf(line, sizeof line, "threads: %d, stream triad: %.2f GB/s\n", threads, stream_gbps);
+  std::snprintf(line, sizeof line, "threads: %d, stream triad: %.2f GB/s", threads, stream_gbps);
   os << line;
+  if (fma_gflops > 0) {
+    std::snprintf(line, sizeof line, ", fma peak: %.1f GFLOP/s", fma_gflops);
+    os << line;
+  }
+  os << "\n";
   std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %10s %10s %7s %8s %7s %10s\n", "example", "eager us",
                 "compiled us", "speedup", "cold ms", "warm ms", "kernels", "GB/s", "triad", "max diff");
   os << line;
@@ -198,7 +209,14 @@ void print_bench_table(std::ostream &os, int threads, double stream_gbps, const 
 }
 
 void write_bench_json(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows) {
-  os << "{\"threads\": " << threads << ", \"stream_gbps\": " << json_number(stream_gbps) << ", \"rows\": [";
+  write_bench_json(os, threads, stream_gbps, 0, rows);
+}
+
+void write_bench_json(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
+                      const std::vector<BenchRow> &rows) {
+  os << "{\"threads\": " << threads << ", \"stream_gbps\": " << json_number(stream_gbps);
+  if (fma_gflops > 0) os << ", \"fma_peak_gflops\": " << json_number(fma_gflops);
+  os << ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const BenchRow &r = rows[i];
     // The name may be a file path: quoted and escaped as JSON.
@@ -240,6 +258,11 @@ double stream_triad_gbps(int threads) {
   set_num_threads(saved);
   KILN_CHECK(a[n - 1] == 7.f, "stream_triad_gbps: wrong triad result"); // also keeps the loop alive
   return 3.0 * double(n) * sizeof(float) / best_s / 1e9;
+}
+
+double fma_peak_gflops(int threads) {
+  KILN_CHECK(threads >= 1, "fma_peak_gflops: threads must be >= 1, got ", threads);
+  return codegen::gemm::fma_peak_gflops(threads);
 }
 
 } // namespace kiln

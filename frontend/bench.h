@@ -73,13 +73,24 @@ int64_t bytes_moved_estimate(const ir::Graph &g);
 // kiln::parallel_for; the best of a few runs, in GB/s (3 x 128 MiB per run).
 double stream_triad_gbps(int threads);
 
+// The register-only FP32 FMA peak of `threads` threads in GFLOP/s: a JIT-compiled
+// loop of independent vector FMAs at the host's widest vector (codegen/gemm), the
+// GEMM ceiling rows are compared with, as the triad is for bandwidth.
+double fma_peak_gflops(int threads);
+
 // The table `kiln bench` prints: a line with the thread count and the triad
 // bandwidth (`stream_gbps`, 0 when not measured), a header, one line per row.
 void print_bench_table(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
+// The same with the FMA peak (`fma_gflops`, 0 when not measured) after the triad.
+void print_bench_table(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
+                       const std::vector<BenchRow> &rows);
 
 // The same as `kiln bench --json` writes: {"threads", "stream_gbps", "rows": [{"name", "eager_us",
 // "compiled_us", "speedup", "compile_ms_cold", "compile_ms_warm", "kernels", "bytes_moved",
 // "achieved_gbps", "bandwidth_fraction", "max_abs_diff", "max_rel_diff"}, ...]}; null for a non-finite number.
 void write_bench_json(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
+// The same with a top-level "fma_peak_gflops" when `fma_gflops` > 0.
+void write_bench_json(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
+                      const std::vector<BenchRow> &rows);
 
 } // namespace kiln

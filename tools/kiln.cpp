@@ -589,6 +589,10 @@ int cmd_bench(const Args &o) {
   double stream = kiln::stream_triad_gbps(threads);
   trace.add("stream triad", t, ChromeTrace::now_us() - t);
   std::fprintf(stderr, "stream triad (%d threads): %.2f GB/s\n", threads, stream);
+  t = ChromeTrace::now_us();
+  const double fma = kiln::fma_peak_gflops(threads);
+  trace.add("fma peak", t, ChromeTrace::now_us() - t);
+  std::fprintf(stderr, "fma peak (%d threads): %.1f GFLOP/s\n", threads, fma);
   kiln::BenchOptions bo;
   bo.iters = o.repeat;
   bo.warmup = std::min(3, o.repeat);
@@ -610,14 +614,14 @@ int cmd_bench(const Args &o) {
     std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx)\n", i + 1, todo.size(),
                  r.name.c_str(), r.eager_us, r.compiled_us, r.speedup);
   }
-  kiln::print_bench_table(std::cout, threads, stream, rows);
+  kiln::print_bench_table(std::cout, threads, stream, fma, rows);
   if (trace_os.is_open()) {
     trace.write(trace_os);
     trace_os.close();
     if (!trace_os) throw std::runtime_error("writing " + o.trace_file + " failed");
   }
   if (json.is_open()) {
-    kiln::write_bench_json(json, threads, stream, rows);
+    kiln::write_bench_json(json, threads, stream, fma, rows);
     json.close();
     if (!json) throw std::runtime_error("writing " + o.json_file + " failed");
   }

@@ -23,8 +23,10 @@ def main():
     path, name, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     with open(path) as f:
         doc = json.load(f)
-    if set(doc) != {"threads", "stream_gbps", "rows"}:
+    if set(doc) - {"fma_peak_gflops"} != {"threads", "stream_gbps", "rows"}:
         fail("top-level keys are %s" % sorted(doc))
+    if "fma_peak_gflops" in doc and (not is_number(doc["fma_peak_gflops"]) or doc["fma_peak_gflops"] <= 0):
+        fail("fma_peak_gflops is %r" % doc["fma_peak_gflops"])
     if doc["threads"] != threads:
         fail("threads is %r, expected %d" % (doc["threads"], threads))
     if not is_number(doc["stream_gbps"]) or doc["stream_gbps"] <= 0:

@@ -1,0 +1,478 @@
+// The loops around the JIT-compiled micro-kernels: see codegen/gemm/gemm.h.
+#include "codegen/gemm/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "codegen/gemm/ukernel.h"
+#include "codegen/jit.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+
+namespace kiln::codegen::gemm {
+
+// ------------------------------------------------------------------ configs
+
+std::string Config::to_string() const {
+  return "mr=" + std::to_string(mr) + " nr=" + std::to_string(nr()) + " (" + std::to_string(nv) + "x" +
+         std::to_string(lanes) + ") unroll=" + std::to_string(unroll) + " kc=" + std::to_string(kc) +
+         " mc=" + std::to_string(mc) + " nc=" + std::to_string(nc);
+}
+
+std::string host_isa() {
+  const std::string &f = Jit::global().cpu_features();
+  if (f.find("+avx512f") != std::string::npos) return "avx512";
+  if (f.find("+avx2") != std::string::npos && f.find("+fma") != std::string::npos) return "avx2";
+  return "generic";
+}
+
+namespace {
+// kc = 256 floats (the B micro-panel kc x nr is reused across the ir loop), mc
+// x kc of A a quarter of L2 (1 MiB), kc x nc of B a slice of L3. Measured per
+// CPU-second on 2048^3 and W5's qkv, 8 x 48 tile (KILN_BENCH_CPU, interleaved
+// runs): kc 256 >= 160, 128 > 96; mc 256 >= 512, 768; differences near the
+// +-10% noise of the shared machine.
+Config make_config(int mr, int nv, int lanes, int elem_bytes) {
+  Config c;
+  c.mr = mr, c.nv = nv, c.lanes = lanes, c.unroll = 4;
+  c.kc = 256 * 4 / elem_bytes;
+  c.mc = std::max<int64_t>(1, (256 * 1024 / (c.kc * elem_bytes)) / mr) * mr;
+  c.nc = std::max<int64_t>(1, 4096 / c.nr()) * c.nr();
+  return c;
+}
+
+// Lets the benchmark sweep tiles without a rebuild: KILN_GEMM_TILE=mr,nv[,kc,mc,nc,unroll].
+void apply_env_override(Config &c) {
+  const char *s = std::getenv("KILN_GEMM_TILE");
+  if (!s || !*s) return;
+  long v[6] = {c.mr, c.nv, long(c.kc), long(c.mc), long(c.nc), c.unroll};
+  int n = std::sscanf(s, "%ld,%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
+  if (n < 2 || v[0] < 1 || v[1] < 1) {
+    kiln::log()->warn("KILN_GEMM_TILE='{}' is not MR,NV[,KC,MC,NC,UNROLL] with MR, NV >= 1: ignored", s);
+    return;
+  }
+  c.mr = int(v[0]), c.nv = int(v[1]);
+  c.kc = v[2] > 0 ? v[2] : c.kc, c.unroll = v[5] > 0 ? int(v[5]) : c.unroll;
+  c.mc = std::max<int64_t>(1, (v[3] > 0 ? v[3] : c.mc) / c.mr) * c.mr;
+  c.nc = std::max<int64_t>(1, (v[4] > 0 ? v[4] : c.nc) / c.nr()) * c.nr();
+}
+} // namespace
+
+template <class T> Config config_for_isa(const std::string &isa) {
+  constexpr int eb = sizeof(T);
+  // avx512: 32 zmm; 8 x 3 accumulators + 3 B vectors + a broadcast. The
+  // micro-kernels alone all run at 96-99% of the FMA peak (14x2, 12x2, 6x4,
+  // 8x3, 9x3); in whole products 8x3 measured a few % ahead of 14x2, and it
+  // tiles W5 exactly (M = 128 = 16 x 8, N = 768 / 2304 / 3072 = k x 48).
+  if (isa == "avx512") return make_config(8, 3, 64 / eb, eb);
+  // avx2: 16 ymm; 6 x 2 accumulators + 2 B vectors + 1 broadcast.
+  if (isa == "avx2") return make_config(6, 2, 32 / eb, eb);
+  return make_config(4, 2, 16 / eb, eb);
+}
+
+template <class T> Config default_config() {
+  static const Config c = [] {
+    Config c = config_for_isa<T>(host_isa());
+    apply_env_override(c);
+    return c;
+  }();
+  return c;
+}
+
+// ------------------------------------------------------------------ kernels
+
+namespace {
+
+template <class T> struct Kernels {
+  std::vector<MicroKernel<T>> by_rows; // by_rows[r]: the r-row kernel (r <= mr), null until compiled
+};
+
+std::mutex g_kernels_mu;
+
+template <class T> std::map<std::tuple<int, int, int>, Kernels<T>> &kernel_table() {
+  static std::map<std::tuple<int, int, int>, Kernels<T>> table;
+  return table;
+}
+
+template <class T> TileConfig tile(const Config &c, int rows) {
+  TileConfig t;
+  t.mr = rows, t.nv = c.nv, t.lanes = c.lanes, t.f64 = sizeof(T) == 8, t.unroll = c.unroll;
+  return t;
+}
+
+template <class T> MicroKernel<T> compile_kernel(const TileConfig &t) {
+  auto k = Jit::current().compile_module(t.key(), ukernel_builder(t));
+  // The Jit keeps every compiled kernel alive for its lifetime (Jit::global()
+  // is never destroyed); its entry address has the generated signature.
+  return reinterpret_cast<MicroKernel<T>>(reinterpret_cast<void *>(k->fn()));
+}
+
+// The kernels for row counts `a` and `b` (0 = none) of `c`, compiling the missing ones.
+template <class T> const Kernels<T> &kernels(const Config &c, int a, int b) {
+  std::lock_guard<std::mutex> lock(g_kernels_mu);
+  Kernels<T> &ks = kernel_table<T>()[{c.nv, c.lanes, c.unroll * 1000 + c.mr}];
+  ks.by_rows.resize(size_t(c.mr) + 1);
+  for (int r : {a, b})
+    if (r > 0 && !ks.by_rows[r]) ks.by_rows[r] = compile_kernel<T>(tile<T>(c, r));
+  return ks;
+}
+
+// ------------------------------------------------------------------ scratch
+
+// Thread-local, 64-byte aligned, grown on demand and kept: a steady-state call allocates nothing.
+struct Scratch {
+  void *p = nullptr;
+  size_t bytes = 0;
+  ~Scratch() { std::free(p); }
+  void *get(size_t want) {
+    if (want <= bytes) return p;
+    std::free(p);
+    bytes = (want + 4095) & ~size_t(4095);
+    p = std::aligned_alloc(64, bytes);
+    KILN_CHECK(p, "gemm: cannot allocate ", bytes, " bytes of packing scratch");
+    return p;
+  }
+};
+
+thread_local Scratch t_scratch;
+
+// ------------------------------------------------------------------ packing
+
+// A rows [i0, i0 + mc) x k [p0, p0 + kc) into panels of mr rows (the last one
+// of mc % mr rows), each kc x rows, k-major. op(A)[i, p] = A[i * rs + p * cs].
+template <class T>
+void pack_a(const T *A, int64_t rs, int64_t cs, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr, T *dst) {
+  for (int64_t ir = 0; ir < mc; ir += mr) {
+    const int64_t rows = std::min<int64_t>(mr, mc - ir);
+    const T *src = A + (i0 + ir) * rs + p0 * cs;
+    T *d = dst + ir * kc;
+    // k outer: the writes stay contiguous and each row's cache line is read
+    // across 16 consecutive k; row outer (contiguous reads, writes strided by
+    // `rows`) measured 5-10x slower per element (2048 x 2048, kc 256).
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t i = 0; i < rows; ++i) d[p * rows + i] = src[i * rs + p * cs];
+  }
+}
+
+// B k [p0, p0 + kc) x panels [q0, q1) of nr columns (zero past column N), each
+// panel kc x nr, k-major. op(B)[p, j] = B[p * rs + j * cs].
+template <class T>
+void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int64_t kc, int64_t q0, int64_t q1,
+                  int64_t nr, T *dst) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t j0 = q * nr, cols = std::min<int64_t>(nr, N - j0);
+    T *d = dst + (q - q0) * kc * nr;
+    const T *src = B + p0 * rs + j0 * cs;
+    if (cols < nr)
+      for (int64_t p = 0; p < kc; ++p) std::fill(d + p * nr + cols, d + (p + 1) * nr, T(0));
+    if (cs == 1) {
+      for (int64_t p = 0; p < kc; ++p) std::copy_n(src + p * rs, cols, d + p * nr); // inlined, not a call per row
+    } else { // k outer, as in pack_a: contiguous writes
+      // Blocked variants (8-column strips, 16 x 8 tiles) traded W5's fc2
+      // weights (ldb 3072: 48 rows in one L1 set) against qkv's and small
+      // ones without a clear win: weights are meant to be packed once (pack_b).
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t j = 0; j < cols; ++j) d[p * nr + j] = src[j * cs + p * rs];
+    }
+  }
+}
+
+// ------------------------------------------------------------------ driver
+
+template <class T> struct Problem {
+  int64_t M, N, K;
+  T alpha, beta;
+  const T *A;
+  int64_t ars, acs;
+  const T *B; // null when `packed`
+  int64_t brs, bcs;
+  const PackedB<T> *packed;
+  T *C;
+  int64_t ldc;
+  Config cfg;
+  const Kernels<T> *ks;
+};
+
+// C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product.
+template <class T>
+void macro_kernel(const Problem<T> &pr, const T *Ap, const T *Bp, int64_t i0, int64_t mc, int64_t q0, int64_t q1,
+                  int64_t kc, T beta) {
+  const int64_t nr = pr.cfg.nr();
+  const int mr = pr.cfg.mr;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t j0 = q * nr, cols = std::min<int64_t>(nr, pr.N - j0);
+    const T *b = Bp + (q - q0) * kc * nr;
+    for (int64_t ir = 0; ir < mc; ir += mr) {
+      const int rows = int(std::min<int64_t>(mr, mc - ir));
+      pr.ks->by_rows[rows](Ap + ir * kc, b, pr.C + (i0 + ir) * pr.ldc + j0, kc, pr.ldc, cols, pr.alpha, beta);
+    }
+  }
+}
+
+// One thread's share: rows [m0, m1) x panels [q0, q1).
+template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
+  const Config &c = pr.cfg;
+  const int64_t nr = c.nr(), kcmax = std::min(c.kc, pr.K), mcmax = std::min(c.mc, m1 - m0);
+  const int64_t qstep = pr.packed ? q1 - q0 : c.nc / nr;
+  const int64_t b_elems = pr.packed ? 0 : kcmax * std::min(qstep, q1 - q0) * nr;
+  T *scratch = static_cast<T *>(t_scratch.get(size_t(b_elems + mcmax * kcmax) * sizeof(T)));
+  T *Ap = scratch + b_elems;
+  for (int64_t jq = q0; jq < q1; jq += qstep) {
+    const int64_t jq1 = std::min(q1, jq + qstep);
+    for (int64_t pc = 0; pc < pr.K; pc += c.kc) {
+      const int64_t kc = std::min(c.kc, pr.K - pc);
+      const T *Bp = scratch;
+      if (pr.packed) Bp = pr.packed->block(pc) + jq * kc * nr;
+      else pack_b_block(pr.B, pr.brs, pr.bcs, pr.N, pc, kc, jq, jq1, nr, scratch);
+      const T beta = pc == 0 ? pr.beta : T(1);
+      for (int64_t ic = m0; ic < m1; ic += c.mc) {
+        const int64_t mc = std::min(c.mc, m1 - ic);
+        pack_a(pr.A, pr.ars, pr.acs, ic, mc, pc, kc, c.mr, Ap);
+        macro_kernel(pr, Ap, Bp, ic, mc, jq, jq1, kc, beta);
+      }
+    }
+  }
+}
+
+// C = beta * C on an M x N block (BLAS: beta == 0 writes zeros without reading C).
+template <class T> void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T *c = C + i * ldc;
+    if (beta == T(0)) std::fill(c, c + N, T(0));
+    else if (beta != T(1))
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+  }
+}
+
+// Below ~1 MFLOP a second thread costs more to wake than it saves.
+constexpr int64_t kSplitFlops = int64_t(1) << 20;
+
+template <class T> void run(const Problem<T> &pr, int threads) {
+  const int64_t nr = pr.cfg.nr(), mr = pr.cfg.mr;
+  const int64_t panels = (pr.N + nr - 1) / nr, mblocks = (pr.M + mr - 1) / mr;
+  if (threads <= 0) threads = get_num_threads();
+  int64_t parts = threads;
+  if (threads < 2 || in_parallel_region() || 2 * pr.M * pr.N * pr.K < kSplitFlops) parts = 1;
+  // Many row blocks: split M (each thread packs only its rows of A, and the
+  // threads share B's blocks in L3). Few (M = 1..~400): split N when it has
+  // panels for every thread, which keeps M = 128 and M = 1..64 balanced.
+  const bool by_n = mblocks < 16 * parts && (panels >= mblocks || panels >= 2 * parts);
+  parts = std::min(parts, by_n ? panels : mblocks);
+  if (parts <= 1) return run_range(pr, 0, pr.M, 0, panels);
+  const int64_t units = by_n ? panels : mblocks;
+  parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t u0 = units * t / parts, u1 = units * (t + 1) / parts;
+      if (by_n) run_range(pr, 0, pr.M, u0, u1);
+      else run_range(pr, u0 * mr, std::min(pr.M, u1 * mr), 0, panels);
+    }
+  });
+}
+
+void check_dims(const char *op, int64_t M, int64_t N, int64_t K) {
+  KILN_CHECK(M >= 0 && N >= 0 && K >= 0, op, ": expected non-negative sizes, got M=", M, " N=", N, " K=", K);
+}
+
+void check_ld(const char *op, const char *arg, int64_t ld, int64_t rows, int64_t cols) {
+  // A rows x cols row-major operand needs ld >= cols (BLAS: >= max(1, cols)).
+  KILN_CHECK(ld >= std::max<int64_t>(1, cols), op, ": ", arg, " = ", ld, " is less than the ", cols,
+             " columns of the ", rows, "x", cols, " operand");
+}
+
+template <class T> void check_config(const Config &c) {
+  KILN_CHECK(c.mr >= 1 && c.nv >= 1 && c.lanes >= 1 && c.unroll >= 1 && c.kc >= 1 && c.mc >= c.mr &&
+                 c.mc % c.mr == 0 && c.nc >= c.nr() && c.nc % c.nr() == 0,
+             "gemm: invalid config ", c.to_string());
+}
+
+template <class T> bool quick_return(int64_t M, int64_t N, int64_t K, T alpha, T beta, T *C, int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K > 0 && alpha != T(0)) return false;
+  scale_c(M, N, beta, C, ldc);
+  return true;
+}
+
+// Row counts of the kernels a problem of M rows uses: full tiles and the tail.
+template <class T> const Kernels<T> &kernels_for(const Config &c, int64_t M) {
+  return kernels<T>(c, M >= c.mr ? c.mr : 0, int(M % c.mr));
+}
+
+} // namespace
+
+template <class T> int64_t PackedB<T>::bytes() const { return K * panels() * config.nr() * int64_t(sizeof(T)); }
+
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T *B, int64_t ldb, const Config &config) {
+  check_dims("gemm pack_b", 1, N, K);
+  check_config<T>(config);
+  check_ld("gemm pack_b", "ldb", ldb, trans_b ? N : K, trans_b ? K : N);
+  PackedB<T> pb;
+  pb.K = K, pb.N = N, pb.config = config;
+  const int64_t nr = config.nr(), elems = std::max<int64_t>(1, K * pb.panels() * nr);
+  T *p = static_cast<T *>(std::aligned_alloc(64, ((size_t(elems) * sizeof(T)) + 63) & ~size_t(63)));
+  KILN_CHECK(p, "gemm pack_b: cannot allocate ", elems * int64_t(sizeof(T)), " bytes for ", K, "x", N, " weights");
+  pb.data = std::shared_ptr<T>(p, [](T *q) { std::free(q); });
+  const int64_t rs = trans_b ? 1 : ldb, cs = trans_b ? ldb : 1;
+  for (int64_t pc = 0; pc < K; pc += config.kc)
+    pack_b_block(B, rs, cs, N, pc, std::min(config.kc, K - pc), 0, pb.panels(), nr, p + pc * pb.panels() * nr);
+  return pb;
+}
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
+          int64_t ldb, T beta, T *C, int64_t ldc, const Config &config) {
+  check_dims("gemm", M, N, K);
+  check_config<T>(config);
+  check_ld("gemm", "lda", lda, trans_a ? K : M, trans_a ? M : K);
+  check_ld("gemm", "ldb", ldb, trans_b ? N : K, trans_b ? K : N);
+  check_ld("gemm", "ldc", ldc, M, N);
+  if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
+  Problem<T> pr{M, N, K, alpha, beta, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, trans_b ? 1 : ldb,
+                trans_b ? ldb : 1, nullptr, C, ldc, config, &kernels_for<T>(config, M)};
+  run(pr, config.threads);
+}
+
+template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const Config &config) {
+  check_dims("gemm_strided", M, N, K);
+  check_config<T>(config);
+  KILN_CHECK(ars >= 0 && acs >= 0 && brs >= 0 && bcs >= 0, "gemm_strided: expected non-negative strides, got A (",
+             ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
+  check_ld("gemm_strided", "ldc", ldc, M, N);
+  if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
+  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, config, &kernels_for<T>(config, M)};
+  run(pr, config.threads);
+}
+
+template <class T>
+void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, const PackedB<T> &B, T beta, T *C,
+                 int64_t ldc, int threads) {
+  const int64_t N = B.N, K = B.K;
+  check_dims("gemm_packed", M, N, K);
+  check_ld("gemm_packed", "lda", lda, trans_a ? K : M, trans_a ? M : K);
+  check_ld("gemm_packed", "ldc", ldc, M, N);
+  if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
+  Problem<T> pr{M, N, K, alpha, beta, A, trans_a ? 1 : lda, trans_a ? lda : 1, nullptr, 0, 0, &B, C, ldc,
+                B.config, &kernels_for<T>(B.config, M)};
+  run(pr, threads);
+}
+
+template <class T> int warm_up(const Config &config) {
+  check_config<T>(config);
+  int n = 0;
+  for (int r = 1; r <= config.mr; ++r, ++n) kernels<T>(config, r, 0);
+  return n;
+}
+
+// ------------------------------------------------------------------ FMA peak
+
+namespace {
+// CPU time of the calling thread: what a single-threaded probe gets when the
+// machine is shared (wall time counts the other tenants' slices too).
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+} // namespace
+
+double fma_peak_cpu_gflops(double ms) {
+  const std::string isa = host_isa();
+  const int lanes = isa == "avx512" ? 16 : isa == "avx2" ? 8 : 4, accs = isa == "avx512" ? 24 : 12;
+  const std::string key = "gemm-fma-probe-v1;lanes=" + std::to_string(lanes) + ";accs=" + std::to_string(accs);
+  auto k = Jit::current().compile_module(key, fma_probe_builder(lanes, accs));
+  auto probe = reinterpret_cast<void (*)(int64_t, float *)>(reinterpret_cast<void *>(k->fn()));
+  auto timed = [&](int64_t iters) {
+    float io[2] = {0.999f, 1e-3f};
+    const double t0 = thread_cpu_seconds();
+    probe(iters, io);
+    return thread_cpu_seconds() - t0;
+  };
+  int64_t iters = 1 << 16;
+  while (timed(iters) < ms * 1e-4 && iters < (int64_t(1) << 40)) iters *= 4;
+  const int64_t full = std::max<int64_t>(iters, int64_t(double(iters) * ms * 1e-3 / std::max(1e-9, timed(iters))));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) best = std::max(best, double(full) * accs * lanes * 2 / timed(full) * 1e-9);
+  return best;
+}
+
+double fma_peak_gflops(int threads, double ms) {
+  KILN_CHECK(threads >= 1, "fma_peak_gflops: threads must be >= 1, got ", threads);
+  const std::string isa = host_isa();
+  const int lanes = isa == "avx512" ? 16 : isa == "avx2" ? 8 : 4;
+  const int accs = isa == "avx512" ? 24 : 12; // > 2 pipes x 4 cycles latency, within the register file
+  const std::string key = "gemm-fma-probe-v1;lanes=" + std::to_string(lanes) + ";accs=" + std::to_string(accs);
+  auto k = Jit::current().compile_module(key, fma_probe_builder(lanes, accs));
+  auto probe = reinterpret_cast<void (*)(int64_t, float *)>(reinterpret_cast<void *>(k->fn()));
+  using Clock = std::chrono::steady_clock;
+  auto timed = [&](int64_t iters) {
+    auto t0 = Clock::now();
+    parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        float io[2] = {0.999f, 1e-3f};
+        probe(iters, io);
+      }
+    });
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  int64_t iters = 1 << 16;
+  while (timed(iters) < ms * 1e-4 && iters < (int64_t(1) << 40)) iters *= 4; // ~1/10 of the budget
+  const int64_t full = std::max<int64_t>(iters, int64_t(double(iters) * ms * 1e-3 / std::max(1e-9, timed(iters))));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep)
+    best = std::max(best, double(full) * accs * lanes * 2 * threads / timed(full) * 1e-9);
+  return best;
+}
+
+template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms) {
+  check_config<T>(config);
+  KILN_CHECK(kc >= 1, "ukernel_gflops: kc must be >= 1, got ", kc);
+  MicroKernel<T> k = kernels<T>(config, config.mr, 0).by_rows[config.mr];
+  const int64_t nr = config.nr();
+  std::vector<T> a(size_t(config.mr * kc), T(0.5)), c(size_t(config.mr * nr), T(0));
+  T *b = static_cast<T *>(std::aligned_alloc(64, size_t(kc * nr) * sizeof(T)));
+  KILN_CHECK(b, "ukernel_gflops: cannot allocate B");
+  std::fill(b, b + kc * nr, T(0.25));
+  auto timed = [&](int64_t reps) {
+    const double t0 = thread_cpu_seconds();
+    for (int64_t r = 0; r < reps; ++r) k(a.data(), b, c.data(), kc, nr, nr, T(1), T(1));
+    return thread_cpu_seconds() - t0;
+  };
+  int64_t reps = 64;
+  while (timed(reps) < ms * 1e-4) reps *= 4;
+  reps = std::max<int64_t>(reps, int64_t(double(reps) * ms * 1e-3 / std::max(1e-9, timed(reps))));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) best = std::max(best, 2.0 * config.mr * nr * kc * reps / timed(reps) * 1e-9);
+  std::free(b);
+  return best;
+}
+
+#define KILN_GEMM_INSTANTIATE(T)                                                                                \
+  template Config default_config<T>();                                                                         \
+  template Config config_for_isa<T>(const std::string &);                                                      \
+  template struct PackedB<T>;                                                                                  \
+  template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T *, int64_t, const Config &);                  \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T *, int64_t, const T *, int64_t, T, T *, \
+                        int64_t, const Config &);                                                              \
+  template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
+                                int64_t, T, T *, int64_t, const Config &);                                    \
+  template void gemm_packed<T>(bool, int64_t, T, const T *, int64_t, const PackedB<T> &, T, T *, int64_t, int);  \
+  template int warm_up<T>(const Config &);                                                                     \
+  template double ukernel_gflops<T>(const Config &, int64_t, double);
+KILN_GEMM_INSTANTIATE(float)
+KILN_GEMM_INSTANTIATE(double)
+
+} // namespace kiln::codegen::gemm

@@ -1,0 +1,112 @@
+// kiln's own GEMM: C = alpha * op(A) * op(B) + beta * C with JIT-compiled,
+// register-blocked micro-kernels (codegen/gemm/ukernel.h) and C++ loops
+// around them (cache blocking, packing, threads over kiln's pool).
+//
+//   kiln::gemm::sgemm(false, true, M, N, K, 1.f, A, lda, W, ldw, 0.f, C, ldc);
+//   auto packed = kiln::gemm::pack_b<float>(true, K, N, W, ldw);   // weights, once
+//   kiln::gemm::gemm_packed<float>(false, M, 1.f, A, lda, packed, 0.f, C, ldc);
+//
+// Row-major operands as in cblas with CblasRowMajor: op(A) is M x K (A[i*lda+p],
+// or A[p*lda+i] when trans_a), op(B) is K x N, C is M x N with row stride ldc.
+// BLAS semantics: beta == 0 never reads C, alpha == 0 never reads A or B, K == 0
+// scales C by beta. Bad arguments throw kiln::Error naming the argument; a
+// micro-kernel that cannot be compiled throws kiln::Error (callers fall back to BLAS).
+//
+// Design (numbers from bench/gemm_bench.cpp, see docs/performance.md):
+// - micro-kernel MR x NR accumulators (AVX-512: 8 x 48 floats / 8 x 24 doubles;
+//   AVX2: 6 x 16 / 6 x 8) in vector registers, A and B read from
+//   packed panels (A: kc x MR, B: kc x NR, zero padded), N edge by masked
+//   loads/stores, M edge by a kernel compiled for the remaining rows.
+// - loops (Goto/BLIS order): jc over NC columns (B block kc x nc packed once
+//   per jc, pc), pc over KC, ic over MC rows (A block mc x kc packed, kept in
+//   L2), jr over NR panels (B micro-panel in L1), ir over MR rows.
+// - threads: the N panels (or, when there are fewer of them than row blocks,
+//   the M rows in MR multiples) are split into one contiguous range per thread;
+//   each thread packs its own A and B blocks into thread-local scratch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace kiln::codegen::gemm {
+
+// Tile and blocking; defaults come from the host CPU (default_config<T>()).
+struct Config {
+  int mr = 0, nv = 0, lanes = 0; // micro-tile: mr rows x (nv * lanes) columns
+  int unroll = 0;                // k steps per micro-kernel loop iteration
+  int64_t kc = 0, mc = 0, nc = 0; // cache blocks (elements); mc a multiple of mr, nc of nr
+  int threads = 0;                // 0: kiln::get_num_threads()
+  int64_t nr() const { return int64_t(nv) * lanes; }
+  std::string to_string() const;
+};
+
+// "avx512" when the JIT's host CPU has AVX-512F, else "avx2" (AVX2 + FMA),
+// else "generic" (the vectors LLVM legalizes for the host).
+std::string host_isa();
+template <class T> Config default_config();
+// Config for an ISA by name ("avx512", "avx2"): tests run the AVX2 kernels on an AVX-512 host.
+template <class T> Config config_for_isa(const std::string &isa);
+
+// Weights packed once into the micro-kernel's B panel layout for `config`:
+// blocks of kc rows, each holding ceil(N / nr) panels of kc x nr elements.
+template <class T> struct PackedB {
+  int64_t K = 0, N = 0;
+  Config config;
+  std::shared_ptr<T> data; // 64-byte aligned
+  int64_t panels() const { return (N + config.nr() - 1) / config.nr(); }
+  int64_t bytes() const;
+  // Panels of the k block starting at row pc (a multiple of config.kc).
+  const T *block(int64_t pc) const { return data.get() + pc * panels() * config.nr(); }
+};
+
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T *B, int64_t ldb, const Config &config = default_config<T>());
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
+          int64_t ldb, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
+
+// The same with any element strides, as runtime/kernels/linalg_internal.h's
+// gemm (the executor's contraction steps): op(A)[i, p] = A[i * ars + p * acs],
+// op(B)[p, j] = B[p * brs + j * bcs] (the packing reads any layout; strides may
+// be 0 for broadcast operands), C row-major with leading dimension ldc >= N.
+template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
+
+template <class T>
+void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, const PackedB<T> &B, T beta, T *C,
+                 int64_t ldc, int threads = 0);
+
+inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A, int64_t lda,
+                  const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+  gemm<double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Compiles (or finds in the caches) every micro-kernel `config` can use, so
+// that a first call does not pay for it; returns how many were compiled or found.
+template <class T> int warm_up(const Config &config = default_config<T>());
+
+// The register-only FMA peak of `threads` threads in GFLOP/s: a JIT-compiled
+// loop of independent vector FMAs at the host's widest vector, timed for ~`ms`.
+double fma_peak_gflops(int threads, double ms = 100);
+
+// The same for one thread per CPU-second of that thread (thread CPU time): on a
+// shared machine, the rate the core gives while this thread runs on it.
+double fma_peak_cpu_gflops(double ms = 100);
+
+// The full-tile micro-kernel alone on one thread, on L1-resident packed panels
+// (A mr x kc, B kc x nr, one C tile), in GFLOP/s per CPU-second of the thread
+// (compare with fma_peak_cpu_gflops): the bound of the loops around it.
+template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms = 100);
+
+} // namespace kiln::codegen::gemm
+
+namespace kiln {
+namespace gemm = codegen::gemm;
+}

@@ -1,0 +1,48 @@
+// INTERNAL to codegen/gemm: the LLVM IR of a GEMM micro-kernel.
+//
+// A micro-kernel computes one MR x NR tile of C from packed panels:
+//   C[i, j] = alpha * sum_p A[p, i] * B[p, j] + beta * C[i, j]   (i < MR, j < n <= NR)
+// with A packed as kc rows of MR contiguous elements and B as kc rows of NR
+// contiguous elements (NR = nv vectors of `lanes` elements). The tile lives in
+// MR x nv vector accumulators for the whole k loop; columns j >= n are neither
+// read nor written (masked loads/stores), and beta == 0 never reads C (BLAS).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codegen/jit.h"
+
+namespace kiln::codegen::gemm {
+
+struct TileConfig {
+  int mr = 1;      // rows of the tile (accumulator rows)
+  int nv = 1;      // vectors per row
+  int lanes = 16;  // elements per vector (16 floats = one zmm)
+  bool f64 = false;
+  int unroll = 1;  // k steps per loop iteration
+  int nr() const { return nv * lanes; }
+  std::string key() const;
+};
+
+// void fn(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta)
+template <class T>
+using MicroKernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta);
+
+// Throws kiln::Error if the IR does not verify.
+std::unique_ptr<llvm::Module> build_ukernel(const TileConfig &cfg, const std::string &symbol,
+                                            const LowerTarget &target, llvm::LLVMContext &ctx);
+
+// void fn(int64_t iters, float *io): `accs` independent chains of vector FMAs
+// (acc = acc * x + y) iterated `iters` times, x and y read from io[0], io[1], the
+// sum written to io[0]: iters * accs * lanes * 2 flops and no memory traffic.
+std::unique_ptr<llvm::Module> build_fma_probe(int lanes, int accs, const std::string &symbol,
+                                              const LowerTarget &target, llvm::LLVMContext &ctx);
+
+// The two generators above as Jit::compile_module builders (for callers that
+// include no LLVM header).
+ModuleBuilder ukernel_builder(const TileConfig &cfg);
+ModuleBuilder fma_probe_builder(int lanes, int accs);
+
+} // namespace kiln::codegen::gemm

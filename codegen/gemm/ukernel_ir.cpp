@@ -1,0 +1,312 @@
+// Emits the GEMM micro-kernel described in codegen/gemm/ukernel.h.
+//
+// Shape of the code (why): the MR x nv accumulators are SSA values carried
+// through the k loop as phis, so the register allocator keeps them in vector
+// registers for the whole loop (MR * nv + nv + 1 <= 32 zmm on AVX-512). Each
+// k step loads nv vectors of B and broadcasts MR scalars of A, which the x86
+// backend folds into the FMA's memory operand ({1to16} broadcast), so a step
+// is nv loads + MR * nv FMAs. The loop is unrolled `unroll` times with a
+// one-step tail loop, because kc is a run-time value.
+#include "codegen/gemm/ukernel.h"
+
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "codegen/lower.h"
+#include "codegen/module_flags.h"
+#include "runtime/error.h"
+
+namespace kiln::codegen::gemm {
+
+std::string TileConfig::key() const {
+  return std::string("gemm-ukr-v3;") + (f64 ? "f64" : "f32") + ";mr=" + std::to_string(mr) +
+         ";nv=" + std::to_string(nv) + ";lanes=" + std::to_string(lanes) + ";unroll=" + std::to_string(unroll);
+}
+
+namespace {
+
+using Acc = std::vector<llvm::Value *>; // row-major: acc[i * nv + j]
+
+class UkernelBuilder {
+public:
+  UkernelBuilder(const TileConfig &cfg, llvm::Module &m, const LowerTarget &target)
+      : cfg_(cfg), c_(m.getContext()), m_(m), b_(c_), target_(target) {
+    elt_ = cfg.f64 ? b_.getDoubleTy() : b_.getFloatTy();
+    vec_ = llvm::FixedVectorType::get(elt_, cfg.lanes);
+    vec_align_ = llvm::Align(std::min<uint64_t>(64, cfg.lanes * (cfg.f64 ? 8 : 4)));
+    elt_align_ = llvm::Align(cfg.f64 ? 8 : 4);
+  }
+
+  void build(const std::string &symbol) {
+    auto *ptr = b_.getPtrTy();
+    auto *i64 = b_.getInt64Ty();
+    auto *fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64, i64, i64, elt_, elt_}, false);
+    f_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m_);
+    f_->addFnAttr(llvm::Attribute::NoUnwind);
+    if (!target_.cpu.empty()) f_->addFnAttr("target-cpu", target_.cpu);
+    if (!target_.features.empty()) f_->addFnAttr("target-features", target_.features);
+    for (unsigned i = 0; i < 3; ++i) f_->addParamAttr(i, llvm::Attribute::NoAlias);
+    a_ = f_->getArg(0), bp_ = f_->getArg(1), cp_ = f_->getArg(2);
+    kc_ = f_->getArg(3), ldc_ = f_->getArg(4), n_ = f_->getArg(5);
+    alpha_ = f_->getArg(6), beta_ = f_->getArg(7);
+    fma_ = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::fmuladd, {vec_});
+    emit_body();
+  }
+
+private:
+  llvm::BasicBlock *block(const char *name) { return llvm::BasicBlock::Create(c_, name, f_); }
+
+  Acc zeros() { return Acc(size_t(cfg_.mr * cfg_.nv), llvm::Constant::getNullValue(vec_)); }
+
+  // One k step at index p: acc[i][j] += A[p, i] * B[p, j..].
+  Acc step(const Acc &acc, llvm::Value *p) {
+    llvm::Value *brow = b_.CreateMul(p, b_.getInt64(cfg_.nr()));
+    std::vector<llvm::Value *> bv(cfg_.nv);
+    for (int j = 0; j < cfg_.nv; ++j) {
+      llvm::Value *at = b_.CreateGEP(elt_, bp_, b_.CreateAdd(brow, b_.getInt64(j * cfg_.lanes)));
+      bv[j] = b_.CreateAlignedLoad(vec_, at, vec_align_);
+    }
+    llvm::Value *arow = b_.CreateMul(p, b_.getInt64(cfg_.mr));
+    Acc out(acc.size());
+    for (int i = 0; i < cfg_.mr; ++i) {
+      llvm::Value *at = b_.CreateGEP(elt_, a_, b_.CreateAdd(arow, b_.getInt64(i)));
+      llvm::Value *s = b_.CreateVectorSplat(cfg_.lanes, b_.CreateAlignedLoad(elt_, at, elt_align_));
+      for (int j = 0; j < cfg_.nv; ++j) out[i * cfg_.nv + j] = b_.CreateCall(fma_, {s, bv[j], acc[i * cfg_.nv + j]});
+    }
+    return out;
+  }
+
+  std::vector<llvm::PHINode *> acc_phis(const Acc &init, llvm::BasicBlock *from) {
+    std::vector<llvm::PHINode *> phis(init.size());
+    for (size_t q = 0; q < init.size(); ++q) {
+      phis[q] = b_.CreatePHI(vec_, 2);
+      phis[q]->addIncoming(init[q], from);
+    }
+    return phis;
+  }
+
+  static Acc values(const std::vector<llvm::PHINode *> &phis) { return Acc(phis.begin(), phis.end()); }
+
+  static void add_incoming(std::vector<llvm::PHINode *> &phis, const Acc &vals, llvm::BasicBlock *from) {
+    for (size_t q = 0; q < phis.size(); ++q) phis[q]->addIncoming(vals[q], from);
+  }
+
+  // A loop over p in [start, end) by `by` steps (end - start a multiple of
+  // `by`, and > 0); returns the accumulators after it, in block `exit`.
+  Acc loop(const Acc &init, llvm::Value *start, llvm::Value *end, int by, llvm::BasicBlock *body,
+           llvm::BasicBlock *exit) {
+    llvm::BasicBlock *from = b_.GetInsertBlock();
+    b_.CreateBr(body);
+    b_.SetInsertPoint(body);
+    llvm::PHINode *p = b_.CreatePHI(b_.getInt64Ty(), 2);
+    p->addIncoming(start, from);
+    auto phis = acc_phis(init, from);
+    Acc acc = values(phis);
+    for (int u = 0; u < by; ++u) acc = step(acc, b_.CreateAdd(p, b_.getInt64(u)));
+    llvm::Value *next = b_.CreateAdd(p, b_.getInt64(by));
+    p->addIncoming(next, b_.GetInsertBlock());
+    add_incoming(phis, acc, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpULT(next, end), body, exit);
+    return acc;
+  }
+
+  // Merges accumulators arriving from two predecessors at the current block.
+  Acc merge(const Acc &x, llvm::BasicBlock *bx, const Acc &y, llvm::BasicBlock *by) {
+    Acc out(x.size());
+    for (size_t q = 0; q < x.size(); ++q) {
+      llvm::PHINode *phi = b_.CreatePHI(vec_, 2);
+      phi->addIncoming(x[q], bx);
+      phi->addIncoming(y[q], by);
+      out[q] = phi;
+    }
+    return out;
+  }
+
+  void emit_body() {
+    llvm::BasicBlock *entry = block("entry"), *main_pre = block("main.pre"), *main = block("main"),
+                     *mid = block("mid"), *tail_pre = block("tail.pre"), *tail = block("tail"),
+                     *store = block("store");
+    b_.SetInsertPoint(entry);
+    prefetch_c();
+    const int u = cfg_.unroll;
+    llvm::Value *kmain = b_.CreateSub(kc_, b_.CreateSRem(kc_, b_.getInt64(u)));
+    const Acc zero = zeros();
+    b_.CreateCondBr(b_.CreateICmpSGT(kmain, b_.getInt64(0)), main_pre, mid);
+
+    b_.SetInsertPoint(main_pre);
+    Acc after_main = loop(zero, b_.getInt64(0), kmain, u, main, mid);
+
+    b_.SetInsertPoint(mid);
+    Acc at_mid = merge(zero, entry, after_main, main);
+    b_.CreateCondBr(b_.CreateICmpSLT(kmain, kc_), tail_pre, store);
+
+    b_.SetInsertPoint(tail_pre);
+    Acc after_tail = loop(at_mid, kmain, kc_, 1, tail, store);
+
+    b_.SetInsertPoint(store);
+    emit_stores(merge(at_mid, mid, after_tail, tail));
+  }
+
+  // Asks for the C tile's cache lines (for writing) before the k loop: the
+  // tile is read and written after it, and a C larger than the caches (2048^2)
+  // otherwise stalls each call on mr DRAM misses (~10% of a 2048^3 product).
+  // Prefetches never fault, so lines past column n or the row end are harmless.
+  void prefetch_c() {
+    llvm::Function *pf = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::prefetch, {b_.getPtrTy()});
+    const int64_t row_bytes = int64_t(cfg_.nr()) * (cfg_.f64 ? 8 : 4);
+    for (int i = 0; i < cfg_.mr; ++i) {
+      llvm::Value *row = b_.CreateGEP(b_.getInt8Ty(), cp_, b_.CreateMul(b_.getInt64(i), b_.CreateShl(ldc_, cfg_.f64 ? 3 : 2)));
+      for (int64_t off = 0; off < row_bytes + 63; off += 64) {
+        llvm::Value *at = b_.CreateGEP(b_.getInt8Ty(), row, b_.getInt64(std::min(off, row_bytes - 1)));
+        b_.CreateCall(pf, {at, b_.getInt32(1), b_.getInt32(3), b_.getInt32(1)});
+      }
+    }
+  }
+
+  llvm::Value *splat(llvm::Value *x) { return b_.CreateVectorSplat(cfg_.lanes, x); }
+
+  // Lanes j*lanes + l < n of vector j.
+  llvm::Value *lane_mask(int j) {
+    std::vector<llvm::Constant *> idx;
+    for (int l = 0; l < cfg_.lanes; ++l) idx.push_back(b_.getInt64(int64_t(j) * cfg_.lanes + l));
+    return b_.CreateICmpSLT(llvm::ConstantVector::get(idx), splat(n_));
+  }
+
+  // Stores alpha * acc (+ beta * C) into rows i < MR, columns < n (all NR
+  // columns when `full`); `with_beta` false never reads C.
+  void store_tile(const Acc &scaled, bool full, bool with_beta) {
+    llvm::Value *beta = splat(beta_);
+    for (int i = 0; i < cfg_.mr; ++i) {
+      llvm::Value *row = b_.CreateGEP(elt_, cp_, b_.CreateMul(b_.getInt64(i), ldc_));
+      for (int j = 0; j < cfg_.nv; ++j) {
+        llvm::Value *at = b_.CreateGEP(elt_, row, b_.getInt64(int64_t(j) * cfg_.lanes));
+        llvm::Value *mask = full ? nullptr : lane_mask(j);
+        llvm::Value *v = scaled[i * cfg_.nv + j];
+        if (with_beta) {
+          llvm::Value *old = full ? static_cast<llvm::Value *>(b_.CreateAlignedLoad(vec_, at, elt_align_))
+                                  : b_.CreateMaskedLoad(vec_, at, elt_align_, mask, llvm::Constant::getNullValue(vec_));
+          v = b_.CreateCall(fma_, {old, beta, v});
+        }
+        if (full) b_.CreateAlignedStore(v, at, elt_align_);
+        else b_.CreateMaskedStore(v, at, elt_align_, mask);
+      }
+    }
+    b_.CreateRetVoid();
+  }
+
+  // Four store variants (full or masked columns x beta zero or not), chosen
+  // once per call: a branch per tile instead of masks on every full tile.
+  void emit_stores(const Acc &acc) {
+    llvm::Value *alpha = splat(alpha_);
+    Acc scaled(acc.size());
+    for (size_t q = 0; q < acc.size(); ++q) scaled[q] = b_.CreateFMul(acc[q], alpha);
+    llvm::Value *full = b_.CreateICmpSGE(n_, b_.getInt64(cfg_.nr()));
+    llvm::Value *beta0 = b_.CreateFCmpOEQ(beta_, llvm::ConstantFP::get(elt_, 0.0));
+    llvm::BasicBlock *full_sel = block("full"), *mask_sel = block("masked");
+    b_.CreateCondBr(full, full_sel, mask_sel);
+    for (bool is_full : {true, false}) {
+      b_.SetInsertPoint(is_full ? full_sel : mask_sel);
+      llvm::BasicBlock *no_beta = block("beta0"), *with_beta = block("beta");
+      b_.CreateCondBr(beta0, no_beta, with_beta);
+      b_.SetInsertPoint(no_beta);
+      store_tile(scaled, is_full, false);
+      b_.SetInsertPoint(with_beta);
+      store_tile(scaled, is_full, true);
+    }
+  }
+
+  const TileConfig &cfg_;
+  llvm::LLVMContext &c_;
+  llvm::Module &m_;
+  llvm::IRBuilder<> b_;
+  const LowerTarget &target_;
+  llvm::Type *elt_ = nullptr;
+  llvm::FixedVectorType *vec_ = nullptr;
+  llvm::Align vec_align_, elt_align_;
+  llvm::Function *f_ = nullptr, *fma_ = nullptr;
+  llvm::Value *a_ = nullptr, *bp_ = nullptr, *cp_ = nullptr, *kc_ = nullptr, *ldc_ = nullptr, *n_ = nullptr,
+              *alpha_ = nullptr, *beta_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<llvm::Module> build_ukernel(const TileConfig &cfg, const std::string &symbol,
+                                            const LowerTarget &target, llvm::LLVMContext &ctx) {
+  KILN_CHECK(cfg.mr >= 1 && cfg.nv >= 1 && cfg.lanes >= 1 && cfg.unroll >= 1, "gemm: invalid tile ", cfg.key());
+  auto m = std::make_unique<llvm::Module>(symbol, ctx);
+  m->setTargetTriple(target.triple);
+  m->setDataLayout(target.data_layout);
+  UkernelBuilder(cfg, *m, target).build(symbol);
+  m->addModuleFlag(llvm::Module::Warning, kSkipOptimizerFlag, 1);
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(*m, &os)) KILN_FAIL("gemm: micro-kernel ", cfg.key(), " produced invalid IR: ", os.str());
+  return m;
+}
+
+std::unique_ptr<llvm::Module> build_fma_probe(int lanes, int accs, const std::string &symbol,
+                                              const LowerTarget &target, llvm::LLVMContext &ctx) {
+  auto m = std::make_unique<llvm::Module>(symbol, ctx);
+  m->setTargetTriple(target.triple);
+  m->setDataLayout(target.data_layout);
+  llvm::IRBuilder<> b(ctx);
+  auto *vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
+  auto *fty = llvm::FunctionType::get(b.getVoidTy(), {b.getInt64Ty(), b.getPtrTy()}, false);
+  auto *f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, *m);
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  if (!target.cpu.empty()) f->addFnAttr("target-cpu", target.cpu);
+  if (!target.features.empty()) f->addFnAttr("target-features", target.features);
+  llvm::Function *fma = llvm::Intrinsic::getDeclaration(m.get(), llvm::Intrinsic::fmuladd, {vec});
+  auto *entry = llvm::BasicBlock::Create(ctx, "entry", f), *body = llvm::BasicBlock::Create(ctx, "body", f),
+       *exit = llvm::BasicBlock::Create(ctx, "exit", f);
+  b.SetInsertPoint(entry);
+  llvm::Value *io = f->getArg(1);
+  llvm::Value *x = b.CreateVectorSplat(lanes, b.CreateLoad(b.getFloatTy(), io));
+  llvm::Value *y = b.CreateVectorSplat(lanes, b.CreateLoad(b.getFloatTy(), b.CreateGEP(b.getFloatTy(), io, b.getInt64(1))));
+  // Distinct starting values: identical chains could be merged by the optimizer.
+  std::vector<llvm::Value *> init(accs);
+  for (int q = 0; q < accs; ++q) init[q] = b.CreateFAdd(y, llvm::ConstantFP::get(vec, double(q)));
+  b.CreateBr(body);
+  b.SetInsertPoint(body);
+  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2);
+  i->addIncoming(b.getInt64(0), entry);
+  std::vector<llvm::PHINode *> acc(accs);
+  std::vector<llvm::Value *> next(accs);
+  for (int q = 0; q < accs; ++q) {
+    acc[q] = b.CreatePHI(vec, 2);
+    acc[q]->addIncoming(init[q], entry);
+  }
+  for (int q = 0; q < accs; ++q) next[q] = b.CreateCall(fma, {acc[q], x, y});
+  llvm::Value *i1 = b.CreateAdd(i, b.getInt64(1));
+  i->addIncoming(i1, body);
+  for (int q = 0; q < accs; ++q) acc[q]->addIncoming(next[q], body);
+  b.CreateCondBr(b.CreateICmpULT(i1, f->getArg(0)), body, exit);
+  b.SetInsertPoint(exit);
+  llvm::Value *sum = next[0];
+  for (int q = 1; q < accs; ++q) sum = b.CreateFAdd(sum, next[q]);
+  b.CreateStore(b.CreateExtractElement(sum, uint64_t(0)), io);
+  b.CreateRetVoid();
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(*m, &os)) KILN_FAIL("gemm: FMA probe produced invalid IR: ", os.str());
+  return m;
+}
+
+ModuleBuilder ukernel_builder(const TileConfig &cfg) {
+  return [cfg](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
+    return build_ukernel(cfg, symbol, target, ctx);
+  };
+}
+
+ModuleBuilder fma_probe_builder(int lanes, int accs) {
+  return [lanes, accs](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
+    return build_fma_probe(lanes, accs, symbol, target, ctx);
+  };
+}
+
+} // namespace kiln::codegen::gemm
