@@ -9,6 +9,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -442,15 +443,15 @@ Tensor &div_(Tensor &self, const Scalar &other) { return div_(self, detail::wrap
 namespace adapters {
 std::vector<Tensor> Add(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "add");
-  return {add(in[0], in[1], a[0].as_scalar())};
+  return {add(in[0], in[1], attrs::Add{a}.alpha())};
 }
 std::vector<Tensor> Sub(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "sub");
-  return {sub(in[0], in[1], a[0].as_scalar())};
+  return {sub(in[0], in[1], attrs::Sub{a}.alpha())};
 }
 std::vector<Tensor> Div(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "div");
-  return {div(in[0], in[1], a[0].as_opt_string())};
+  return {div(in[0], in[1], attrs::Div{a}.rounding_mode())};
 }
 #define KILN_BINARY_ADAPTER(Id, fn)                                                                            \
   std::vector<Tensor> Id(const std::vector<Tensor> &in, const Attrs &) {                                        \

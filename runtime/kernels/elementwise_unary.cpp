@@ -7,6 +7,7 @@
 #include "runtime/kernels/loops.h"
 #include "runtime/kernels/vecmath.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -275,7 +276,7 @@ KILN_UNARY_ADAPTER(LogicalNot, logical_not)
 
 std::vector<Tensor> Gelu(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 1, "gelu");
-  return {gelu(in[0], a[0].as_string())};
+  return {gelu(in[0], attrs::Gelu{a}.approximate())};
 }
 } // namespace adapters
 
