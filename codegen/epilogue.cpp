@@ -25,6 +25,7 @@
 #include "runtime/error.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/log.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
@@ -520,9 +521,9 @@ private:
       s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
-    const Attrs &a = cv.attrs();
-    kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(),
-                                  a.at(3).as_int(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
+    attrs::Conv2d a{cv};
+    kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.stride(), a.padding(), a.dilation(),
+                                  a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
   }
 
   const ir::Node &group_;

@@ -54,12 +54,10 @@ double ms_since(Clock::time_point t0) {
 }
 
 // float64 transcendentals: scalar libm, called from generated code by address.
-double libm_exp(double x) { return std::exp(x); }
-double libm_expm1(double x) { return std::expm1(x); }
-double libm_log(double x) { return std::log(x); }
-double libm_log1p(double x) { return std::log1p(x); }
-double libm_tanh(double x) { return std::tanh(x); }
-double libm_erf(double x) { return std::erf(x); }
+#define X(op, fn)                                                                                          \
+  double libm_##fn(double x) { return std::fn(x); }
+KILN_LIBM_OPS(X)
+#undef X
 
 void init_llvm_once() {
   static std::once_flag once;
@@ -215,12 +213,9 @@ void define_host_symbols(orc::LLJIT &j) {
   };
   add(kParallelForSymbol, &kiln_parallel_for);
   std::string p = kLibmSymbolPrefix;
-  add(p + "exp", &libm_exp);
-  add(p + "expm1", &libm_expm1);
-  add(p + "log", &libm_log);
-  add(p + "log1p", &libm_log1p);
-  add(p + "tanh", &libm_tanh);
-  add(p + "erf", &libm_erf);
+#define X(op, fn) add(p + #fn, &libm_##fn);
+  KILN_LIBM_OPS(X)
+#undef X
   // The optimizer may turn loops into these calls.
   add("memcpy", &std::memcpy);
   add("memmove", &std::memmove);

@@ -14,7 +14,7 @@ namespace kiln::codegen {
 
 const char *op_name(KOp op) {
   switch (op) {
-#define X(name, arity)                                                                           \
+#define X(name, arity, traits)                                                                         \
   case KOp::name: return #name;
     KILN_KERNEL_OPS(X)
 #undef X
@@ -24,7 +24,7 @@ const char *op_name(KOp op) {
 
 int op_arity(KOp op) {
   switch (op) {
-#define X(name, arity)                                                                           \
+#define X(name, arity, traits)                                                                         \
   case KOp::name: return arity;
     KILN_KERNEL_OPS(X)
 #undef X
@@ -99,7 +99,7 @@ bool streaming_stores_pay_off(const KernelDesc &desc) {
   // stay in the L3 from call to call, which streaming gives up. Kernels bound
   // by per-element transcendentals lost 5-10% (gelu_tanh, softmax's exp).
   for (const Node &n : desc.nodes)
-    if (n.op >= KOp::Exp && n.op <= KOp::Sigmoid) return false; // Exp, Expm1, Log, Log1p, Tanh, Erf, Sigmoid
+    if (is_transcendental(n.op)) return false;
   return footprint_bytes(desc) > last_level_cache_bytes() + last_level_cache_bytes() / 4;
 }
 

@@ -96,50 +96,68 @@ namespace kiln::codegen {
 
 inline constexpr int kMaxKernelRank = 4;
 
-// X(name, arity). The order is part of the structural hash: append only.
+// X(name, arity, traits). The order is part of the structural hash: append only.
+// Traits (KOpTrait): Transcendental = float-only, a vecmath polynomial for float32
+// and libm for float64 (KILN_LIBM_OPS), compute-bound (no streaming stores, row
+// scratch); Lane = its lowering (emit_node) is the same IRBuilder arithmetic or
+// vector-taking intrinsic on a float32 vector as on a scalar (row blocks use it;
+// not transcendentals: vecmath on vectors is untested there); None.
 #define KILN_KERNEL_OPS(X)                                                                       \
-  X(Const, 0)                                                                                    \
-  X(Load, 0)                                                                                     \
-  X(Add, 2)                                                                                      \
-  X(Sub, 2)                                                                                      \
-  X(Mul, 2)                                                                                      \
-  X(Div, 2)                                                                                      \
-  X(Min, 2)                                                                                      \
-  X(Max, 2)                                                                                      \
-  X(Eq, 2)                                                                                       \
-  X(Ne, 2)                                                                                       \
-  X(Lt, 2)                                                                                       \
-  X(Le, 2)                                                                                       \
-  X(Gt, 2)                                                                                       \
-  X(Ge, 2)                                                                                       \
-  X(And, 2)                                                                                      \
-  X(Or, 2)                                                                                       \
-  X(Xor, 2)                                                                                      \
-  X(Neg, 1)                                                                                      \
-  X(Abs, 1)                                                                                      \
-  X(Not, 1)                                                                                      \
-  X(Cast, 1)                                                                                     \
-  X(Sqrt, 1)                                                                                     \
-  X(Rsqrt, 1)                                                                                    \
-  X(Exp, 1)                                                                                      \
-  X(Expm1, 1)                                                                                    \
-  X(Log, 1)                                                                                      \
-  X(Log1p, 1)                                                                                    \
-  X(Tanh, 1)                                                                                     \
-  X(Erf, 1)                                                                                      \
-  X(Sigmoid, 1)                                                                                  \
-  X(Floor, 1)                                                                                    \
-  X(Ceil, 1)                                                                                     \
-  X(Round, 1)                                                                                    \
-  X(Fma, 3)                                                                                      \
-  X(Select, 3)                                                                                   \
-  X(Reduce, 1)
+  X(Const, 0, None)                                                                              \
+  X(Load, 0, None)                                                                               \
+  X(Add, 2, Lane)                                                                                \
+  X(Sub, 2, Lane)                                                                                \
+  X(Mul, 2, Lane)                                                                                \
+  X(Div, 2, Lane)                                                                                \
+  X(Min, 2, Lane)                                                                                \
+  X(Max, 2, Lane)                                                                                \
+  X(Eq, 2, None)                                                                                 \
+  X(Ne, 2, None)                                                                                 \
+  X(Lt, 2, None)                                                                                 \
+  X(Le, 2, None)                                                                                 \
+  X(Gt, 2, None)                                                                                 \
+  X(Ge, 2, None)                                                                                 \
+  X(And, 2, None)                                                                                \
+  X(Or, 2, None)                                                                                 \
+  X(Xor, 2, None)                                                                                \
+  X(Neg, 1, Lane)                                                                                \
+  X(Abs, 1, Lane)                                                                                \
+  X(Not, 1, None)                                                                                \
+  X(Cast, 1, None)                                                                               \
+  X(Sqrt, 1, Lane)                                                                               \
+  X(Rsqrt, 1, Lane)                                                                              \
+  X(Exp, 1, Transcendental)                                                                      \
+  X(Expm1, 1, Transcendental)                                                                    \
+  X(Log, 1, Transcendental)                                                                      \
+  X(Log1p, 1, Transcendental)                                                                    \
+  X(Tanh, 1, Transcendental)                                                                     \
+  X(Erf, 1, Transcendental)                                                                      \
+  X(Sigmoid, 1, Transcendental)                                                                  \
+  X(Floor, 1, None)                                                                              \
+  X(Ceil, 1, None)                                                                               \
+  X(Round, 1, None)                                                                              \
+  X(Fma, 3, Lane)                                                                                \
+  X(Select, 3, None)                                                                             \
+  X(Reduce, 1, None)
 
 enum class KOp : uint8_t {
-#define X(name, arity) name,
+#define X(name, arity, traits) name,
   KILN_KERNEL_OPS(X)
 #undef X
 };
+
+enum class KOpTrait : uint8_t { None, Transcendental, Lane };
+inline constexpr KOpTrait kKOpTraits[] = {
+#define X(name, arity, traits) KOpTrait::traits,
+    KILN_KERNEL_OPS(X)
+#undef X
+};
+constexpr bool is_transcendental(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Transcendental; }
+constexpr bool is_lane_op(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Lane; }
+
+// The float64 transcendentals libm computes: X(KOp, libm function). codegen/jit.cpp
+// defines a host symbol kLibmSymbolPrefix + function for each.
+#define KILN_LIBM_OPS(X) X(Exp, exp) X(Expm1, expm1) X(Log, log) X(Log1p, log1p) X(Tanh, tanh) X(Erf, erf)
 
 const char *op_name(KOp op);
 int op_arity(KOp op);

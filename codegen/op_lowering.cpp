@@ -16,6 +16,7 @@
 #include "ir/graph.h"
 #include "passes/group_geometry.h"
 #include "passes/lowering_check.h"
+#include "runtime/op_attrs.h"
 
 namespace kiln::codegen {
 namespace {
@@ -44,7 +45,6 @@ struct Ctx {
   Expr arg(size_t i) const { return to(args.at(i), out); }
   Expr c(double v, DType t) const { return k.constant(v, t); }
   Expr c(double v) const { return k.constant(v, out); }
-  const AttrValue &attr(size_t i) const { return node.attrs().at(i); }
   // torch.result_type of two operands, honouring wrapped numbers.
   DType compute_type(size_t a, size_t b) const {
     Tensor ma = meta(a), mb = meta(b);
@@ -79,7 +79,7 @@ Expr truthy(const Ctx &x, size_t i) {
 
 Expr add_sub(const Ctx &x, KOp op) {
   Expr b = x.arg(1);
-  Scalar alpha = x.attr(0).as_scalar();
+  Scalar alpha = op == KOp::Add ? attrs::Add{x.node}.alpha() : attrs::Sub{x.node}.alpha();
   if (alpha.toDouble() != 1.0) b = b * x.c(alpha.toDouble());
   return x.k.binary(op, x.arg(0), b);
 }
@@ -132,7 +132,7 @@ Expr pow_rule(const Ctx &x) {
 }
 
 Expr div_rule(const Ctx &x) {
-  std::optional<std::string> mode = x.attr(0).as_opt_string();
+  std::optional<std::string> mode = attrs::Div{x.node}.rounding_mode();
   if (!mode) return x.arg(0) / x.arg(1);
   Expr q = x.arg(0) / x.arg(1);
   if (*mode == "floor") return x.k.unary(KOp::Floor, q);
@@ -141,8 +141,8 @@ Expr div_rule(const Ctx &x) {
 
 Expr clamp_rule(const Ctx &x) {
   Expr v = x.arg(0);
-  if (auto lo = x.attr(0).as_opt_scalar()) v = x.k.binary(KOp::Max, v, x.c(lo->toDouble()));
-  if (auto hi = x.attr(1).as_opt_scalar()) v = x.k.binary(KOp::Min, v, x.c(hi->toDouble()));
+  if (auto lo = attrs::Clamp{x.node}.min()) v = x.k.binary(KOp::Max, v, x.c(lo->toDouble()));
+  if (auto hi = attrs::Clamp{x.node}.max()) v = x.k.binary(KOp::Min, v, x.c(hi->toDouble()));
   return v;
 }
 
@@ -153,6 +153,7 @@ Expr lerp_rule(const Ctx &x) {
   return x.k.select(x.k.binary(KOp::Lt, x.k.unary(KOp::Abs, w), x.c(0.5)), s + w * d, e - d * (x.c(1.0) - w));
 }
 
+// (0 < a) - (a < 0), as eager and torch: NaN and -0 give +0.
 Expr sign_rule(const Ctx &x) {
   Expr a = x.arg(0);
   Expr pos = x.k.binary(KOp::Gt, a, x.c(0.0)), neg = x.k.binary(KOp::Lt, a, x.c(0.0));
@@ -167,7 +168,7 @@ Expr remainder_rule(const Ctx &x) {
 
 Expr gelu_rule(const Ctx &x) {
   Expr v = x.arg(0);
-  if (x.attr(0).as_string() == "tanh") return gelu_tanh(v);
+  if (attrs::Gelu{x.node}.approximate() == "tanh") return gelu_tanh(v);
   return x.c(0.5) * v * (x.c(1.0) + erf(v * x.c(M_SQRT1_2)));
 }
 
@@ -231,7 +232,7 @@ const std::array<Rule, kNumOps> &rules() {
     set(OpId::Where, [](const Ctx &x) { return x.k.select(truthy(x, 0), x.arg(1), x.arg(2)); });
     set(OpId::Clamp, clamp_rule);
     set(OpId::MaskedFill, [](const Ctx &x) {
-      return x.k.select(truthy(x, 1), x.c(x.attr(0).as_scalar().toDouble()), x.arg(0));
+      return x.k.select(truthy(x, 1), x.c(attrs::MaskedFill{x.node}.value().toDouble()), x.arg(0));
     });
     set(OpId::Lerp, lerp_rule);
     set(OpId::Sum, [](const Ctx &x) { return reduction(x, KOp::Add); });

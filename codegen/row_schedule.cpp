@@ -19,16 +19,6 @@ std::vector<int> node_levels(const KernelDesc &k) {
 
 namespace {
 
-bool is_expensive(KOp op) {
-  switch (op) {
-  case KOp::Exp: case KOp::Expm1: case KOp::Log: case KOp::Log1p: case KOp::Tanh: case KOp::Erf:
-  case KOp::Sigmoid:
-    return true;
-  default:
-    return false;
-  }
-}
-
 bool stored_per_row(const KernelDesc &k, const RowSchedule &sched, size_t o) {
   const OutputSpec &out = k.outputs[o];
   return k.constant_along_row(out.buffer.strides) && sched.per_row[out.value];
@@ -91,7 +81,7 @@ void choose_scratch(const KernelDesc &k, RowSchedule &sched, int64_t max_scratch
     std::vector<int> uses = count_uses(k, sched);
     int32_t pick = -1;
     for (size_t i = k.nodes.size(); i-- > 0;) {
-      bool candidate = uses[i] >= 2 && !sched.materialized(int32_t(i)) && is_expensive(k.nodes[i].op);
+      bool candidate = uses[i] >= 2 && !sched.materialized(int32_t(i)) && is_transcendental(k.nodes[i].op);
       int64_t bytes = row * int64_t(itemsize(k.nodes[i].dtype));
       if (candidate && sched.scratch_bytes + bytes <= max_scratch_bytes) {
         pick = int32_t(i);
@@ -101,19 +91,6 @@ void choose_scratch(const KernelDesc &k, RowSchedule &sched, int64_t max_scratch
     if (pick < 0) return;
     sched.scratch_pass[pick] = first_pass_using(k, sched, pick);
     sched.scratch_bytes += row * int64_t(itemsize(k.nodes[pick].dtype));
-  }
-}
-
-// Element-wise ops whose lowering (emit_node) is the same on a float32 vector
-// as on a scalar: IRBuilder arithmetic and intrinsics that take vectors. Not
-// transcendentals (vecmath on vectors is untested here), casts, compares.
-bool lane_op(KOp op) {
-  switch (op) {
-  case KOp::Add: case KOp::Sub: case KOp::Mul: case KOp::Div: case KOp::Min: case KOp::Max:
-  case KOp::Neg: case KOp::Abs: case KOp::Sqrt: case KOp::Rsqrt: case KOp::Fma:
-    return true;
-  default:
-    return false;
   }
 }
 
@@ -133,7 +110,7 @@ RowSchedule schedule_rows(const KernelDesc &k, int64_t max_scratch_bytes) {
     sched.output_pass[o] = sched.level[k.outputs[o].value];
     sched.passes = std::max(sched.passes, sched.output_pass[o] + 1);
   }
-  for (const Node &n : k.nodes) sched.transcendental |= is_expensive(n.op);
+  for (const Node &n : k.nodes) sched.transcendental |= is_transcendental(n.op);
   choose_scratch(k, sched, max_scratch_bytes);
   return sched;
 }
@@ -146,7 +123,7 @@ RowSchedule schedule_rows(const KernelDesc &k, int64_t max_scratch_bytes) {
 //   streamed stores; no in-place outputs;
 // - one or two float32 Add/Max/Min reductions (their accumulators, `lanes` of
 //   them each, stay in registers);
-// - the element values (not per-row) are float32 lane ops (see lane_op) of
+// - the element values (not per-row) are float32 lane ops (is_lane_op, codegen/kernel.h) of
 //   loads that are contiguous along the row (stride 1); per-row values they
 //   use are computed per row as scalars and broadcast.
 int64_t choose_row_block(const KernelDesc &k, const RowSchedule &sched, int64_t lanes) {
@@ -167,7 +144,7 @@ int64_t choose_row_block(const KernelDesc &k, const RowSchedule &sched, int64_t 
     }
     if (sched.per_row[i]) continue;
     if (n.dtype != DType::Float32) return 0;
-    if (n.op == KOp::Load ? k.inputs[size_t(n.input)].strides[1] != 1 : !lane_op(n.op)) return 0;
+    if (n.op == KOp::Load ? k.inputs[size_t(n.input)].strides[1] != 1 : !is_lane_op(n.op)) return 0;
   }
   return reductions >= 1 && reductions <= 2 ? lanes : 0;
 }
@@ -184,7 +161,7 @@ bool row_block_stage_is_vector(const KernelDesc &k, const RowSchedule &sched) {
       if (s != 0 && s != 1) return false;
       continue;
     }
-    if (n.op != KOp::Const && !lane_op(n.op)) return false;
+    if (n.op != KOp::Const && !is_lane_op(n.op)) return false;
   }
   for (const OutputSpec &out : k.outputs)
     if (out.buffer.dtype != DType::Float32 || out.buffer.strides[0] != 1) return false;

@@ -226,7 +226,7 @@ Value *sigmoid(IRBuilderBase &b, Value *x) {
 }
 
 // The composite activations, operation for operation as the JIT builds them
-// from its kernel ops (codegen/lowering.cpp's Silu and Gelu rules,
+// from its kernel ops (codegen/op_lowering.cpp's Silu and Gelu rules,
 // codegen/kernel.cpp's gelu_tanh), so that the eager kernels generated from
 // these (codegen/aot/) give the same bits. test/unit/eager_compiled_bits_test
 // checks that they do.

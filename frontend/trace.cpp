@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "passes/rewrite.h"
+#include "runtime/op_attrs.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -376,7 +377,7 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
   case OpId::Unsqueeze: return emit1(OpId::Reshape, {updated}, {shape.vec()});
   case OpId::Transpose: return emit1(OpId::Transpose, {updated}, step.attrs);
   case OpId::Permute: {
-    const auto &p = step.attrs.at(0).as_ints();
+    const auto &p = attrs::Permute{step.attrs}.dims();
     std::vector<int64_t> inv(p.size());
     for (size_t i = 0; i < p.size(); ++i) inv[size_t(p[i])] = int64_t(i);
     return emit1(OpId::Permute, {updated}, {inv});
@@ -390,18 +391,21 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
     int64_t dim = 0, start = 0, end = 0;
     if (step.op == OpId::Split) {
       // Result i of split(sizes, dim) is slice(dim, sum(sizes[:i]), sum(sizes[:i+1])).
-      const auto &sizes = step.attrs.at(0).as_ints();
-      dim = step.attrs.at(1).as_int();
+      attrs::Split a{step.attrs};
+      const auto &sizes = a.split_sizes();
+      dim = a.dim();
       for (unsigned i = 0; i < step.result; ++i) start += sizes.at(i);
       end = start + sizes.at(step.result);
     } else if (step.op == OpId::Slice) {
-      dim = step.attrs.at(0).as_int();
-      start = step.attrs.at(1).as_int();
-      end = step.attrs.at(2).as_int();
-      if (step.attrs.at(3).as_int() != 1) break;
+      // slice() records its start and end resolved (never none).
+      attrs::Slice a{step.attrs};
+      dim = a.dim();
+      start = a.start().value();
+      end = a.end().value();
+      if (a.step() != 1) break;
     } else {
-      dim = step.attrs.at(0).as_int();
-      start = step.attrs.at(1).as_int();
+      dim = attrs::Select{step.attrs}.dim();
+      start = attrs::Select{step.attrs}.index();
       end = start + 1;
       updated = emit1(OpId::Unsqueeze, {updated}, {dim});
     }

@@ -1,6 +1,6 @@
-// How many tensor operands each op takes. ops.def lists attributes only; the
-// operand counts follow the typed functions in runtime/ops.h (optional tensors
-// such as linear's bias count, and may be `none`).
+// How many tensor operands each op takes: the In(...) column of ops.def, which
+// follows the typed functions in runtime/ops.h (optional tensors such as
+// linear's bias count, and may be `none`).
 #pragma once
 
 #include <cstddef>
@@ -13,7 +13,7 @@ struct Arity {
   size_t min;
   size_t max; // kVariadic for cat/stack
 };
-inline constexpr size_t kVariadic = 1 << 16;
+inline constexpr size_t kVariadic = kVariadicOperands;
 
 Arity op_arity(OpId id);
 

@@ -11,6 +11,7 @@
 
 #include "passes/rewrite.h"
 #include "runtime/log.h"
+#include "runtime/op_attrs.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln::passes {
@@ -34,7 +35,11 @@ const Node *producer_is(const Value *v, OpId id) {
   return p && p->kind() == Node::Kind::Op && p->op() == id ? p : nullptr;
 }
 
-bool alpha_is_one(const Node &n) { return n.attrs().at(0).as_scalar().toDouble() == 1.0; }
+// n: add or sub.
+bool alpha_is_one(const Node &n) {
+  Scalar alpha = n.op() == OpId::Add ? attrs::Add{n}.alpha() : attrs::Sub{n}.alpha();
+  return alpha.toDouble() == 1.0;
+}
 
 // ---- identities
 
@@ -58,7 +63,7 @@ Value *sub_zero(ir::Graph &, Node &n) { return alpha_is_one(n) && is_const(n.ope
 
 // x / 1 (true division)
 Value *div_one(ir::Graph &, Node &n) {
-  return n.attrs().at(0).is_none() && is_const(n.operand(1), 1) ? n.operand(0) : nullptr;
+  return !attrs::Div{n}.rounding_mode() && is_const(n.operand(1), 1) ? n.operand(0) : nullptr;
 }
 
 // transpose(transpose(x, a, b), a, b) -> x (either order of a, b)
@@ -67,7 +72,7 @@ Value *transpose_transpose(ir::Graph &, Node &n) {
   if (!inner) return nullptr;
   auto dims = [](const Node &t) {
     int64_t rank = int64_t(t.operand(0)->type().shape.size());
-    int64_t a = t.attrs().at(0).as_int(), b = t.attrs().at(1).as_int();
+    int64_t a = attrs::Transpose{t}.dim0(), b = attrs::Transpose{t}.dim1();
     if (a < 0) a += rank;
     if (b < 0) b += rank;
     return std::pair(std::min(a, b), std::max(a, b));
@@ -77,13 +82,13 @@ Value *transpose_transpose(ir::Graph &, Node &n) {
 
 // permute(x, identity) -> x; permute(permute(x, p), q) -> permute(x, p[q]) or x
 Value *permute_permute(ir::Graph &g, Node &n) {
-  const auto &q = n.attrs().at(0).as_ints();
+  const auto &q = attrs::Permute{n}.dims();
   std::vector<int64_t> iota(q.size());
   std::iota(iota.begin(), iota.end(), 0);
   if (q == iota) return n.operand(0);
   const Node *inner = producer_is(n.operand(0), OpId::Permute);
   if (!inner) return nullptr;
-  const auto &p = inner->attrs().at(0).as_ints();
+  const auto &p = attrs::Permute{*inner}.dims();
   std::vector<int64_t> composed;
   for (int64_t d : q) composed.push_back(p.at(size_t(d)));
   if (composed == iota) return inner->operand(0);
@@ -109,7 +114,7 @@ Value *expand_same(ir::Graph &, Node &n) {
 
 // to(x, x's dtype) -> x
 Value *cast_same(ir::Graph &, Node &n) {
-  return n.attrs().at(0).as_dtype() == n.operand(0)->type().dtype ? n.operand(0) : nullptr;
+  return attrs::Cast{n}.dtype() == n.operand(0)->type().dtype ? n.operand(0) : nullptr;
 }
 
 // contiguous(contiguous(x)) -> contiguous(x)

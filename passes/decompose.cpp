@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "passes/rewrite.h"
+#include "runtime/op_attrs.h"
 
 namespace kiln::passes {
 
@@ -55,7 +56,7 @@ bool empty_dim(const Value *x, int64_t d) { return rank(x) > 0 && x->type().shap
 
 Values softmax(Emit e, const Node &n) {
   Value *x = n.operand(0);
-  int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  int64_t d = wrap(attrs::Softmax{n}.dim(), rank(x));
   if (empty_dim(x, d)) return {};
   Value *shifted = e.sub(x, e.amax(x, {d}));
   Value *ex = e.unary(OpId::Exp, shifted);
@@ -64,7 +65,7 @@ Values softmax(Emit e, const Node &n) {
 
 Values log_softmax(Emit e, const Node &n) {
   Value *x = n.operand(0);
-  int64_t d = wrap(n.attrs().at(0).as_int(), rank(x));
+  int64_t d = wrap(attrs::LogSoftmax{n}.dim(), rank(x));
   if (empty_dim(x, d)) return {};
   Value *shifted = e.sub(x, e.amax(x, {d}));
   Value *lse = e.unary(OpId::Log, e.sum(e.unary(OpId::Exp, shifted), {d}));
@@ -74,13 +75,14 @@ Values log_softmax(Emit e, const Node &n) {
 // (x - mean) * rsqrt(var + eps) over the trailing normalized_shape dims, then weight and bias.
 Values layer_norm(Emit e, const Node &n) {
   Value *x = n.operand(0);
-  size_t k = n.attrs().at(0).as_ints().size();
+  attrs::LayerNorm a{n};
+  size_t k = a.normalized_shape().size();
   if (int64_t(k) > rank(x)) return {}; // malformed: the verifier reports it
   std::vector<int64_t> dims;
   for (int64_t d = rank(x) - int64_t(k); d < rank(x); ++d) dims.push_back(d);
   Value *centered = e.sub(x, e.mean(x, dims));
   Value *var = e.mean(e.mul(centered, centered), dims);
-  Value *y = e.mul(centered, e.unary(OpId::Rsqrt, e.add(var, n.attrs().at(1).as_float())));
+  Value *y = e.mul(centered, e.unary(OpId::Rsqrt, e.add(var, a.eps())));
   if (n.operands().size() > 1 && n.operand(1)) y = e.mul(y, n.operand(1));
   if (n.operands().size() > 2 && n.operand(2)) y = e.add(y, n.operand(2));
   return {y};
@@ -92,8 +94,8 @@ Values batch_norm(Emit e, const Node &n) {
   Value *x = n.operand(0);
   if (rank(x) < 2) return {};
   auto opnd = [&](size_t i) { return i < n.operands().size() ? n.operand(i) : nullptr; };
-  bool training = n.attrs().at(0).as_bool();
-  double eps = n.attrs().at(2).as_float();
+  bool training = attrs::BatchNorm{n}.training();
+  double eps = attrs::BatchNorm{n}.eps();
   std::vector<int64_t> chan(size_t(rank(x)), 1);
   chan.at(1) = x->type().shape[1];
   auto per_channel = [&](Value *v) { return e.reshape(v, chan); };
@@ -119,7 +121,7 @@ Values batch_norm(Emit e, const Node &n) {
 Values gelu(Emit e, const Node &n) {
   Value *x = n.operand(0);
   Value *inner = nullptr;
-  if (n.attrs().at(0).as_string() == "tanh") {
+  if (attrs::Gelu{n}.approximate() == "tanh") {
     Value *cube = e.mul(e.mul(x, x), x);
     Value *arg = e.mul(e.add(x, e.mul(cube, 0.044715)), std::sqrt(2.0 / M_PI));
     inner = e.unary(OpId::Tanh, arg);
@@ -159,14 +161,15 @@ Values linear(Emit e, const Node &n) {
   return {y};
 }
 
-// sum((x - mean)^2) / (N - correction) over dims (all when empty).
-Value *variance(Emit e, const Node &n) {
+// sum((x - mean)^2) / (N - correction) over dims (all when empty). A: the
+// attributes of var or std (the same ones).
+template <class A> Value *variance(Emit e, const Node &n, A a) {
   Value *x = n.operand(0);
-  std::vector<int64_t> dims = n.attrs().at(0).as_ints();
+  std::vector<int64_t> dims = a.dims();
   if (dims.empty()) dims = all_dims(x);
   for (int64_t &d : dims) d = wrap(d, rank(x));
-  bool keepdim = n.attrs().at(2).as_bool();
-  double correction = n.attrs().at(1).is_none() ? 1.0 : n.attrs().at(1).as_float();
+  bool keepdim = a.keepdim();
+  double correction = a.correction().value_or(1.0);
   double count = 1;
   for (int64_t d : dims) count *= double(x->type().shape[size_t(d)]);
   Value *c = e.sub(x, e.mean(x, dims));
@@ -174,8 +177,8 @@ Value *variance(Emit e, const Node &n) {
   return e.mul(ss, 1.0 / std::max(0.0, count - correction));
 }
 
-Values var(Emit e, const Node &n) { return {variance(e, n)}; }
-Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n))}; }
+Values var(Emit e, const Node &n) { return {variance(e, n, attrs::Var{n})}; }
+Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n, attrs::Std{n}))}; }
 
 // torch's _safe_softmax, as SDPA uses it: a row whose every score is -inf (all
 // keys masked out) gives zeros where plain softmax gives 0/0 = NaN. The row max
@@ -191,19 +194,20 @@ Value *safe_softmax(Emit e, Value *x, int64_t d) {
 
 // softmax(q k^T * scale + mask) v; inputs (q, k, v, attn_mask).
 Values sdpa(Emit e, const Node &n) {
-  if (n.attrs().at(0).as_float() != 0.0) return {}; // dropout stays in the composite
+  attrs::Sdpa a{n};
+  if (a.dropout_p() != 0.0) return {}; // dropout stays in the composite
   Value *q = n.operand(0), *k = n.operand(1), *v = n.operand(2);
   if (rank(q) < 2 || rank(k) < 2) return {};
   Value *mask = n.operands().size() > 3 ? n.operand(3) : nullptr;
   const Dims &qs = q->type().shape, &ks = k->type().shape;
   int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2], E = qs[qs.size() - 1];
-  double scale = n.attrs().at(2).is_none() ? 1.0 / std::sqrt(double(E)) : n.attrs().at(2).as_float();
+  double scale = a.scale().value_or(1.0 / std::sqrt(double(E)));
   Value *scores = e.mul(e.matmul(q, e.transpose(k, rank(k) - 2, rank(k) - 1)), scale);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   auto mask_out = [&](Value *keep) {
     return e.b.op(OpId::MaskedFill, {scores, e.unary(OpId::LogicalNot, keep)}, {neg_inf});
   };
-  if (n.attrs().at(1).as_bool()) {
+  if (a.is_causal()) {
     Value *ones = e.b.op(OpId::Full, {}, {std::vector<int64_t>{L, S}, true, kBool});
     scores = mask_out(e.b.op(OpId::Tril, {ones}, {int64_t(0)}));
   }
@@ -213,7 +217,7 @@ Values sdpa(Emit e, const Node &n) {
 
 // Inference dropout is the identity.
 Values dropout(Emit, const Node &n) {
-  if (n.attrs().at(1).as_bool()) return {};
+  if (attrs::Dropout{n}.train()) return {};
   return {n.operand(0)};
 }
 

@@ -139,15 +139,7 @@ private:
     return true;
   }
 
-  static bool fusible_kind(const Node &n) {
-    if (n.kind() != Node::Kind::Op) return false;
-    OpKind k = n.info().kind;
-    if (k == OpKind::Elementwise) return n.op() != OpId::Copy;
-    if (k == OpKind::Reduction)
-      return n.op() == OpId::Sum || n.op() == OpId::Mean || n.op() == OpId::Amax || n.op() == OpId::Amin ||
-             n.op() == OpId::Prod;
-    return false;
-  }
+  static bool fusible_kind(const Node &n) { return n.kind() == Node::Kind::Op && is_fusible(n.op()); }
 
   void refuse(const Node &n, const std::string &why) {
     log()->debug("fuse: not fusing %{} ({}) : {}", n.result()->name(), n.mnemonic(), why);

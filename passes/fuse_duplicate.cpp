@@ -44,42 +44,9 @@ constexpr size_t kMaxCopyNodes = 8;
 constexpr int64_t kMaxExpensiveElements = 16384;
 constexpr int64_t kMaxReadRatio = 2;
 
-// Ops a vector unit does in a cycle or few: recomputing them is cheaper than
-// a round trip through memory.
-bool is_cheap(OpId op) {
-  switch (op) {
-  case OpId::Neg:
-  case OpId::Abs:
-  case OpId::Relu:
-  case OpId::Square:
-  case OpId::Reciprocal:
-  case OpId::Floor:
-  case OpId::Ceil:
-  case OpId::Round:
-  case OpId::Sign:
-  case OpId::LogicalNot:
-  case OpId::Cast:
-  case OpId::Add:
-  case OpId::Sub:
-  case OpId::Mul:
-  case OpId::Div:
-  case OpId::Maximum:
-  case OpId::Minimum:
-  case OpId::Eq:
-  case OpId::Ne:
-  case OpId::Lt:
-  case OpId::Le:
-  case OpId::Gt:
-  case OpId::Ge:
-  case OpId::LogicalAnd:
-  case OpId::LogicalOr:
-  case OpId::Where:
-  case OpId::Clamp:
-  case OpId::MaskedFill:
-  case OpId::Lerp: return true;
-  default: return false;
-  }
-}
+// Recomputing an op is cheaper than a round trip through memory when a vector
+// unit does it in a cycle or few: the Cheap trait of its ops.def entry
+// (kiln::is_cheap, runtime/op_registry.h).
 
 std::string name_of(const Node &n) { return "%" + n.result()->name(); }
 

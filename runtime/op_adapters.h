@@ -8,6 +8,6 @@
 #include "runtime/op_registry.h"
 
 namespace kiln::adapters {
-#define KILN_OP(Id, mnemonic, kind, attrs) std::vector<Tensor> Id(const std::vector<Tensor> &in, const Attrs &a);
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) std::vector<Tensor> Id(const std::vector<Tensor> &in, const Attrs &a);
 #include "runtime/ops.def"
 } // namespace kiln::adapters

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 
 namespace kiln {
 
@@ -35,16 +36,6 @@ template <class T> const T &get_as(const AttrValue::Variant &v, const char *want
   KILN_CHECK(p, "attribute: expected ", want, ", got ", type_name(v));
   return *p;
 }
-std::vector<std::string_view> split_names(std::string_view s) {
-  std::vector<std::string_view> out;
-  while (!s.empty()) {
-    size_t c = s.find(',');
-    out.push_back(s.substr(0, c));
-    if (c == std::string_view::npos) break;
-    s.remove_prefix(c + 1);
-  }
-  return out;
-}
 } // namespace
 
 int64_t AttrValue::as_int() const {
@@ -65,14 +56,39 @@ Scalar AttrValue::as_scalar() const {
   return Scalar(get_as<double>(v_, "a number"));
 }
 
+// Every entry states the decisions its kind requires: a build error names the
+// entry (the decisions themselves are checked against codegen by op_table_test).
+namespace {
+constexpr bool one_of(OpTrait set, OpTrait a, OpTrait b) { return has(set, a) != has(set, b); }
+constexpr bool needs_cost(OpKind k) { return k == OpKind::Elementwise; }
+constexpr bool needs_lowering_decision(OpKind k) { return k == OpKind::Elementwise || k == OpKind::Reduction; }
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs)                                                \
+  static_assert(!needs_cost(op_kind(OpId::Id)) || one_of(op_traits(OpId::Id), OpTrait::Cheap, OpTrait::Costly), \
+                "ops.def: " #Id " is elementwise: state exactly one of Cheap, Costly");                       \
+  static_assert(!needs_lowering_decision(op_kind(OpId::Id)) ||                                              \
+                    one_of(op_traits(OpId::Id), OpTrait::Lowers, OpTrait::Eager),                            \
+                "ops.def: " #Id " is elementwise or a reduction: state exactly one of Lowers, Eager");       \
+  static_assert(!has_trait(OpId::Id, OpTrait::Transcendental) || has_trait(OpId::Id, OpTrait::Costly),       \
+                "ops.def: " #Id " is Transcendental, hence Costly");                                          \
+  static_assert(!has_trait(OpId::Id, OpTrait::Fuses) || needs_lowering_decision(op_kind(OpId::Id)),        \
+                "ops.def: " #Id ": only elementwise ops and reductions fuse");
+#include "runtime/ops.def"
+} // namespace
+
 namespace {
 struct Table {
   std::vector<OpInfo> ops;
   std::unordered_map<std::string_view, const OpInfo *> by_name;
   Table() {
-#define KILN_OP(Id, mnemonic, kind, attrs)                                                                  \
-  ops.push_back(OpInfo{OpId::Id, mnemonic, OpKind::kind, split_names(attrs), &adapters::Id});
+#define ATTR(Type, Name) #Name,
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs)                                                \
+  ops.push_back(OpInfo{OpId::Id, mnemonic, OpKind::kind, {attrs}, {}, &adapters::Id});
 #include "runtime/ops.def"
+#undef ATTR
+#define ATTR(Type, Name) attr_type::Type::spelling,
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) ops[size_t(OpId::Id)].attr_types = {attrs};
+#include "runtime/ops.def"
+#undef ATTR
     for (const OpInfo &op : ops) by_name.emplace(op.mnemonic, &op);
   }
 };
@@ -97,3 +113,10 @@ std::vector<Tensor> run_op(OpId id, const std::vector<Tensor> &inputs, const Att
 }
 
 } // namespace kiln
+
+namespace kiln::attrs::detail {
+const Attrs &checked(const Attrs &a, OpId id, size_t count) {
+  KILN_CHECK(a.size() == count, op_info(id).mnemonic, ": expected ", count, " attributes, got ", a.size());
+  return a;
+}
+} // namespace kiln::attrs::detail

@@ -14,16 +14,77 @@
 namespace kiln {
 
 enum class OpId : uint16_t {
-#define KILN_OP(Id, mnemonic, kind, attrs) Id,
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) Id,
 #include "runtime/ops.def"
 };
 inline constexpr int kNumOps = 0
-#define KILN_OP(Id, mnemonic, kind, attrs) +1
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) +1
 #include "runtime/ops.def"
     ;
 
 enum class OpKind : uint8_t { Elementwise, Reduction, View, Contraction, Composite, Opaque, Factory };
 std::string_view kind_name(OpKind k);
+
+// The facts an op declares in its ops.def entry (see the comment there). Passes
+// and codegen derive their decisions from these instead of listing ops.
+enum class OpTrait : uint32_t {
+  NoTraits = 0,
+  Pointwise = 1u << 0,
+  Cheap = 1u << 1,
+  Costly = 1u << 2,
+  Transcendental = 1u << 3,
+  Lowers = 1u << 4,
+  Eager = 1u << 5,
+  Fuses = 1u << 6,
+  NoGrad = 1u << 7,
+};
+constexpr OpTrait operator|(OpTrait a, OpTrait b) { return OpTrait(uint32_t(a) | uint32_t(b)); }
+constexpr bool has(OpTrait set, OpTrait t) { return (uint32_t(set) & uint32_t(t)) != 0; }
+// Names of the traits, in bit order (docs and test messages).
+inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap",  "Costly", "Transcendental",
+                                                "Lowers",    "Eager", "Fuses",  "NoGrad"};
+
+// How many tensor operands an op takes (ops.def's In(n) / In(min, max)).
+struct OpOperands {
+  size_t min;
+  size_t max; // kVariadicOperands for tensor lists (cat, stack)
+};
+inline constexpr size_t kVariadicOperands = 1 << 16;
+
+namespace detail {
+namespace op_def {
+inline constexpr size_t Variadic = kVariadicOperands;
+constexpr OpOperands In(size_t n) { return {n, n}; }
+constexpr OpOperands In(size_t min, size_t max) { return {min, max}; }
+} // namespace op_def
+
+struct OpFacts {
+  OpKind kind;
+  OpOperands operands;
+  OpTrait traits;
+};
+inline constexpr OpFacts kOpFacts[] = {
+#define KILN_OP(Id, mnemonic, kind_, operands_, traits_, attrs)                                             \
+  OpFacts{OpKind::kind_, [] { using namespace op_def; return operands_; }(),                              \
+          [] { using enum OpTrait; return OpTrait(traits_); }()},
+#include "runtime/ops.def"
+};
+} // namespace detail
+
+constexpr OpKind op_kind(OpId id) { return detail::kOpFacts[size_t(id)].kind; }
+constexpr OpOperands op_operands(OpId id) { return detail::kOpFacts[size_t(id)].operands; }
+constexpr OpTrait op_traits(OpId id) { return detail::kOpFacts[size_t(id)].traits; }
+constexpr bool has_trait(OpId id, OpTrait t) { return has(op_traits(id), t); }
+
+// Derived facts (one place each; see ops.def for what the traits mean).
+// Cheap to recompute in every group that uses it (passes/fuse_duplicate.cpp).
+constexpr bool is_cheap(OpId id) { return has_trait(id, OpTrait::Cheap); }
+// May join a fusion group (passes/fuse.cpp).
+constexpr bool is_fusible(OpId id) { return has_trait(id, OpTrait::Fuses); }
+// Its kernel is a vector-math function.
+constexpr bool is_transcendental(OpId id) { return has_trait(id, OpTrait::Transcendental); }
+// Codegen is expected to have a lowering rule (checked by test/unit/op_table_test.cpp).
+constexpr bool lowering_expected(OpId id) { return has_trait(id, OpTrait::Lowers); }
 
 // One attribute value. none (an absent optional), int, float, bool, int list,
 // string or dtype; Scalars map to int, float or bool.
@@ -77,8 +138,33 @@ private:
   Variant v_;
 };
 
-// Positional attributes, in the order the op's entry in ops.def names them.
+// Positional attributes, in the order the op's entry in ops.def names them. Read
+// them through the named accessors of runtime/op_attrs.h (attrs::Add{node}.alpha()).
 using Attrs = std::vector<AttrValue>;
+
+// The attribute types of ops.def (ATTR(Type, name)): how an accessor reads the
+// value, and its name in the op reference (torch's schema spelling).
+namespace attr_type {
+#define KILN_ATTR_TYPE(T, R, doc, read)                                                                    \
+  struct T {                                                                                               \
+    using type = R;                                                                                        \
+    static constexpr const char *spelling = doc;                                                               \
+    static type get(const AttrValue &v) { return v.read(); }                                               \
+  };
+KILN_ATTR_TYPE(Int, int64_t, "int", as_int)
+KILN_ATTR_TYPE(OptInt, std::optional<int64_t>, "int?", as_opt_int)
+KILN_ATTR_TYPE(Float, double, "float", as_float)
+KILN_ATTR_TYPE(OptFloat, std::optional<double>, "float?", as_opt_float)
+KILN_ATTR_TYPE(Bool, bool, "bool", as_bool)
+KILN_ATTR_TYPE(IntList, const std::vector<int64_t> &, "int[]", as_ints)
+KILN_ATTR_TYPE(Str, const std::string &, "str", as_string)
+KILN_ATTR_TYPE(OptStr, std::optional<std::string>, "str?", as_opt_string)
+KILN_ATTR_TYPE(Number, Scalar, "Scalar", as_scalar)
+KILN_ATTR_TYPE(OptNumber, std::optional<Scalar>, "Scalar?", as_opt_scalar)
+KILN_ATTR_TYPE(ScalarType, DType, "ScalarType", as_dtype)
+KILN_ATTR_TYPE(OptScalarType, std::optional<DType>, "ScalarType?", as_opt_dtype)
+#undef KILN_ATTR_TYPE
+} // namespace attr_type
 
 // Runs one op on `inputs` (an undefined Tensor stands for an absent optional
 // input) and returns all of its results.
@@ -89,6 +175,7 @@ struct OpInfo {
   std::string_view mnemonic;
   OpKind kind;
   std::vector<std::string_view> attr_names;
+  std::vector<std::string_view> attr_types; // attr_type::T::spelling per attribute
   OpFn run;
 };
 

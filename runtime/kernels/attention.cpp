@@ -11,6 +11,7 @@
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/kernels/nn_rowops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -191,9 +192,10 @@ Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, cons
 
 namespace adapters {
 std::vector<Tensor> Sdpa(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Sdpa at{a};
   check_num_inputs(in, 4, "scaled_dot_product_attention");
-  return {scaled_dot_product_attention(in[0], in[1], in[2], in[3], a.at(0).as_float(), a.at(1).as_bool(),
-                                       a.at(2).as_opt_float())};
+  return {scaled_dot_product_attention(in[0], in[1], in[2], in[3], at.dropout_p(), at.is_causal(),
+                                       at.scale())};
 }
 } // namespace adapters
 

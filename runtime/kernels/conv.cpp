@@ -18,6 +18,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -811,8 +812,9 @@ int64_t conv2d_block_rows(IntArrayRef weight, int64_t ho, int64_t wo) {
 
 namespace adapters {
 std::vector<Tensor> Conv2d(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Conv2d at{a};
   check_num_inputs(in, 3, "conv2d");
-  return {conv2d(in[0], in[1], in[2], a.at(0).as_ints(), a.at(1).as_ints(), a.at(2).as_ints(), a.at(3).as_int())};
+  return {conv2d(in[0], in[1], in[2], at.stride(), at.padding(), at.dilation(), at.groups())};
 }
 } // namespace adapters
 

@@ -9,6 +9,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -224,7 +225,7 @@ void pow_kernel(const Tensor &out, const Tensor &a, const Tensor &b) {
     return binary_kernel<IntTypes>(out, a, b, [](auto x, auto y) { return int_pow(x, y); });
   std::optional<double> e = scalar_value(b);
   // The exponents torch (pow_tensor_scalar_optimized_kernel) and the JIT's pow
-  // rule (codegen/lowering.cpp) turn into arithmetic, in the JIT's operation
+  // rule (codegen/op_lowering.cpp) turn into arithmetic, in the JIT's operation
   // order, so that eager and compiled results agree bit for bit; e.g. pow(-0, 0.5)
   // is sqrt(-0) = -0 and pow(x, 3) is (x * x) * x, two roundings.
   if (e && *e == 1.0) return binary_kernel<FloatTypes>(out, a, b, [](auto x, auto) { return x; });
@@ -452,15 +453,15 @@ Tensor &div_(Tensor &self, const Scalar &other) { return div_(self, detail::wrap
 namespace adapters {
 std::vector<Tensor> Add(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "add");
-  return {add(in[0], in[1], a[0].as_scalar())};
+  return {add(in[0], in[1], attrs::Add{a}.alpha())};
 }
 std::vector<Tensor> Sub(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "sub");
-  return {sub(in[0], in[1], a[0].as_scalar())};
+  return {sub(in[0], in[1], attrs::Sub{a}.alpha())};
 }
 std::vector<Tensor> Div(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "div");
-  return {div(in[0], in[1], a[0].as_opt_string())};
+  return {div(in[0], in[1], attrs::Div{a}.rounding_mode())};
 }
 #define KILN_BINARY_ADAPTER(Id, fn)                                                                            \
   std::vector<Tensor> Id(const std::vector<Tensor> &in, const Attrs &) {                                        \

@@ -7,6 +7,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -256,7 +257,7 @@ Tensor &zero_(Tensor &self) {
 namespace adapters {
 std::vector<Tensor> Cast(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 1, "to");
-  return {to(in[0], a[0].as_dtype())};
+  return {to(in[0], attrs::Cast{a}.dtype())};
 }
 std::vector<Tensor> Copy(const std::vector<Tensor> &in, const Attrs &) {
   detail::check_num_inputs(in, 2, "copy");

@@ -7,6 +7,7 @@
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -157,12 +158,13 @@ std::vector<Tensor> Where(const std::vector<Tensor> &in, const Attrs &) {
   return {where(in[0], in[1], in[2])};
 }
 std::vector<Tensor> Clamp(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Clamp at{a};
   detail::check_num_inputs(in, 1, "clamp");
-  return {clamp(in[0], a[0].as_opt_scalar(), a[1].as_opt_scalar())};
+  return {clamp(in[0], at.min(), at.max())};
 }
 std::vector<Tensor> MaskedFill(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 2, "masked_fill");
-  return {masked_fill(in[0], in[1], a[0].as_scalar())};
+  return {masked_fill(in[0], in[1], attrs::MaskedFill{a}.value())};
 }
 std::vector<Tensor> Lerp(const std::vector<Tensor> &in, const Attrs &) {
   detail::check_num_inputs(in, 3, "lerp");

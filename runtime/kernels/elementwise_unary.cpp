@@ -8,6 +8,7 @@
 #include "runtime/kernels/loops.h"
 #include "runtime/kernels/vecmath_kernels.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -59,7 +60,7 @@ void check_floating(const Tensor &x, const char *op) {
 // float32 runs the generated kernels of vecmath_kernels.h: the JIT's own IR
 // (codegen/vecmath.cpp) compiled at build time, so that eager and compiled
 // results are the same bits. float64 calls libm, as the JIT does, composed in
-// the JIT's operation order (codegen/lowering.cpp's rules); this file is built
+// the JIT's operation order (codegen/op_lowering.cpp's rules); this file is built
 // with -ffp-contract=off so that the compiler fuses no a * b + c the JIT keeps
 // as two roundings.
 
@@ -337,7 +338,7 @@ KILN_UNARY_ADAPTER(LogicalNot, logical_not)
 
 std::vector<Tensor> Gelu(const std::vector<Tensor> &in, const Attrs &a) {
   detail::check_num_inputs(in, 1, "gelu");
-  return {gelu(in[0], a[0].as_string())};
+  return {gelu(in[0], attrs::Gelu{a}.approximate())};
 }
 } // namespace adapters
 

@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -355,16 +356,20 @@ std::ostream &operator<<(std::ostream &os, const Tensor &t) {
 
 namespace adapters {
 std::vector<Tensor> Full(const std::vector<Tensor> &, const Attrs &a) {
-  return {full(a[0].as_ints(), a[1].as_scalar(), a[2].as_dtype())};
+  attrs::Full at{a};
+  return {full(at.size(), at.value(), at.dtype())};
 }
 std::vector<Tensor> Arange(const std::vector<Tensor> &, const Attrs &a) {
-  return {arange(a[0].as_scalar(), a[1].as_scalar(), a[2].as_scalar(), a[3].as_dtype())};
+  attrs::Arange at{a};
+  return {arange(at.start(), at.end(), at.step(), at.dtype())};
 }
 std::vector<Tensor> Linspace(const std::vector<Tensor> &, const Attrs &a) {
-  return {linspace(a[0].as_scalar(), a[1].as_scalar(), a[2].as_int(), a[3].as_dtype())};
+  attrs::Linspace at{a};
+  return {linspace(at.start(), at.end(), at.steps(), at.dtype())};
 }
 std::vector<Tensor> Eye(const std::vector<Tensor> &, const Attrs &a) {
-  return {eye(a[0].as_int(), a[1].as_int(), a[2].as_dtype())};
+  attrs::Eye at{a};
+  return {eye(at.n(), at.m(), at.dtype())};
 }
 } // namespace adapters
 

@@ -15,6 +15,7 @@
 
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -562,8 +563,9 @@ std::vector<Tensor> Matmul(const std::vector<Tensor> &in, const Attrs &) {
   return {matmul(in[0], in[1])};
 }
 std::vector<Tensor> Addmm(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Addmm at{a};
   check_num_inputs(in, 3, "addmm");
-  return {addmm(in[0], in[1], in[2], a.at(0).as_scalar(), a.at(1).as_scalar())};
+  return {addmm(in[0], in[1], in[2], at.beta(), at.alpha())};
 }
 std::vector<Tensor> Linear(const std::vector<Tensor> &in, const Attrs &) {
   check_num_inputs(in, 3, "linear");

@@ -12,6 +12,7 @@
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/kernels/nn_rowops.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/trace_hook.h"
@@ -355,26 +356,29 @@ Tensor dropout(const Tensor &x, double p, bool train) {
 namespace adapters {
 std::vector<Tensor> Softmax(const std::vector<Tensor> &in, const Attrs &a) {
   check_num_inputs(in, 1, "softmax");
-  return {softmax(in[0], a.at(0).as_int())};
+  return {softmax(in[0], attrs::Softmax{a}.dim())};
 }
 std::vector<Tensor> LogSoftmax(const std::vector<Tensor> &in, const Attrs &a) {
   check_num_inputs(in, 1, "log_softmax");
-  return {log_softmax(in[0], a.at(0).as_int())};
+  return {log_softmax(in[0], attrs::LogSoftmax{a}.dim())};
 }
 std::vector<Tensor> LayerNorm(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::LayerNorm at{a};
   check_num_inputs(in, 3, "layer_norm");
-  return {layer_norm(in[0], a.at(0).as_ints(), in[1], in[2], a.at(1).as_float())};
+  return {layer_norm(in[0], at.normalized_shape(), in[1], in[2], at.eps())};
 }
 std::vector<Tensor> BatchNorm(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::BatchNorm at{a};
   check_num_inputs(in, 5, "batch_norm");
   // A graph's batch_norm node only normalizes: the running-statistics update
   // was traced as separate ops with write-backs (see batch_norm).
-  return {batch_norm_forward(in[0], in[1], in[2], in[3], in[4], a.at(0).as_bool(), a.at(1).as_float(),
-                                         a.at(2).as_float(), /*update_running_stats=*/false)};
+  return {batch_norm_forward(in[0], in[1], in[2], in[3], in[4], at.training(), at.momentum(),
+                                         at.eps(), /*update_running_stats=*/false)};
 }
 std::vector<Tensor> Dropout(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Dropout at{a};
   check_num_inputs(in, 1, "dropout");
-  return {dropout(in[0], a.at(0).as_float(), a.at(1).as_bool())};
+  return {dropout(in[0], at.p(), at.train())};
 }
 } // namespace adapters
 

@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/strided.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
 
@@ -274,13 +275,15 @@ Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size) {
 namespace adapters {
 
 std::vector<Tensor> MaxPool2d(const std::vector<Tensor> &in, const Attrs &a) {
-  return {max_pool2d(in.at(0), a[0].as_ints(), a[1].as_ints(), a[2].as_ints(), a[3].as_ints(), a[4].as_bool())};
+  attrs::MaxPool2d at{a};
+  return {max_pool2d(in.at(0), at.kernel_size(), at.stride(), at.padding(), at.dilation(), at.ceil_mode())};
 }
 std::vector<Tensor> AvgPool2d(const std::vector<Tensor> &in, const Attrs &a) {
-  return {avg_pool2d(in.at(0), a[0].as_ints(), a[1].as_ints(), a[2].as_ints(), a[3].as_bool(), a[4].as_bool())};
+  attrs::AvgPool2d at{a};
+  return {avg_pool2d(in.at(0), at.kernel_size(), at.stride(), at.padding(), at.ceil_mode(), at.count_include_pad())};
 }
 std::vector<Tensor> AdaptiveAvgPool2d(const std::vector<Tensor> &in, const Attrs &a) {
-  return {adaptive_avg_pool2d(in.at(0), a[0].as_ints())};
+  return {adaptive_avg_pool2d(in.at(0), attrs::AdaptiveAvgPool2d{a}.output_size())};
 }
 
 } // namespace adapters

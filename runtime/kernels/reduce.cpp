@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/kernels/loops.h"
 #include "runtime/kernels/reduce_rows.h"
@@ -741,60 +742,72 @@ Tensor norm(const Tensor &x, const Scalar &p, IntArrayRef dim, bool keepdim) {
 namespace adapters {
 
 std::vector<Tensor> Sum(const std::vector<Tensor> &in, const Attrs &a) {
-  return {sum(only_input(in, "sum"), a[0].as_ints(), a[1].as_bool(), a[2].as_opt_dtype())};
+  attrs::Sum at{a};
+  return {sum(only_input(in, "sum"), at.dims(), at.keepdim(), at.dtype())};
 }
 
 std::vector<Tensor> Mean(const std::vector<Tensor> &in, const Attrs &a) {
-  return {mean(only_input(in, "mean"), a[0].as_ints(), a[1].as_bool(), a[2].as_opt_dtype())};
+  attrs::Mean at{a};
+  return {mean(only_input(in, "mean"), at.dims(), at.keepdim(), at.dtype())};
 }
 
 // prod(x) records dims [] and prod(x, d) records [d]; nothing else is traced.
 std::vector<Tensor> Prod(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::Prod at{a};
   const Tensor &x = only_input(in, "prod");
-  const std::vector<int64_t> &dims = a[0].as_ints();
-  bool keepdim = a[1].as_bool();
-  if (dims.empty() && !keepdim) return {prod(x, a[2].as_opt_dtype())};
+  const std::vector<int64_t> &dims = at.dims();
+  bool keepdim = at.keepdim();
+  if (dims.empty() && !keepdim) return {prod(x, at.dtype())};
   KILN_CHECK(dims.size() == 1, "prod: expects one dim, or none with keepdim=false; got dims ", shape_str(dims),
              " keepdim=", keepdim);
-  return {prod(x, dims[0], keepdim, a[2].as_opt_dtype())};
+  return {prod(x, dims[0], keepdim, at.dtype())};
 }
 
 std::vector<Tensor> Amax(const std::vector<Tensor> &in, const Attrs &a) {
-  return {amax(only_input(in, "amax"), a[0].as_ints(), a[1].as_bool())};
+  attrs::Amax at{a};
+  return {amax(only_input(in, "amax"), at.dims(), at.keepdim())};
 }
 
 std::vector<Tensor> Amin(const std::vector<Tensor> &in, const Attrs &a) {
-  return {amin(only_input(in, "amin"), a[0].as_ints(), a[1].as_bool())};
+  attrs::Amin at{a};
+  return {amin(only_input(in, "amin"), at.dims(), at.keepdim())};
 }
 
 std::vector<Tensor> MaxDim(const std::vector<Tensor> &in, const Attrs &a) {
-  auto [values, indices] = max(only_input(in, "max"), a[0].as_int(), a[1].as_bool());
+  attrs::MaxDim at{a};
+  auto [values, indices] = max(only_input(in, "max"), at.dim(), at.keepdim());
   return {values, indices};
 }
 
 std::vector<Tensor> MinDim(const std::vector<Tensor> &in, const Attrs &a) {
-  auto [values, indices] = min(only_input(in, "min"), a[0].as_int(), a[1].as_bool());
+  attrs::MinDim at{a};
+  auto [values, indices] = min(only_input(in, "min"), at.dim(), at.keepdim());
   return {values, indices};
 }
 
 std::vector<Tensor> Argmax(const std::vector<Tensor> &in, const Attrs &a) {
-  return {argmax(only_input(in, "argmax"), a[0].as_opt_int(), a[1].as_bool())};
+  attrs::Argmax at{a};
+  return {argmax(only_input(in, "argmax"), at.dim(), at.keepdim())};
 }
 
 std::vector<Tensor> Argmin(const std::vector<Tensor> &in, const Attrs &a) {
-  return {argmin(only_input(in, "argmin"), a[0].as_opt_int(), a[1].as_bool())};
+  attrs::Argmin at{a};
+  return {argmin(only_input(in, "argmin"), at.dim(), at.keepdim())};
 }
 
 std::vector<Tensor> Var(const std::vector<Tensor> &in, const Attrs &a) {
-  return {var(only_input(in, "var"), a[0].as_ints(), a[1].as_opt_float(), a[2].as_bool())};
+  attrs::Var at{a};
+  return {var(only_input(in, "var"), at.dims(), at.correction(), at.keepdim())};
 }
 
 std::vector<Tensor> Std(const std::vector<Tensor> &in, const Attrs &a) {
-  return {std(only_input(in, "std"), a[0].as_ints(), a[1].as_opt_float(), a[2].as_bool())};
+  attrs::Std at{a};
+  return {std(only_input(in, "std"), at.dims(), at.correction(), at.keepdim())};
 }
 
 std::vector<Tensor> Norm(const std::vector<Tensor> &in, const Attrs &a) {
-  return {norm(only_input(in, "norm"), a[0].as_scalar(), a[1].as_ints(), a[2].as_bool())};
+  attrs::Norm at{a};
+  return {norm(only_input(in, "norm"), at.p(), at.dims(), at.keepdim())};
 }
 
 } // namespace adapters

@@ -6,6 +6,7 @@
 
 #include "runtime/kernels/strided.h"
 #include "runtime/op_adapters.h"
+#include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
 
@@ -405,18 +406,19 @@ Tensor gather(const Tensor &x, int64_t dim, const Tensor &index) {
 
 namespace adapters {
 
-std::vector<Tensor> Tril(const std::vector<Tensor> &in, const Attrs &a) { return {tril(in.at(0), a[0].as_int())}; }
-std::vector<Tensor> Triu(const std::vector<Tensor> &in, const Attrs &a) { return {triu(in.at(0), a[0].as_int())}; }
-std::vector<Tensor> Cat(const std::vector<Tensor> &in, const Attrs &a) { return {cat(in, a[0].as_int())}; }
-std::vector<Tensor> Stack(const std::vector<Tensor> &in, const Attrs &a) { return {stack(in, a[0].as_int())}; }
+std::vector<Tensor> Tril(const std::vector<Tensor> &in, const Attrs &a) { return {tril(in.at(0), attrs::Tril{a}.diagonal())}; }
+std::vector<Tensor> Triu(const std::vector<Tensor> &in, const Attrs &a) { return {triu(in.at(0), attrs::Triu{a}.diagonal())}; }
+std::vector<Tensor> Cat(const std::vector<Tensor> &in, const Attrs &a) { return {cat(in, attrs::Cat{a}.dim())}; }
+std::vector<Tensor> Stack(const std::vector<Tensor> &in, const Attrs &a) { return {stack(in, attrs::Stack{a}.dim())}; }
 std::vector<Tensor> Split(const std::vector<Tensor> &in, const Attrs &a) {
-  return split(in.at(0), IntArrayRef(a[0].as_ints()), a[1].as_int());
+  attrs::Split at{a};
+  return split(in.at(0), IntArrayRef(at.split_sizes()), at.dim());
 }
 std::vector<Tensor> IndexSelect(const std::vector<Tensor> &in, const Attrs &a) {
-  return {index_select(in.at(0), a[0].as_int(), in.at(1))};
+  return {index_select(in.at(0), attrs::IndexSelect{a}.dim(), in.at(1))};
 }
 std::vector<Tensor> Gather(const std::vector<Tensor> &in, const Attrs &a) {
-  return {gather(in.at(0), a[0].as_int(), in.at(1))};
+  return {gather(in.at(0), attrs::Gather{a}.dim(), in.at(1))};
 }
 std::vector<Tensor> Embedding(const std::vector<Tensor> &in, const Attrs &) { return {embedding(in.at(0), in.at(1))}; }
 

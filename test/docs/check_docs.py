@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Checks that two hand-kept lists in docs/ match the sources (ctest `docs_lists`):
+"""Keeps two lists in docs/ true to the sources (ctest `docs_lists`):
 
-- docs/environment.md names every KILN_* variable the tree reads: getenv("KILN_...")
+- docs/environment.md (hand-kept) names every KILN_* variable the tree reads: getenv("KILN_...")
   in C++ sources and ${KILN_...} / $KILN_... in scripts/;
-- docs/ops-reference.md lists exactly the ops of runtime/ops.def (by IR name), and each
-  listed op's C++ function is declared in runtime/ops.h (or is Tensor::copy_ for `copy`).
+- docs/ops-reference.md is GENERATED from the op table runtime/ops.def (sections, ops, kinds,
+  typed attributes, traits) and the declarations of runtime/ops.h (signatures); the check fails
+  when the committed file differs, or when an op has no function in runtime/ops.h.
 
-Usage: check_docs.py SOURCE_DIR. Prints what is missing and exits 1, else prints a summary.
+Usage: check_docs.py SOURCE_DIR [--write]. --write regenerates docs/ops-reference.md. Prints
+what is wrong and exits 1, else prints a summary.
 """
 import pathlib
 import re
@@ -28,18 +30,145 @@ def env_vars_read(root):
     return found
 
 
-def ops_in_table(root):
+OPS_REFERENCE_HEAD = """# Ops
+
+<!-- GENERATED from runtime/ops.def and runtime/ops.h by test/docs/check_docs.py: do not edit.
+     Regenerate with `python3 test/docs/check_docs.py . --write` (or `cmake --build build --target docs`);
+     ctest `docs_lists` fails while this file differs from what the table says. -->
+
+The public ops, as a user calls them (`#include <kiln/kiln.h>`, namespace `kiln`): libtorch's names, argument
+order and semantics. Each is a free function (most also a `Tensor` method, e.g. `x.exp()`, `x.view({2, 3})`) and
+one entry of the op table `runtime/ops.def`. Columns:
+
+- **IR**: its name in traced graphs (`docs/ir.md`); **C++**: its declarations in `runtime/ops.h`.
+- **kind**: how the passes treat it. Composite ops are rewritten into primitives by `decompose`; Elementwise
+  and Reduction ops fuse into JIT kernels; Contractions run BLAS/conv (mm, bmm, matmul and conv2d head a group
+  whose elementwise epilogue is fused into them); Views move no data.
+- **attributes**: name and type (torch schema spelling) in IR order; C++ code reads them by name
+  (`attrs::BatchNorm{node}.eps()`, `runtime/op_attrs.h`).
+- **compiled**: what `kiln::compile` makes of it: *JIT* (a lowering rule: fused groups become one kernel; a
+  rule may still refuse some dtypes or operand forms, e.g. integer division, and that group then runs
+  interpreted), *decomposed* (into the primitives above), *BLAS/conv*, *view* (no data moved) or *eager
+  kernel* (its eager kernel runs as one step of the compiled plan).
+- **fuses**: may join a fusion group (the `Fuses` trait).
+- **grad**: differentiation. kiln has no autograd yet: *later* for ops that will have a derivative, *never*
+  for ops with integer or bool results (`NoGrad`).
+- **traits**: the rest of the entry's traits (`runtime/ops.def` explains each).
+
+Factories not listed (`empty`, `zeros`, `ones`, `randn`, `rand`, `randint`, `*_like`, `from_blob`, `tensor`) make
+tensors outside traced graphs. Writing a new op: `docs/ops.md`.
+"""
+
+SHOWN_ELSEWHERE = {"Lowers", "Eager", "Fuses", "NoGrad", "NoTraits"}
+
+
+def split_top(text, sep=","):
+    """Splits at `sep` outside parentheses and string literals."""
+    parts, depth, cur, in_str = [], 0, "", False
+    for ch in text:
+        if ch == '"':
+            in_str = not in_str
+        elif not in_str and ch == "(":
+            depth += 1
+        elif not in_str and ch == ")":
+            depth -= 1
+        if ch == sep and depth == 0 and not in_str:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def table_entries(root):
+    """(section title, entries) in ops.def order; an entry is a dict of its columns."""
     text = (root / "runtime" / "ops.def").read_text()
-    return re.findall(r'^KILN_OP\(\w+, "([a-z_0-9]+)",', text, re.M)
+    sections, i = [], 0
+    for m in re.finditer(r"^// ---- (.*)$|^KILN_OP\(", text, re.M):
+        if m.group(1) is not None:
+            sections.append((m.group(1).strip(), []))
+            continue
+        depth, j = 0, m.end() - 1
+        while True:  # to the entry's closing parenthesis
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        cols = split_top(" ".join(text[m.end():j].split()))
+        op_id, mnemonic, kind, operands, traits, attrs = (cols + [""])[:6]
+        sections[-1][1].append({
+            "id": op_id, "mnemonic": mnemonic.strip('"'), "kind": kind, "operands": operands,
+            "traits": [t.strip() for t in traits.split("|")],
+            "attrs": re.findall(r"ATTR\((\w+), (\w+)\)", attrs),
+        })
+    return sections
 
 
-def ops_in_reference(root):
-    text = (root / "docs" / "ops-reference.md").read_text()
-    return re.findall(r"^\| `([a-z_0-9]+)` \|", text, re.M)
+ATTR_SPELLING = {"Int": "int", "OptInt": "int?", "Float": "float", "OptFloat": "float?", "Bool": "bool",
+                 "IntList": "int[]", "Str": "str", "OptStr": "str?", "Number": "Scalar", "OptNumber": "Scalar?",
+                 "ScalarType": "ScalarType", "OptScalarType": "ScalarType?"}
+
+CONTRACTION_HEADS = {"mm", "bmm", "matmul", "conv2d"}
+
+
+def declarations(root):
+    """Top-level declarations of runtime/ops.h, whitespace-normalized, by function name."""
+    text = re.sub(r"//[^\n]*", "", (root / "runtime" / "ops.h").read_text())
+    body = text[text.index("namespace kiln {") + len("namespace kiln {"):]
+    decls = {}
+    for stmt in body.split(";"):
+        stmt = " ".join(stmt.split())
+        m = re.match(r"^(?:[\w:<>, ]+?[ &*])(\w+)\(", stmt)
+        if m and not stmt.startswith(("#", "}", "using", "namespace")):
+            decls.setdefault(m.group(1), []).append(stmt)
+    return decls
+
+
+def compiled_column(e):
+    if "Lowers" in e["traits"] and e["kind"] != "Composite":
+        return "JIT"
+    return {"Composite": "decomposed", "Contraction": "BLAS/conv", "View": "view"}.get(e["kind"], "eager kernel")
+
+
+def fuses_column(e):
+    if "Fuses" in e["traits"]:
+        return "yes"
+    if e["mnemonic"] in CONTRACTION_HEADS:
+        return "epilogue"
+    return "no"
+
+
+def ops_reference(root):
+    decls = declarations(root)
+    out = [OPS_REFERENCE_HEAD]
+    errors = []
+    for title, entries in table_entries(root):
+        out.append(f"\n## {title[0].upper() + title[1:]}\n")
+        out.append("| IR | C++ | kind | attributes | compiled | fuses | grad | traits |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for e in entries:
+            name = e["mnemonic"]
+            if name == "copy":
+                sigs = ["Tensor &Tensor::copy_(const Tensor &src)"]  # runtime/tensor.h
+            elif name == "to":
+                sigs = decls.get("to", [])
+            else:
+                sigs = decls.get(name, [])
+            if not sigs:
+                errors.append(f"runtime/ops.def: op '{name}' has no function kiln::{name} in runtime/ops.h")
+            cpp = "<br>".join(f"`{s}`" for s in sigs)
+            attrs = ", ".join(f"`{n}`: {ATTR_SPELLING.get(t, t)}" for t, n in e["attrs"])
+            grad = "never" if "NoGrad" in e["traits"] else "later"
+            traits = ", ".join(t for t in e["traits"] if t not in SHOWN_ELSEWHERE)
+            out.append(f"| `{name}` | {cpp} | {e['kind']} | {attrs} | {compiled_column(e)} | {fuses_column(e)} "
+                       f"| {grad} | {traits} |")
+    return "\n".join(out) + "\n", errors
 
 
 def main():
     root = pathlib.Path(sys.argv[1]).resolve()
+    write = "--write" in sys.argv[2:]
     errors = []
     env_doc = (root / "docs" / "environment.md").read_text()
     env = env_vars_read(root)
@@ -47,26 +176,25 @@ def main():
         if f"`{var}`" not in env_doc:
             errors.append(f"docs/environment.md: {var} (read in {where}) is not documented")
 
-    table, listed = ops_in_table(root), ops_in_reference(root)
-    for op in sorted(set(table) - set(listed)):
-        errors.append(f"docs/ops-reference.md: op '{op}' of runtime/ops.def is not listed")
-    for op in sorted(set(listed) - set(table)):
-        errors.append(f"docs/ops-reference.md: listed op '{op}' is not in runtime/ops.def")
-    dupes = sorted({op for op in listed if listed.count(op) > 1})
-    if dupes:
-        errors.append(f"docs/ops-reference.md: listed twice: {', '.join(dupes)}")
-    ops_h = (root / "runtime" / "ops.h").read_text()
-    for op in listed:
-        if op == "copy":
-            continue  # Tensor::copy_ (runtime/tensor.h)
-        if not re.search(rf"^\S.* {op}\(", ops_h, re.M):
-            errors.append(f"docs/ops-reference.md: op '{op}' has no function kiln::{op} in runtime/ops.h")
+    want, errs = ops_reference(root)
+    errors += errs
+    ref = root / "docs" / "ops-reference.md"
+    if write:
+        ref.write_text(want)
+        print(f"wrote {ref}")
+    elif ref.read_text() != want:
+        have = ref.read_text().splitlines()
+        first = next((i for i, (a, b) in enumerate(zip(have, want.splitlines())) if a != b),
+                     min(len(have), len(want.splitlines())))
+        errors.append(f"docs/ops-reference.md differs from runtime/ops.def (first at line {first + 1}); "
+                      "regenerate: python3 test/docs/check_docs.py . --write")
+    listed = sum(len(e) for _, e in table_entries(root))
 
     for e in errors:
         print(e)
     if errors:
         return 1
-    print(f"docs lists match: {len(env)} environment variables, {len(listed)} ops")
+    print(f"docs lists match: {len(env)} environment variables, {listed} ops in docs/ops-reference.md")
     return 0
 
 

@@ -1,0 +1,260 @@
+// The op table (runtime/ops.def) as the one source of op facts:
+// - every op's declared lowering decision (Lowers / Eager) is what codegen's
+//   rule table has (a new op must say which, and say it truthfully);
+// - attributes read by name through the generated accessors;
+// - every Pointwise op that Lowers and Fuses, taken from the table alone (no
+//   per-op code here), is traced, fused into a group, lowered to a JIT kernel,
+//   and equal to eager, NaN and inf included. Adding an elementwise op per
+//   docs/ops.md puts it in this sweep without touching this file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include <kiln/kiln.h>
+
+#include "codegen/kernel.h"
+#include "codegen/op_lowering.h"
+#include "frontend/trace.h"
+#include "ir/graph.h"
+#include "runtime/op_attrs.h"
+#include "runtime/op_registry.h"
+
+using namespace kiln;
+
+namespace {
+
+std::string names(const std::vector<OpId> &ops) {
+  std::string s;
+  for (OpId id : ops) s += std::string(op_info(id).mnemonic) + " ";
+  return s;
+}
+
+std::vector<OpId> all_ops() {
+  std::vector<OpId> ops;
+  for (int i = 0; i < kNumOps; ++i) ops.push_back(OpId(i));
+  return ops;
+}
+
+} // namespace
+
+TEST(OpTable, LoweringDecisionMatchesCodegen) {
+  std::vector<OpId> claimed_without_rule, rule_without_claim;
+  for (OpId id : all_ops()) {
+    if (lowering_expected(id) && !codegen::has_lowering(id)) claimed_without_rule.push_back(id);
+    if (!lowering_expected(id) && codegen::has_lowering(id)) rule_without_claim.push_back(id);
+  }
+  EXPECT_TRUE(claimed_without_rule.empty())
+      << "ops.def says Lowers, codegen/op_lowering.cpp has no rule: " << names(claimed_without_rule);
+  EXPECT_TRUE(rule_without_claim.empty())
+      << "codegen/op_lowering.cpp has a rule, ops.def does not say Lowers: " << names(rule_without_claim);
+}
+
+// The decisions each kind requires (also static_asserts in op_registry.cpp;
+// here with every offender named at once).
+TEST(OpTable, EveryOpStatesTheDecisionsItsKindRequires) {
+  std::vector<OpId> bad;
+  for (OpId id : all_ops()) {
+    OpKind k = op_kind(id);
+    bool cost = has_trait(id, OpTrait::Cheap) != has_trait(id, OpTrait::Costly);
+    bool lower = has_trait(id, OpTrait::Lowers) != has_trait(id, OpTrait::Eager);
+    if (k == OpKind::Elementwise && !(cost && lower)) bad.push_back(id);
+    if (k == OpKind::Reduction && !lower) bad.push_back(id);
+    if (is_transcendental(id) && !has_trait(id, OpTrait::Costly)) bad.push_back(id);
+    if (is_fusible(id) && k != OpKind::Elementwise && k != OpKind::Reduction) bad.push_back(id);
+  }
+  EXPECT_TRUE(bad.empty()) << "ops.def entries missing a required decision: " << names(bad);
+}
+
+TEST(OpTable, RegistryAgreesWithTheConstexprFacts) {
+  for (OpId id : all_ops()) {
+    const OpInfo &info = op_info(id);
+    SCOPED_TRACE(std::string(info.mnemonic));
+    EXPECT_EQ(info.id, id);
+    EXPECT_EQ(info.kind, op_kind(id));
+    EXPECT_EQ(info.attr_names.size(), info.attr_types.size());
+    EXPECT_EQ(find_op(info.mnemonic), &info);
+    EXPECT_LE(op_operands(id).min, op_operands(id).max);
+  }
+}
+
+TEST(OpTable, KernelTranscendentalsAreTheLibmOnesAndSigmoid) {
+  // float64 kernels call libm for each transcendental KOp but sigmoid (1/(1+exp(-x))).
+  std::vector<codegen::KOp> libm = {
+#define X(op, fn) codegen::KOp::op,
+      KILN_LIBM_OPS(X)
+#undef X
+  };
+  for (int i = 0; i <= int(codegen::KOp::Reduce); ++i) {
+    auto op = codegen::KOp(i);
+    bool in_libm = std::find(libm.begin(), libm.end(), op) != libm.end();
+    EXPECT_EQ(codegen::is_transcendental(op), in_libm || op == codegen::KOp::Sigmoid) << codegen::op_name(op);
+  }
+}
+
+TEST(OpAttrs, ReadByName) {
+  Attrs bn = {true, 0.25, 1e-3};
+  EXPECT_EQ(attrs::BatchNorm{bn}.training(), true);
+  EXPECT_EQ(attrs::BatchNorm{bn}.momentum(), 0.25);
+  EXPECT_EQ(attrs::BatchNorm{bn}.eps(), 1e-3);
+  Attrs sum = {std::vector<int64_t>{1, 2}, false, AttrValue()};
+  EXPECT_EQ(attrs::Sum{sum}.dims(), (std::vector<int64_t>{1, 2}));
+  EXPECT_FALSE(attrs::Sum{sum}.dtype().has_value());
+  Attrs div = {std::string("floor")};
+  EXPECT_EQ(attrs::Div{div}.rounding_mode(), std::optional<std::string>("floor"));
+  // Names agree with the registry's (the parser and printer use those).
+  EXPECT_EQ(op_info(OpId::BatchNorm).attr_names, (std::vector<std::string_view>{"training", "momentum", "eps"}));
+  EXPECT_EQ(op_info(OpId::BatchNorm).attr_types, (std::vector<std::string_view>{"bool", "float", "float"}));
+}
+
+TEST(OpAttrs, WrongCountOrTypeIsAnErrorNamingTheOp) {
+  Attrs two = {true, 0.25};
+  try {
+    (void)attrs::BatchNorm{two}.eps();
+    FAIL() << "no error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("batch_norm: expected 3 attributes, got 2"), std::string::npos) << e.what();
+  }
+  Attrs wrong = {std::string("x"), 0.25, 1e-3};
+  EXPECT_THROW((void)attrs::BatchNorm{wrong}.training(), Error);
+}
+
+// ---- the pointwise sweep
+
+namespace {
+
+// A sample value per attribute type, by name where one type has several uses.
+AttrValue sample_attr(std::string_view type, std::string_view name) {
+  if (name == "min") return -0.5;
+  if (name == "max") return 0.5;
+  if (type == "Scalar") return 1.5;
+  if (type == "ScalarType") return kFloat64;
+  if (type == "str") return "none";
+  if (type == "bool") return false;
+  if (type == "int") return int64_t(0);
+  return AttrValue(); // optionals: none
+}
+
+Attrs sample_attrs(OpId id) {
+  const OpInfo &info = op_info(id);
+  Attrs a;
+  for (size_t i = 0; i < info.attr_names.size(); ++i) a.push_back(sample_attr(info.attr_types[i], info.attr_names[i]));
+  return a;
+}
+
+// [3, 37] float32: ordinary values and the special ones (NaN, +-inf, +-0, huge, tiny).
+Tensor float_operand(int seed) {
+  manual_seed(uint64_t(100 + seed));
+  Tensor t = randn({3, 37}) * 3.0;
+  const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f, 1e-30f, 88.5f, -104.0f, 0.5f, 2.0f};
+  float *p = t.data_ptr<float>();
+  for (size_t i = 0; i < std::size(special); ++i) p[(size_t(seed) * 5 + i * 3) % 111] = special[i];
+  return t;
+}
+
+Tensor bool_operand(int seed) { return gt(float_operand(seed), 0.0); }
+
+struct Variant {
+  std::vector<Tensor> inputs;    // graph inputs
+  std::vector<Tensor> constants; // trailing operands as wrapped-number constants
+};
+
+// Operand sets to try, in order: all float; one operand bool (where's
+// condition, masked_fill's mask); trailing operands as scalar constants
+// (pow's exponent).
+std::vector<Variant> variants(OpId id) {
+  size_t n = op_operands(id).min;
+  std::vector<Variant> out;
+  Variant all;
+  for (size_t i = 0; i < n; ++i) all.inputs.push_back(float_operand(int(i)));
+  out.push_back(all);
+  for (size_t b = 0; b < n; ++b) {
+    Variant v = all;
+    v.inputs[b] = bool_operand(int(b));
+    out.push_back(v);
+  }
+  if (n >= 2) {
+    Variant v;
+    v.inputs.push_back(float_operand(0));
+    for (size_t i = 1; i < n; ++i) v.constants.push_back(detail::wrap_scalar(Scalar(2.0)));
+    out.push_back(v);
+  }
+  return out;
+}
+
+ModelFn op_fn(OpId id, const Attrs &a, const std::vector<Tensor> &constants) {
+  return [id, a, constants](const std::vector<Tensor> &in) {
+    std::vector<Tensor> operands = in;
+    operands.insert(operands.end(), constants.begin(), constants.end());
+    return run_op(id, operands, a);
+  };
+}
+
+bool node_in(const ir::Graph &g, OpId id, bool in_group) {
+  for (const ir::Node *n : g.nodes()) {
+    if (n->kind() == ir::Node::Kind::FusionGroup && node_in(*n->body(), id, false)) return true;
+    if (!in_group && n->kind() == ir::Node::Kind::Op && n->op() == id) return true;
+  }
+  return false;
+}
+
+// Eager's values within rtol 1e-4, atol 1e-6; NaN where eager has NaN, the same inf.
+std::string mismatch(const Tensor &got, const Tensor &want) {
+  if (got.sizes().vec() != want.sizes().vec() || got.dtype() != want.dtype()) return "shape or dtype differs";
+  Tensor g = got.to(kFloat64).contiguous(), w = want.to(kFloat64).contiguous();
+  const double *gp = g.data_ptr<double>(), *wp = w.data_ptr<double>();
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    double a = gp[i], b = wp[i];
+    bool same = std::isnan(b) ? std::isnan(a) : std::isinf(b) ? a == b : std::fabs(a - b) <= 1e-6 + 1e-4 * std::fabs(b);
+    if (!same) return "element " + std::to_string(i) + ": compiled " + std::to_string(a) + ", eager " + std::to_string(b);
+  }
+  return "";
+}
+
+// Why op `id` with variant v is not traced, fused, lowered and equal to eager; "" when it is.
+std::string check_variant(OpId id, const Variant &v) {
+  Attrs a = sample_attrs(id);
+  ModelFn fn = op_fn(id, a, v.constants);
+  std::vector<Tensor> want;
+  try {
+    want = fn(v.inputs);
+  } catch (const Error &e) {
+    return std::string("eager refuses these operands: ") + e.what();
+  }
+  std::unique_ptr<ir::Graph> traced = trace(fn, v.inputs);
+  if (!node_in(*traced, id, false)) return "not traced";
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  std::vector<Tensor> got = f(v.inputs);
+  if (f.stats().eager_calls != 0) return "ran eagerly: " + f.stats().last_fallback_reason;
+  std::shared_ptr<const ir::Graph> g = f.graph_for(v.inputs);
+  if (!g || !node_in(*g, id, true)) return "not in a fusion group";
+  if (f.kernels_per_call(v.inputs) != 1) return "not lowered to a JIT kernel (its group is interpreted)";
+  if (got.size() != want.size()) return "result count differs";
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::string m = mismatch(got[i], want[i]); !m.empty()) return "result " + std::to_string(i) + ": " + m;
+  return "";
+}
+
+} // namespace
+
+TEST(PointwiseSweep, EveryLoweredPointwiseOpIsTracedFusedLoweredAndEqualToEager) {
+  int checked = 0;
+  for (OpId id : all_ops()) {
+    if (!has_trait(id, OpTrait::Pointwise) || !lowering_expected(id) || !is_fusible(id)) continue;
+    SCOPED_TRACE(std::string(op_info(id).mnemonic));
+    std::string why;
+    for (const Variant &v : variants(id)) {
+      std::string w = check_variant(id, v);
+      if (w.empty()) {
+        why.clear();
+        break;
+      }
+      why += (why.empty() ? "" : "; ") + w;
+    }
+    EXPECT_TRUE(why.empty()) << op_info(id).mnemonic << ": " << why;
+    ++checked;
+  }
+  EXPECT_GE(checked, 40); // the table's elementwise ops, not an empty sweep
+}
