@@ -140,6 +140,12 @@ private:
   }
 
   static bool fusible_kind(const Node &n) { return n.kind() == Node::Kind::Op && is_fusible(n.op()); }
+  // The ops fusion decides about (and logs a reason for): elementwise ops and reductions.
+  static bool computes_elements(const Node &n) {
+    if (n.kind() != Node::Kind::Op) return false;
+    OpKind k = n.info().kind;
+    return k == OpKind::Elementwise || k == OpKind::Reduction;
+  }
 
   void refuse(const Node &n, const std::string &why) {
     log()->debug("fuse: not fusing %{} ({}) : {}", n.result()->name(), n.mnemonic(), why);
@@ -204,10 +210,11 @@ private:
 
   void consider(Node *n) {
     if (n->kind() == Node::Kind::Op && n->info().kind == OpKind::Contraction) return start_epilogue(n);
-    if (!fusible_kind(*n)) return;
-    if (n->results().size() != 1) return refuse(*n, "has several results");
+    if (!computes_elements(*n)) return;
     // Codegen cannot lower it in any group: a group around it would run eagerly whole.
     if (std::string why = lowering_misfit(*n); !why.empty()) return refuse(*n, "codegen cannot lower it: " + why);
+    if (!fusible_kind(*n)) return refuse(*n, "ops.def does not mark it Fuses");
+    if (n->results().size() != 1) return refuse(*n, "has several results");
     // Candidate groups: those of the producers of n's operands.
     std::vector<int> candidates;
     for (const Value *v : n->operands()) {

@@ -71,7 +71,9 @@ constexpr bool needs_lowering_decision(OpKind k) { return k == OpKind::Elementwi
   static_assert(!has_trait(OpId::Id, OpTrait::Transcendental) || has_trait(OpId::Id, OpTrait::Costly),       \
                 "ops.def: " #Id " is Transcendental, hence Costly");                                          \
   static_assert(!has_trait(OpId::Id, OpTrait::Fuses) || needs_lowering_decision(op_kind(OpId::Id)),        \
-                "ops.def: " #Id ": only elementwise ops and reductions fuse");
+                "ops.def: " #Id ": only elementwise ops and reductions fuse");                          \
+  static_assert(!has_trait(OpId::Id, OpTrait::Fuses) || has_trait(OpId::Id, OpTrait::Lowers),             \
+                "ops.def: " #Id ": Fuses needs Lowers (fuse asks codegen; an op it cannot lower stays out)");
 #include "runtime/ops.def"
 } // namespace
 
