@@ -121,8 +121,14 @@ double transcendental(KOp op, double x) {
   case KOp::Sqrt: return std::sqrt(x);
   case KOp::Floor: return std::floor(x);
   case KOp::Ceil: return std::ceil(x);
-  default: return std::nearbyint(x); // Round: half to even in the default mode
+  case KOp::Round: return std::nearbyint(x); // half to even in the default mode
+  case KOp::Const: case KOp::Load: case KOp::Add: case KOp::Sub: case KOp::Mul: case KOp::Div: case KOp::Min: case KOp::Max:
+  case KOp::Eq: case KOp::Ne: case KOp::Lt: case KOp::Le: case KOp::Gt: case KOp::Ge: case KOp::And: case KOp::Or:
+  case KOp::Xor: case KOp::Neg: case KOp::Abs: case KOp::Not: case KOp::Cast: case KOp::Rsqrt: case KOp::Fma: case KOp::Select:
+  case KOp::Reduce:
+    break; // eval_float handles these itself, or they are not float unary ops
   }
+  KILN_FAIL("internal: interpreter: ", op_name(op), " is not a float unary op");
 }
 
 Val eval_float(const Node &n, Val a, Val b, Val c) {

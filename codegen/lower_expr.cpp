@@ -121,8 +121,13 @@ Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x) {
     Value *one = llvm::ConstantFP::get(x->getType(), 1.0);
     return b.CreateFDiv(one, b.CreateFAdd(one, libm(b, "exp", b.CreateFNeg(x))));
   }
-  default: KILN_FAIL("internal: ", op_name(op), " is not a transcendental");
+  case KOp::Const: case KOp::Load: case KOp::Add: case KOp::Sub: case KOp::Mul: case KOp::Div: case KOp::Min: case KOp::Max:
+  case KOp::Eq: case KOp::Ne: case KOp::Lt: case KOp::Le: case KOp::Gt: case KOp::Ge: case KOp::And: case KOp::Or:
+  case KOp::Xor: case KOp::Neg: case KOp::Abs: case KOp::Not: case KOp::Cast: case KOp::Sqrt: case KOp::Rsqrt: case KOp::Floor:
+  case KOp::Ceil: case KOp::Round: case KOp::Fma: case KOp::Select: case KOp::Reduce:
+    break;
   }
+  KILN_FAIL("internal: ", op_name(op), " is not a transcendental");
 }
 
 Value *Lowering::constant(const Node &n) {
