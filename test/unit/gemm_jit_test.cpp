@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/gemm/gemm.h"
+#include "codegen/gemm/path.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
 
@@ -297,3 +298,20 @@ TEST(GemmJit, FmaPeakProbeIsPositive) {
 }
 
 } // namespace
+
+// KILN_GEMM's values: the two names, nothing else (an unknown one warns at first use).
+TEST(GemmJit, PathNamesParseAndRoundTrip) {
+  using kiln::gemm::Path;
+  EXPECT_EQ(kiln::gemm::parse_path("jit"), Path::Jit);
+  EXPECT_EQ(kiln::gemm::parse_path("blas"), Path::Blas);
+  EXPECT_FALSE(kiln::gemm::parse_path("JIT").has_value());
+  EXPECT_FALSE(kiln::gemm::parse_path("").has_value());
+  EXPECT_FALSE(kiln::gemm::parse_path("openblas").has_value());
+  for (Path p : {Path::Jit, Path::Blas}) EXPECT_EQ(kiln::gemm::parse_path(kiln::gemm::path_name(p)), p);
+  const Path before = kiln::gemm::path();
+  kiln::gemm::set_path(Path::Blas);
+  EXPECT_EQ(kiln::gemm::path(), Path::Blas);
+  kiln::gemm::set_path(Path::Jit);
+  EXPECT_EQ(kiln::gemm::path(), Path::Jit);
+  kiln::gemm::set_path(before);
+}
