@@ -11,16 +11,21 @@
 #include "codegen/epilogue.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
+#include "codegen/gemm/gemm.h"
+#include "codegen/gemm/path.h"
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
 #include "passes/group_geometry.h"
 #include "ir/graph.h"
+#include "ir/memory_plan.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/kernels/linalg_internal.h"
@@ -28,6 +33,7 @@
 #include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
+#include "runtime/version.h"
 
 namespace kiln::codegen {
 namespace {
@@ -36,6 +42,8 @@ namespace {
 constexpr int64_t kTileElems = 64 * 1024;
 constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kMinTileCols = 64;
+
+std::atomic<int64_t> g_jit_steps_built{0};
 
 bool is_contraction(const ir::Node &n) {
   return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::Contraction;
@@ -133,10 +141,31 @@ struct Source {
   MatView view;
 };
 
+// A captured tensor (or a view of one) used as B, packed into the GEMM's panel
+// layout: `live` keeps the storage (so no other tensor can take its address
+// while the packing claims to be of it), `version` is its counter's value when packed.
+struct PackedWeight {
+  gemm::PackedB<float> f32;
+  gemm::PackedB<double> f64;
+  Tensor live;
+  const void *src = nullptr;
+  kiln::detail::VersionCounter counter;
+  uint64_t version = 0;
+  bool current(const void *b) const { return b == src && counter->load(std::memory_order_acquire) == version; }
+  template <class T> const gemm::PackedB<T> &get() const {
+    if constexpr (sizeof(T) == 8) return f64;
+    else return f32;
+  }
+};
+
 class Step final : public EpilogueStep {
 public:
-  Step(const ir::Node &group, const std::vector<Tensor> &operands) : group_(group) {
+  Step(const ir::Node &group, const std::vector<Tensor> &operands, std::shared_ptr<ir::Graph> owned = nullptr,
+       std::vector<const ir::Value *> outer = {})
+      : owned_(std::move(owned)), group_(group) {
     const ir::Graph &body = *group.body();
+    outer_ = outer.empty() ? std::vector<const ir::Value *>(group.operands().begin(), group.operands().end())
+                           : std::move(outer);
     analyse(body);
     for (const ir::Value *r : group.results()) metas_.push_back(allocate(r->type(), true));
     dtype_ = contraction_->result()->type().dtype;
@@ -144,13 +173,25 @@ public:
     domain_ = contraction_->result()->type().shape;
     KILN_CHECK(!domain_.empty() && std::all_of(domain_.begin(), domain_.end(), [](int64_t s) { return s > 0; }),
                "epilogue: empty or scalar contraction output ", shape_str(domain_));
-    if (contraction_->op() == OpId::Conv2d) plan_conv(operands);
-    else plan_matmul(operands);
+    if (contraction_->op() == OpId::Conv2d) {
+      plan_conv(operands);
+    } else {
+      jit_ = gemm::path() == gemm::Path::Jit;
+      if (jit_) granule_ = dtype_ == kFloat64 ? gemm::default_config<double>().nr() : gemm::default_config<float>().nr();
+      plan_matmul(operands);
+      if (jit_) jit_ = dtype_ == kFloat64 ? set_up_jit<double>() : set_up_jit<float>();
+    }
     compile_kernels(operands);
-    kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels",
+    kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}",
                  group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
-                 N_, tm_, tn_, epilogue_.size(), kernels_.size());
+                 N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind());
   }
+
+  std::string_view contraction_kind() const override {
+    if (contraction_->op() == OpId::Conv2d) return "conv";
+    return jit_ ? "gemm-jit" : "blas";
+  }
+  int64_t packed_weight_bytes() const override { return packed_bytes_; }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }
   int64_t num_kernels() const override { return int64_t(kernels_.size()); }
@@ -306,10 +347,99 @@ private:
   void choose_tiles() {
     tm_ = std::min(M_, kMaxTileRows);
     tn_ = N_;
-    auto round16 = [](int64_t v) { return (v + 15) / 16 * 16; };
+    // Columns in multiples of the JIT GEMM's panel width nr (packed B is
+    // addressed by whole panels), else of 16.
+    const int64_t g = granule_;
+    auto round16 = [g](int64_t v) { return (v + g - 1) / g * g; };
     while (tm_ * tn_ > kTileElems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
     const int64_t want = 2 * int64_t(std::max(1, get_num_threads()));
     while (items() < want && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
+    tn_ = std::min(tn_, N_);
+  }
+
+  // ---- kiln's GEMM (codegen/gemm): kernels resolved here, B packed when it
+  // is a captured tensor. Returns false (BLAS then runs it) when the
+  // generator cannot take the contraction, logging why.
+  template <class T> bool set_up_jit() {
+    auto no = [&](const std::string &why) {
+      kiln::log()->debug("epilogue: %{} ({}) runs on BLAS: {}", group_.result()->name(), contraction_->mnemonic(), why);
+      return false;
+    };
+    if (a_.rs < 0 || a_.cs < 0 || b_.rs < 0 || b_.cs < 0) return no("an operand has a negative stride");
+    try {
+      ks_ = gemm::resolve_kernels<T>(gemm::default_config<T>(), {tm_, M_ % tm_});
+    } catch (const Error &e) {
+      return no(std::string("kiln's GEMM cannot compile its micro-kernels: ") + e.what());
+    }
+    g_jit_steps_built.fetch_add(1, std::memory_order_relaxed);
+    std::optional<Tensor> w = captured_b();
+    if (!w) return true;
+    if (nb_ != 1) {
+      kiln::log()->debug("epilogue: %{}: B is a captured tensor with batches, not packed", group_.result()->name());
+      return true;
+    }
+    pack_ = true;
+    auto p = make_packed<T>(*w);
+    packed_bytes_ = p->template get<T>().bytes();
+    packed_.store(std::move(p), std::memory_order_release);
+    kiln::log()->debug("epilogue: %{}: packed B [{}, {}] once ({} bytes)", group_.result()->name(), K_, N_,
+                       packed_bytes_);
+    return true;
+  }
+
+  // B's value when it is a captured tensor (parameter or constant), or views
+  // of one, whose memory only ops write (not from_blob memory): the views
+  // replayed on the live tensor. Nothing otherwise.
+  std::optional<Tensor> captured_b() const {
+    std::vector<const ir::Node *> chain;
+    const ir::Value *u = outer_.at(operand_of(contraction_->operand(1)));
+    while (u && u->kind() == ir::Value::Kind::Result) {
+      const ir::Node *p = u->producer();
+      if (p->kind() != ir::Node::Kind::Op || p->info().kind != OpKind::View || p->operands().size() != 1 ||
+          ir::alias_source(*p, u->result_index()) != p->operand(0))
+        return std::nullopt;
+      chain.push_back(p);
+      u = p->operand(0);
+    }
+    if (!u || (u->kind() != ir::Value::Kind::Param && u->kind() != ir::Value::Kind::Const)) return std::nullopt;
+    Tensor t = u->tensor();
+    if (!t.defined() || t.is_meta() || kiln::detail::is_borrowed(t)) return std::nullopt;
+    const Tensor root = t;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) t = run_op((*it)->op(), {t}, (*it)->attrs()).at(0);
+    if (!t.is_alias_of(root) || t.dim() != 2 || t.size(0) != K_ || t.size(1) != N_) return std::nullopt;
+    return t;
+  }
+
+  template <class T> std::shared_ptr<const PackedWeight> make_packed(const Tensor &b) const {
+    auto p = std::make_shared<PackedWeight>();
+    p->live = b;
+    p->src = b.raw_data();
+    p->counter = kiln::detail::watch_version(b);
+    // The version is read before the data: an update meanwhile shows as a
+    // newer version at the next call, which packs again.
+    p->version = p->counter->load(std::memory_order_acquire);
+    gemm::PackedB<T> pb =
+        gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(p->src), b_.rs, b_.cs, ks_.config);
+    if constexpr (sizeof(T) == 8) p->f64 = std::move(pb);
+    else p->f32 = std::move(pb);
+    return p;
+  }
+
+  // The packed B, packed again first when the tensor was written in place
+  // (its version moved) or B now lives elsewhere (the captured tensor was
+  // rebound). No lock unless packing.
+  template <class T> std::shared_ptr<const PackedWeight> packed(const Tensor &b) const {
+    std::shared_ptr<const PackedWeight> p = packed_.load(std::memory_order_acquire);
+    if (p->current(b.raw_data())) [[likely]]
+      return p;
+    std::lock_guard<std::mutex> lock(pack_mu_);
+    p = packed_.load(std::memory_order_acquire);
+    if (p->current(b.raw_data())) return p; // another caller packed it meanwhile
+    p = make_packed<T>(b);
+    packed_.store(p, std::memory_order_release);
+    repacks_.fetch_add(1, std::memory_order_relaxed);
+    kiln::log()->debug("epilogue: %{}: B was updated, packed again", group_.result()->name());
+    return p;
   }
 
   int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
@@ -473,6 +603,9 @@ private:
     T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
     const MatView c = c_view();
     const int64_t rt = row_tiles(), ct = col_tiles();
+    std::shared_ptr<const PackedWeight> pw;
+    if (pack_) pw = packed<T>(ins[operand_of(contraction_->operand(1))]);
+    int threads = 0;
     auto work = [&](int64_t lo, int64_t hi) {
       // A tile of C that is no result lives in the running thread's reusable scratch.
       T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm_ * tn_) * sizeof(T)));
@@ -481,13 +614,21 @@ private:
         const int64_t r0 = ti * tm_, c0 = tj * tn_, mb = std::min(tm_, M_ - r0), nc = std::min(tn_, N_ - c0);
         T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : tile;
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
-        kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), A + a_.off[size_t(b)] + r0 * a_.rs, a_.rs, a_.cs,
-                                  B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs, T(0), ct_ptr, ldc);
+        const T *a = A + a_.off[size_t(b)] + r0 * a_.rs;
+        if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
+          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads);
+        else if (jit_)
+          gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
+                                T(0), ct_ptr, ldc, ks_, threads);
+        else
+          kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs,
+                                    b_.cs, T(0), ct_ptr, ldc);
         run_tile<T>(b, r0, c0, mb, nc, ct_ptr, ins, outs);
       }
     };
     const int64_t n = items();
     if (n > 1 && get_num_threads() > 1 && !in_parallel_region()) {
+      threads = 1;
       parallel_for(0, n, 1, work);
       return;
     }
@@ -526,7 +667,9 @@ private:
                                   a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
   }
 
+  std::shared_ptr<ir::Graph> owned_; // a lone contraction's wrapper group (build_lone)
   const ir::Node &group_;
+  std::vector<const ir::Value *> outer_; // per group operand: the program graph's value
   const ir::Node *contraction_ = nullptr;
   std::vector<const ir::Node *> epilogue_;
   std::unordered_map<const ir::Value *, size_t> input_index_;
@@ -547,6 +690,15 @@ private:
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
   std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index
   std::vector<TileKernel> kernels_;
+
+  // kiln's GEMM (set_up_jit)
+  bool jit_ = false, pack_ = false;
+  int64_t granule_ = 16;
+  gemm::KernelSet ks_;
+  int64_t packed_bytes_ = 0;
+  mutable std::atomic<std::shared_ptr<const PackedWeight>> packed_;
+  mutable std::mutex pack_mu_; // one packer at a time
+  mutable std::atomic<int64_t> repacks_{0};
 };
 
 } // namespace
@@ -561,5 +713,24 @@ bool is_epilogue_group(const ir::Node &group) {
 std::shared_ptr<const EpilogueStep> EpilogueStep::build(const ir::Node &group, const std::vector<Tensor> &operands) {
   return std::make_shared<Step>(group, operands);
 }
+
+std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op, const std::vector<Tensor> &operands) {
+  KILN_CHECK(op.kind() == ir::Node::Kind::Op &&
+                 (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm) && op.results().size() == 1,
+             "gemm step: ", op.mnemonic(), " is not a matmul, mm or bmm");
+  for (const ir::Value *v : op.operands())
+    KILN_CHECK(v && v->type().shape.size() >= 2, "gemm step: ", op.mnemonic(), " has an operand of fewer than 2 dims");
+  auto g = std::make_shared<ir::Graph>("gemm");
+  std::vector<ir::Value *> ins;
+  for (const ir::Value *v : op.operands()) ins.push_back(g->add_input(v->type()));
+  ir::Node *group = g->create_group(ins, {op.result()->type()});
+  ir::Graph &body = *group->body();
+  std::vector<ir::Value *> args(body.inputs().begin(), body.inputs().end());
+  body.set_outputs({body.create(op.op(), args, op.attrs(), {op.result()->type()})->result()});
+  std::vector<const ir::Value *> outer(op.operands().begin(), op.operands().end());
+  return std::make_shared<Step>(*group, operands, g, std::move(outer));
+}
+
+int64_t gemm_jit_steps_built() { return g_jit_steps_built.load(std::memory_order_relaxed); }
 
 } // namespace kiln::codegen

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -39,7 +40,16 @@ public:
   // Throws kiln::Error when the group cannot run this way; the caller then runs
   // it eagerly (ir::interpret).
   static std::shared_ptr<const EpilogueStep> build(const ir::Node &group, const std::vector<Tensor> &operands);
+  // A lone matmul, mm or bmm (no epilogue) as the same step, so that it runs
+  // on the same GEMM as the fused ones; `operands` as above, for op's operands.
+  static std::shared_ptr<const EpilogueStep> build_lone(const ir::Node &op, const std::vector<Tensor> &operands);
   virtual ~EpilogueStep() = default;
+
+  // What computes the contraction: "gemm-jit" (kiln's GEMM, codegen/gemm),
+  // "blas" (OpenBLAS, as eager) or "conv" (detail::nn::conv2d_into).
+  virtual std::string_view contraction_kind() const = 0;
+  // Bytes of B packed once for kiln's GEMM (a captured weight), 0 if none.
+  virtual int64_t packed_weight_bytes() const = 0;
 
   // META tensors of the group's results, with the strides run() gives them.
   virtual const std::vector<Tensor> &result_metas() const = 0;
@@ -57,5 +67,9 @@ public:
   virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
                         void *scratch = nullptr) const = 0;
 };
+
+// How many steps were built to run on kiln's GEMM in this process (tests
+// check that the path is taken).
+int64_t gemm_jit_steps_built();
 
 } // namespace kiln::codegen

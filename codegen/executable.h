@@ -23,6 +23,8 @@ struct ExecutableStats {
   int64_t eager_steps = 0;  // eager op calls per call (views included)
   int64_t groups_fallen_back = 0; // fusion groups run eagerly because codegen could not lower them
   int64_t epilogue_steps = 0; // contractions run with their fused epilogue (BLAS/conv + JIT kernel per tile)
+  int64_t gemm_jit_steps = 0; // contraction steps (fused or lone) on kiln's GEMM (KILN_GEMM=jit)
+  int64_t packed_weight_bytes = 0; // B operands packed once for kiln's GEMM (captured weights)
   double compile_ms = 0;
   int64_t arena_bytes = 0;   // one per running call: the memory plan's values (if any) and step scratch
   int64_t arena_values = 0;  // kernel outputs written in the arena
@@ -53,6 +55,7 @@ public:
 // One step of a compiled call, as `kiln bench --trace` shows it.
 struct StepEvent {
   // "kernel" (a JIT kernel), "blas" (a contraction: BLAS call, with its fused
+  // epilogue if any), "gemm-jit" (a contraction on kiln's GEMM, with its fused
   // epilogue if any), "eager" (an eager op; views included) or "eager-group"
   // (a fusion group codegen could not lower, interpreted).
   std::string_view category;

@@ -254,7 +254,8 @@ private:
     switch (s.kind) {
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
-    case Step::Kind::Epilogue: return "blas"; // its epilogue kernel runs inside, per tile
+    case Step::Kind::Epilogue: // its epilogue kernel runs inside, per tile
+      return s.epilogue->contraction_kind() == "gemm-jit" ? "gemm-jit" : "blas";
     case Step::Kind::Skip:
     case Step::Kind::Eager: break;
     }

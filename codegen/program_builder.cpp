@@ -5,9 +5,11 @@
 // values are placed in the arena.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
+#include "codegen/gemm/path.h"
 #include "codegen/op_lowering.h"
 #include "codegen/program.h"
 #include "ir/interpreter.h"
@@ -57,6 +59,8 @@ public:
       std::vector<Tensor> outs;
       if (n->kind() == ir::Node::Kind::FusionGroup) {
         outs = build_group_step(*n, ins, s);
+      } else if (auto lone = build_lone_gemm(*n, ins, s)) {
+        outs = std::move(*lone);
       } else {
         s.kind = Step::Kind::Eager;
         outs = run_op(n->op(), ins, n->attrs());
@@ -89,7 +93,10 @@ private:
     switch (s.kind) {
     case Step::Kind::Kernel: what = s.kernel->symbol(); break;
     case Step::Kind::EagerGroup: what = "fusion_group (eager)"; break;
-    case Step::Kind::Epilogue: what = "contraction+epilogue"; break;
+    case Step::Kind::Epilogue:
+      what = s.node->kind() == ir::Node::Kind::FusionGroup ? "contraction+epilogue" : "contraction";
+      if (s.epilogue->contraction_kind() == "gemm-jit") what += " (gemm-jit)";
+      break;
     case Step::Kind::Skip:
     case Step::Kind::Eager: what = std::string(op_info(s.node->op()).mnemonic); break;
     }
@@ -187,10 +194,52 @@ private:
       s.epilogue = EpilogueStep::build(n, ins);
       s.kind = Step::Kind::Epilogue;
       ++stats_.epilogue_steps;
+      count_gemm(*s.epilogue);
       return s.epilogue->result_metas();
     } catch (const Error &e) {
       fall_back(n, e.what(), s);
       return outs;
+    }
+  }
+
+  void count_gemm(const EpilogueStep &e) {
+    if (e.contraction_kind() != "gemm-jit") return;
+    ++stats_.gemm_jit_steps;
+    stats_.packed_weight_bytes += e.packed_weight_bytes();
+  }
+
+  // Under KILN_GEMM=jit a lone matmul, mm or bmm runs on kiln's GEMM as an
+  // epilogue step without epilogue; nothing (an eager step) otherwise.
+  std::optional<std::vector<Tensor>> build_lone_gemm(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
+    if (gemm::path() != gemm::Path::Jit || n.kind() != ir::Node::Kind::Op) return std::nullopt;
+    const OpId op = n.op();
+    if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm) {
+      if (op == OpId::Addmm)
+        kiln::log()->debug("codegen: %{} (addmm) runs on BLAS: kiln's GEMM takes matmul, mm and bmm",
+                           n.result()->name());
+      return std::nullopt;
+    }
+    const DType t = n.result()->type().dtype;
+    std::string why;
+    if (t != kFloat32 && t != kFloat64) why = "not f32 or f64";
+    for (const ir::Value *v : n.operands())
+      if (why.empty() && (!v || v->type().shape.size() < 2)) why = "an operand has fewer than 2 dims";
+    for (int64_t d : n.result()->type().shape)
+      if (why.empty() && d == 0) why = "an empty result";
+    if (!why.empty()) {
+      kiln::log()->debug("codegen: %{} ({}) runs on BLAS: {}", n.result()->name(), n.mnemonic(), why);
+      return std::nullopt;
+    }
+    try {
+      std::shared_ptr<const EpilogueStep> e = EpilogueStep::build_lone(n, ins);
+      if (e->contraction_kind() != "gemm-jit") return std::nullopt; // it logged why
+      s.epilogue = std::move(e);
+      s.kind = Step::Kind::Epilogue;
+      count_gemm(*s.epilogue);
+      return s.epilogue->result_metas();
+    } catch (const Error &err) {
+      kiln::log()->debug("codegen: %{} ({}) runs on BLAS: {}", n.result()->name(), n.mnemonic(), err.what());
+      return std::nullopt;
     }
   }
 

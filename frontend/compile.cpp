@@ -673,6 +673,7 @@ CompileStats CompiledFunction::stats() const {
   for (const auto &spec : impl.specs) {
     if (!spec->executable) continue;
     s.peak_arena_bytes = std::max(s.peak_arena_bytes, spec->executable->stats().arena_bytes);
+    s.packed_weight_bytes += spec->executable->stats().packed_weight_bytes;
     s.calls += spec->executable->calls();
   }
   s.last_fallback_reason = impl.last_fallback_reason;

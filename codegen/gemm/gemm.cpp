@@ -96,7 +96,7 @@ template <class T> Config default_config() {
 namespace {
 
 template <class T> struct Kernels {
-  std::vector<MicroKernel<T>> by_rows; // by_rows[r]: the r-row kernel (r <= mr), null until compiled
+  std::vector<const void *> by_rows; // by_rows[r]: the r-row kernel (r <= mr), null until compiled
 };
 
 std::mutex g_kernels_mu;
@@ -112,11 +112,11 @@ template <class T> TileConfig tile(const Config &c, int rows) {
   return t;
 }
 
-template <class T> MicroKernel<T> compile_kernel(const TileConfig &t) {
+template <class T> const void *compile_kernel(const TileConfig &t) {
   auto k = Jit::current().compile_module(t.key(), ukernel_builder(t));
   // The Jit keeps every compiled kernel alive for its lifetime (Jit::global()
   // is never destroyed); its entry address has the generated signature.
-  return reinterpret_cast<MicroKernel<T>>(reinterpret_cast<void *>(k->fn()));
+  return reinterpret_cast<const void *>(k->fn());
 }
 
 // The kernels for row counts `a` and `b` (0 = none) of `c`, compiling the missing ones.
@@ -202,7 +202,8 @@ template <class T> struct Problem {
   T *C;
   int64_t ldc;
   Config cfg;
-  const Kernels<T> *ks;
+  const void *const *kern; // [r]: the r-row micro-kernel
+  int64_t q0 = 0;          // first panel of B (C's column 0 is B's column q0 * nr)
 };
 
 // C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product.
@@ -216,7 +217,8 @@ void macro_kernel(const Problem<T> &pr, const T *Ap, const T *Bp, int64_t i0, in
     const T *b = Bp + (q - q0) * kc * nr;
     for (int64_t ir = 0; ir < mc; ir += mr) {
       const int rows = int(std::min<int64_t>(mr, mc - ir));
-      pr.ks->by_rows[rows](Ap + ir * kc, b, pr.C + (i0 + ir) * pr.ldc + j0, kc, pr.ldc, cols, pr.alpha, beta);
+      auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(pr.kern[rows]));
+      k(Ap + ir * kc, b, pr.C + (i0 + ir) * pr.ldc + (j0 - pr.q0 * nr), kc, pr.ldc, cols, pr.alpha, beta);
     }
   }
 }
@@ -261,7 +263,7 @@ constexpr int64_t kSplitFlops = int64_t(1) << 20;
 
 template <class T> void run(const Problem<T> &pr, int threads) {
   const int64_t nr = pr.cfg.nr(), mr = pr.cfg.mr;
-  const int64_t panels = (pr.N + nr - 1) / nr, mblocks = (pr.M + mr - 1) / mr;
+  const int64_t panels = (pr.N + nr - 1) / nr - pr.q0, mblocks = (pr.M + mr - 1) / mr;
   if (threads <= 0) threads = get_num_threads();
   int64_t parts = threads;
   if (threads < 2 || in_parallel_region() || 2 * pr.M * pr.N * pr.K < kSplitFlops) parts = 1;
@@ -270,13 +272,13 @@ template <class T> void run(const Problem<T> &pr, int threads) {
   // panels for every thread, which keeps M = 128 and M = 1..64 balanced.
   const bool by_n = mblocks < 16 * parts && (panels >= mblocks || panels >= 2 * parts);
   parts = std::min(parts, by_n ? panels : mblocks);
-  if (parts <= 1) return run_range(pr, 0, pr.M, 0, panels);
+  if (parts <= 1) return run_range(pr, 0, pr.M, pr.q0, pr.q0 + panels);
   const int64_t units = by_n ? panels : mblocks;
   parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t u0 = units * t / parts, u1 = units * (t + 1) / parts;
-      if (by_n) run_range(pr, 0, pr.M, u0, u1);
-      else run_range(pr, u0 * mr, std::min(pr.M, u1 * mr), 0, panels);
+      if (by_n) run_range(pr, 0, pr.M, pr.q0 + u0, pr.q0 + u1);
+      else run_range(pr, u0 * mr, std::min(pr.M, u1 * mr), pr.q0, pr.q0 + panels);
     }
   });
 }
@@ -314,20 +316,26 @@ template <class T> const Kernels<T> &kernels_for(const Config &c, int64_t M) {
 template <class T> int64_t PackedB<T>::bytes() const { return K * panels() * config.nr() * int64_t(sizeof(T)); }
 
 template <class T>
-PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T *B, int64_t ldb, const Config &config) {
+PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t cs, const Config &config) {
   check_dims("gemm pack_b", 1, N, K);
   check_config<T>(config);
-  check_ld("gemm pack_b", "ldb", ldb, trans_b ? N : K, trans_b ? K : N);
+  KILN_CHECK(rs >= 0 && cs >= 0, "gemm pack_b: expected non-negative strides, got (", rs, ", ", cs, ")");
   PackedB<T> pb;
   pb.K = K, pb.N = N, pb.config = config;
   const int64_t nr = config.nr(), elems = std::max<int64_t>(1, K * pb.panels() * nr);
   T *p = static_cast<T *>(std::aligned_alloc(64, ((size_t(elems) * sizeof(T)) + 63) & ~size_t(63)));
   KILN_CHECK(p, "gemm pack_b: cannot allocate ", elems * int64_t(sizeof(T)), " bytes for ", K, "x", N, " weights");
   pb.data = std::shared_ptr<T>(p, [](T *q) { std::free(q); });
-  const int64_t rs = trans_b ? 1 : ldb, cs = trans_b ? ldb : 1;
   for (int64_t pc = 0; pc < K; pc += config.kc)
     pack_b_block(B, rs, cs, N, pc, std::min(config.kc, K - pc), 0, pb.panels(), nr, p + pc * pb.panels() * nr);
   return pb;
+}
+
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T *B, int64_t ldb, const Config &config) {
+  check_dims("gemm pack_b", 1, N, K);
+  check_ld("gemm pack_b", "ldb", ldb, trans_b ? N : K, trans_b ? K : N);
+  return pack_b_strided(K, N, B, trans_b ? 1 : ldb, trans_b ? ldb : 1, config);
 }
 
 template <class T>
@@ -340,7 +348,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
   check_ld("gemm", "ldc", ldc, M, N);
   if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
   Problem<T> pr{M, N, K, alpha, beta, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, trans_b ? 1 : ldb,
-                trans_b ? ldb : 1, nullptr, C, ldc, config, &kernels_for<T>(config, M)};
+                trans_b ? ldb : 1, nullptr, C, ldc, config, kernels_for<T>(config, M).by_rows.data()};
   run(pr, config.threads);
 }
 
@@ -353,7 +361,7 @@ void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t 
              ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
   check_ld("gemm_strided", "ldc", ldc, M, N);
   if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
-  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, config, &kernels_for<T>(config, M)};
+  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, config, kernels_for<T>(config, M).by_rows.data()};
   run(pr, config.threads);
 }
 
@@ -366,7 +374,73 @@ void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, cons
   check_ld("gemm_packed", "ldc", ldc, M, N);
   if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
   Problem<T> pr{M, N, K, alpha, beta, A, trans_a ? 1 : lda, trans_a ? lda : 1, nullptr, 0, 0, &B, C, ldc,
-                B.config, &kernels_for<T>(B.config, M)};
+                B.config, kernels_for<T>(B.config, M).by_rows.data()};
+  run(pr, threads);
+}
+
+bool KernelSet::covers(int64_t M) const {
+  if (M <= 0) return true;
+  const int mr = config.mr;
+  if (by_rows.size() != size_t(mr) + 1) return false;
+  if (M >= mr && !by_rows[size_t(mr)]) return false;
+  return M % mr == 0 || by_rows[size_t(M % mr)];
+}
+
+// Compiled by Jit::current() itself, not taken from the process-wide table:
+// a kernel of a ScopedJit that is gone must not reach a plan built later.
+template <class T> KernelSet resolve_kernels(const Config &config, const std::vector<int64_t> &rows) {
+  check_config<T>(config);
+  KernelSet ks;
+  ks.config = config, ks.f64 = sizeof(T) == 8;
+  ks.by_rows.assign(size_t(config.mr) + 1, nullptr);
+  for (int64_t M : rows) {
+    if (M <= 0) continue;
+    for (int r : {M >= config.mr ? config.mr : 0, int(M % config.mr)}) {
+      if (r <= 0 || ks.by_rows[size_t(r)]) continue;
+      const TileConfig t = tile<T>(config, r);
+      auto k = Jit::current().compile_module(t.key(), ukernel_builder(t));
+      ks.by_rows[size_t(r)] = reinterpret_cast<const void *>(k->fn());
+      ks.keep.push_back(std::move(k));
+    }
+  }
+  return ks;
+}
+
+namespace {
+template <class T> void check_kernels(const char *op, const KernelSet &ks, int64_t M) {
+  KILN_CHECK(ks.f64 == (sizeof(T) == 8) && ks.covers(M), op, ": the resolved kernels (", ks.config.to_string(),
+             ") do not cover ", M, " rows of ", sizeof(T) == 8 ? "f64" : "f32");
+}
+} // namespace
+
+template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads) {
+  check_dims("gemm_strided", M, N, K);
+  KILN_CHECK(ars >= 0 && acs >= 0 && brs >= 0 && bcs >= 0, "gemm_strided: expected non-negative strides, got A (",
+             ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
+  check_ld("gemm_strided", "ldc", ldc, M, N);
+  if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
+  check_kernels<T>("gemm_strided", ks, M);
+  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, ks.config, ks.by_rows.data()};
+  run(pr, threads);
+}
+
+template <class T>
+void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
+                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads) {
+  const int64_t K = B.K, nr = B.config.nr();
+  check_dims("gemm_packed_cols", M, n, K);
+  KILN_CHECK(j0 >= 0 && j0 % nr == 0 && j0 + n <= B.N, "gemm_packed_cols: columns [", j0, ", ", j0 + n,
+             ") are not a panel-aligned range of the ", B.N, " packed columns (nr = ", nr, ")");
+  KILN_CHECK(ars >= 0 && acs >= 0, "gemm_packed_cols: expected non-negative A strides, got (", ars, ", ", acs, ")");
+  KILN_CHECK(ks.config.mr == B.config.mr && ks.config.nr() == nr && ks.config.kc == B.config.kc,
+             "gemm_packed_cols: kernels for ", ks.config.to_string(), " but B packed for ", B.config.to_string());
+  check_ld("gemm_packed_cols", "ldc", ldc, M, n);
+  if (quick_return(M, n, K, alpha, beta, C, ldc)) return;
+  check_kernels<T>("gemm_packed_cols", ks, M);
+  Problem<T> pr{M, j0 + n, K, alpha, beta, A, ars, acs, nullptr, 0, 0, &B, C, ldc, B.config, ks.by_rows.data(),
+                j0 / nr};
   run(pr, threads);
 }
 
@@ -440,7 +514,7 @@ double fma_peak_gflops(int threads, double ms) {
 template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms) {
   check_config<T>(config);
   KILN_CHECK(kc >= 1, "ukernel_gflops: kc must be >= 1, got ", kc);
-  MicroKernel<T> k = kernels<T>(config, config.mr, 0).by_rows[config.mr];
+  auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(kernels<T>(config, config.mr, 0).by_rows[config.mr]));
   const int64_t nr = config.nr();
   std::vector<T> a(size_t(config.mr * kc), T(0.5)), c(size_t(config.mr * nr), T(0));
   T *b = static_cast<T *>(std::aligned_alloc(64, size_t(kc * nr) * sizeof(T)));
@@ -465,12 +539,18 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
   template Config config_for_isa<T>(const std::string &);                                                      \
   template struct PackedB<T>;                                                                                  \
   template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T *, int64_t, const Config &);                  \
+  template PackedB<T> pack_b_strided<T>(int64_t, int64_t, const T *, int64_t, int64_t, const Config &);        \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T *, int64_t, const T *, int64_t, T, T *, \
                         int64_t, const Config &);                                                              \
   template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
                                 int64_t, T, T *, int64_t, const Config &);                                    \
   template void gemm_packed<T>(bool, int64_t, T, const T *, int64_t, const PackedB<T> &, T, T *, int64_t, int);  \
   template int warm_up<T>(const Config &);                                                                     \
+  template KernelSet resolve_kernels<T>(const Config &, const std::vector<int64_t> &);                         \
+  template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
+                                int64_t, T, T *, int64_t, const KernelSet &, int);                            \
+  template void gemm_packed_cols<T>(int64_t, T, const T *, int64_t, int64_t, const PackedB<T> &, int64_t, int64_t, \
+                                    T, T *, int64_t, const KernelSet &, int);                                 \
   template double ukernel_gflops<T>(const Config &, int64_t, double);
 KILN_GEMM_INSTANTIATE(float)
 KILN_GEMM_INSTANTIATE(double)

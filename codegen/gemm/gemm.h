@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::codegen::gemm {
 
@@ -63,6 +64,12 @@ template <class T> struct PackedB {
 template <class T>
 PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T *B, int64_t ldb, const Config &config = default_config<T>());
 
+// The same from any element strides: op(B)[p, j] = B[p * rs + j * cs] (W^T of a
+// linear is W with (rs, cs) = (1, ldw)).
+template <class T>
+PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t cs,
+                          const Config &config = default_config<T>());
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
           int64_t ldb, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
@@ -78,6 +85,37 @@ void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t 
 template <class T>
 void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, const PackedB<T> &B, T beta, T *C,
                  int64_t ldc, int threads = 0);
+
+// Micro-kernel entry points of one Config, resolved (compiled or found in the
+// caches) once, for the row counts a caller needs: callers that run the same
+// shapes call after call (the executor's contraction steps) pass it to the
+// overloads below, which then take no lock and look nothing up per call.
+struct KernelSet {
+  Config config;
+  bool f64 = false;
+  std::vector<const void *> by_rows; // [r], r = 1..mr: entry point, or null when not resolved
+  // The compiled kernels, from the Jit current at resolve_kernels (Jit::current():
+  // a ScopedJit's or the global one), which must outlive the set as it must the plans.
+  std::vector<std::shared_ptr<const void>> keep;
+  // Whether every kernel a product of M rows uses is resolved.
+  bool covers(int64_t M) const;
+};
+
+// The kernels for products of each of `rows` rows (full tiles and the M % mr tail).
+template <class T> KernelSet resolve_kernels(const Config &config, const std::vector<int64_t> &rows);
+
+// gemm_strided with resolved kernels (config = kernels.config) and `threads`
+// (0: kiln::get_num_threads(); 1 inside a parallel region in any case).
+template <class T>
+void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads);
+
+// C[:, 0, n) = alpha * op(A) * B[:, j0, j0 + n) + beta * C over packed columns
+// [j0, j0 + n) of B (j0 a multiple of B.config.nr(), j0 + n <= B.N); op(A) with
+// any element strides as in gemm_strided. kernels.config must be B.config.
+template <class T>
+void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
+                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads);
 
 inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
