@@ -40,6 +40,7 @@ namespace {
 
 // A tile of C stays within L2 while the epilogue reads it: 64K elements.
 constexpr int64_t kTileElems = 64 * 1024;
+constexpr int64_t kJitTileElems = 256 * 1024; // f32: L2 (1 MiB)
 constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kMinTileCols = 64;
 
@@ -351,8 +352,12 @@ private:
     // addressed by whole panels), else of 16.
     const int64_t g = granule_;
     auto round16 = [g](int64_t v) { return (v + g - 1) / g * g; };
-    while (tm_ * tn_ > kTileElems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
-    const int64_t want = 2 * int64_t(std::max(1, get_num_threads()));
+    // kiln's GEMM packs A again for every tile: it takes one tile per thread
+    // (as its own N split would), C tiles up to L2's size, where BLAS calls
+    // take two per thread of a quarter of it.
+    const int64_t max_elems = jit_ ? kJitTileElems : kTileElems;
+    const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? 1 : 2);
+    while (tm_ * tn_ > max_elems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
     while (items() < want && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
     tn_ = std::min(tn_, N_);
   }
