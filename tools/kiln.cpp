@@ -495,13 +495,13 @@ void print_summary(std::ostream &os, const std::map<std::string, int> &before, c
      << " JIT kernel, " << plan.epilogue_steps << " contraction+epilogue, " << plan.groups_fallen_back
      << " eager)\n";
   os << "  kernels per call: " << plan.kernels << "\n";
-  os << "  contractions on kiln's GEMM: " << plan.gemm_jit_steps << " (packed weight bytes: " << plan.packed_weight_bytes
-     << ")\n";
   os << "  bytes moved per call (estimate): " << kiln::bytes_moved_estimate(g) << "\n";
   kiln::passes::GraphStats st = kiln::passes::graph_stats(g);
   os << "  bytes read/written per call (per node, estimate): " << st.bytes_read << " / " << st.bytes_written << "\n";
   if (st.peak_arena_bytes < 0) os << "  peak arena bytes: n/a (no memory plan: plan-memory did not run)\n";
   else os << "  peak arena bytes: " << st.peak_arena_bytes << " (" << st.planned_values << " intermediates)\n";
+  os << "  contractions on kiln's GEMM: " << plan.gemm_jit_steps << " (packed weight bytes: " << plan.packed_weight_bytes
+     << ")\n";
 }
 
 int cmd_dump(const Args &o) {

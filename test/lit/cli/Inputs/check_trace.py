@@ -3,7 +3,7 @@
 The trace must be Chrome-trace JSON of complete ("X") events: the stream triad,
 per row a slice with its phases, and one compiled call of the row with exactly
 one "kernel" slice per JIT kernel launch (the row's `kernels`) and one "blas"
-slice per contraction in the optimized graph (given on the command line).
+(or "gemm-jit": kiln's GEMM) slice per contraction in the optimized graph (given on the command line).
 usage: check_trace.py TRACE JSON EXAMPLE MIN_BLAS
 """
 import json
@@ -29,7 +29,7 @@ if len(kernels) != row["kernels"]:
 # A step slice names the IR value it computes as the dump does, then what runs.
 if not all(re.fullmatch(r"%\S+ kiln_k_[0-9a-f]+\S*", e["name"]) for e in kernels):
     fail(f"kernel slices must be named '%<value> <kernel symbol>': {[e['name'] for e in kernels]}")
-blas = [e for e in events if e["cat"] == "blas"]
+blas = [e for e in events if e["cat"] in ("blas", "gemm-jit")]  # BLAS or kiln's GEMM (KILN_GEMM)
 if not all(e["name"].startswith("%") for e in blas):
     fail(f"blas slices must start with the %value they compute: {[e['name'] for e in blas]}")
 if len(blas) < min_blas:
