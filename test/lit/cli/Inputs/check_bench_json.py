@@ -1,13 +1,13 @@
 """Validates a `kiln bench --json` file against shared/workloads.md.
 
-usage: check_bench_json.py FILE EXPECTED_ROW_NAME EXPECTED_THREADS [EXPECTED_GEMM [FLOPS]]
+usage: check_bench_json.py FILE EXPECTED_ROW_NAME EXPECTED_THREADS [EXPECTED_GEMM [FLOPS[,FLOPS...]]]
 
 Every row has "gemm" ("jit" or "blas", matching the top-level "gemm": that path, or
 "both"), "flops" (contraction flops per call, >= 0), and "gflops" and
 "fma_fraction": null without contractions, else gflops = flops / compiled time
-and fma_fraction = gflops / fma_peak_gflops. With FLOPS, the first row's flops
-must equal it (an independent count: e.g. 2 * 2048**3) and its gflops must be
-FLOPS / compiled_us / 1e3, with fma_fraction in (0, 1.5).
+and fma_fraction = gflops / fma_peak_gflops. With FLOPS (one per row, from the
+first), each row's flops must equal it (an independent count: e.g. 2 * 2048**3)
+and its gflops must be FLOPS / compiled_us / 1e3, with fma_fraction in (0, 1.5).
 """
 import json
 import math
@@ -46,6 +46,16 @@ def check_contraction_fields(doc, row):
     frac = row.get("fma_fraction")
     if not is_number(frac) or abs(frac - row["gflops"] / doc["fma_peak_gflops"]) > 1e-9 * frac:
         fail("row %s: fma_fraction %r is not gflops / fma_peak_gflops" % (name, frac))
+
+
+def check_flops(row, flops):
+    if row["flops"] != flops:
+        fail("row %s: flops %r, expected %d" % (row["name"], row["flops"], flops))
+    gflops = flops / (row["compiled_us"] * 1e3)
+    if not is_number(row["gflops"]) or abs(row["gflops"] - gflops) > 1e-9 * gflops:
+        fail("row %s: gflops %r, expected %r from the flops and compiled_us" % (row["name"], row["gflops"], gflops))
+    if not 0 < row["fma_fraction"] < 1.5:
+        fail("row %s: fma_fraction %r outside (0, 1.5)" % (row["name"], row["fma_fraction"]))
 
 
 def main():
@@ -87,14 +97,8 @@ def main():
         if want != "both" and set(paths) != {want}:
             fail("rows' paths are %r, expected %r" % (paths, want))
     if len(sys.argv) > 5:
-        flops, row = int(sys.argv[5]), rows[0]
-        if row["flops"] != flops:
-            fail("row %s: flops %r, expected %d" % (row["name"], row["flops"], flops))
-        gflops = flops / (row["compiled_us"] * 1e3)
-        if not is_number(row["gflops"]) or abs(row["gflops"] - gflops) > 1e-9 * gflops:
-            fail("row %s: gflops %r, expected %r from the flops and compiled_us" % (row["name"], row["gflops"], gflops))
-        if not 0 < row["fma_fraction"] < 1.5:
-            fail("row %s: fma_fraction %r outside (0, 1.5)" % (row["name"], row["fma_fraction"]))
+        for row, flops in zip(rows, [int(f) for f in sys.argv[5].split(",")]):
+            check_flops(row, flops)
     print("ok: %d row(s)" % len(rows))
 
 
