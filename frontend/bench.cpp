@@ -9,6 +9,7 @@
 #include <random>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/path.h"
@@ -16,6 +17,7 @@
 #include "frontend/trace.h"
 #include "ir/graph.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
@@ -168,6 +170,21 @@ int64_t contraction_flops(const ir::Graph &g) {
   return flops;
 }
 
+namespace {
+
+// contraction_flops of fn traced on `inputs`; 0 when it cannot be traced (a
+// function that reads tensor data runs eagerly: its row has no flop count).
+int64_t traced_flops(const ModelFn &fn, const std::vector<Tensor> &inputs) {
+  try {
+    return contraction_flops(*trace(fn, inputs, "bench"));
+  } catch (const Error &e) {
+    log()->debug("bench: no flop count, tracing failed: {}", e.what());
+    return 0;
+  }
+}
+
+} // namespace
+
 std::vector<gemm::Path> parse_bench_gemm(std::string_view value) {
   if (value == "both") return {gemm::Path::Jit, gemm::Path::Blas};
   if (std::optional<gemm::Path> p = gemm::parse_path(value)) return {*p};
@@ -236,7 +253,7 @@ void bench_compiled(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> 
   // From the traced graph: the optimized one may have lowered a small
   // contraction into a fused kernel (W6's [1, 64] linears), with no
   // contraction node left to count, though the work is the same.
-  row.flops = contraction_flops(*trace(fn, inputs, "bench"));
+  row.flops = traced_flops(fn, inputs);
   if (row.flops <= 0 || row.compiled_us <= 0) return;
   row.gflops = double(row.flops) / (row.compiled_us * 1e3);
   if (options.fma_gflops > 0) row.fma_fraction = row.gflops / options.fma_gflops;

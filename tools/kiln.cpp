@@ -229,9 +229,12 @@ Args parse_args(int argc, char **argv) {
 }
 
 const kiln::examples::Example &example_or_throw(const std::string &name) {
-  const kiln::examples::Example *ex = find_example_or_id(name);
-  if (!ex) throw UsageError("unknown example '" + name + "' (see 'kiln list')");
-  return *ex;
+  if (const kiln::examples::Example *ex = find_example_or_id(name)) return *ex;
+  std::string several;
+  for (const auto &e : kiln::examples::all_examples())
+    if (starts_with(e.name, name + "-")) several += (several.empty() ? "" : ", ") + e.name;
+  if (!several.empty()) throw UsageError("'" + name + "' names several examples: " + several);
+  throw UsageError("unknown example '" + name + "' (see 'kiln list')");
 }
 
 // Random values for a graph input or parameter of type `t`: normal floats,

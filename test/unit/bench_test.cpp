@@ -271,6 +271,24 @@ TEST(BenchGemm, RowWithoutContractionsHasNoGflops) {
   EXPECT_TRUE(std::isnan(r.fma_fraction));
 }
 
+// A function that reads tensor data cannot be traced: it runs eagerly when
+// compiled, and its row has no flop count (no error).
+TEST(BenchGemm, UntraceableFunctionRowHasNoFlops) {
+  manual_seed(0);
+  Tensor w = randn({8, 8});
+  ModelFn fn = [w](const std::vector<Tensor> &in) {
+    Tensor y = matmul(in[0], w);
+    return std::vector<Tensor>{sum(y).item<double>() > 0 ? y : -y};
+  };
+  BenchOptions o;
+  o.warmup = 0;
+  o.iters = 1;
+  BenchRow r = bench_row("item", fn, {randn({4, 8})}, o);
+  EXPECT_EQ(r.kernels, -1);
+  EXPECT_EQ(r.flops, 0);
+  EXPECT_TRUE(std::isnan(r.gflops));
+}
+
 // bench_rows: eager once, then one row per path, each built with its path set;
 // the process's path is restored afterwards.
 TEST(BenchGemm, RowsPerPathRestoreThePath) {
