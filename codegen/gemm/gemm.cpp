@@ -370,6 +370,12 @@ void gemm_packed(bool trans_a, int64_t M, T alpha, const T *A, int64_t lda, cons
   run(pr, threads);
 }
 
+template <class T> MicroKernel<T> micro_kernel(const Config &config, int rows) {
+  check_config<T>(config);
+  KILN_CHECK(rows >= 1 && rows <= config.mr, "gemm micro_kernel: rows ", rows, " outside 1..", config.mr);
+  return kernels<T>(config, rows, 0).by_rows[size_t(rows)];
+}
+
 template <class T> int warm_up(const Config &config) {
   check_config<T>(config);
   int n = 0;
@@ -471,6 +477,7 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
                                 int64_t, T, T *, int64_t, const Config &);                                    \
   template void gemm_packed<T>(bool, int64_t, T, const T *, int64_t, const PackedB<T> &, T, T *, int64_t, int);  \
   template int warm_up<T>(const Config &);                                                                     \
+  template MicroKernel<T> micro_kernel<T>(const Config &, int);                                                \
   template double ukernel_gflops<T>(const Config &, int64_t, double);
 KILN_GEMM_INSTANTIATE(float)
 KILN_GEMM_INSTANTIATE(double)
