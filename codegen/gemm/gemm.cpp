@@ -113,9 +113,10 @@ template <class T> TileConfig tile(const Config &c, int rows) {
 }
 
 template <class T> MicroKernel<T> compile_kernel(const TileConfig &t) {
-  auto k = Jit::current().compile_module(t.key(), ukernel_builder(t));
-  // The Jit keeps every compiled kernel alive for its lifetime (Jit::global()
-  // is never destroyed); its entry address has the generated signature.
+  // In Jit::global(), never destroyed, not Jit::current(): the table below
+  // keeps the entry address for the whole process, and a ScopedJit (kiln
+  // bench's cold-compile measurement) is destroyed with the kernels it compiled.
+  auto k = Jit::global().compile_module(t.key(), ukernel_builder(t));
   return reinterpret_cast<MicroKernel<T>>(reinterpret_cast<void *>(k->fn()));
 }
 

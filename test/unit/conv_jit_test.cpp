@@ -13,7 +13,10 @@
 // eager (OpenBLAS, another order) allows twice that.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <thread>
@@ -21,6 +24,8 @@
 #include "graph_test_util.h"
 
 #include "codegen/gemm/conv.h"
+#include "codegen/gemm/ukernel.h"
+#include "codegen/jit.h"
 #include "codegen/gemm/path.h"
 #include "frontend/compile.h"
 #include "runtime/ops.h"
@@ -356,4 +361,44 @@ TEST(ConvJitCompiled, ConcurrentCallers) {
   for (std::thread &t : threads) t.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[size_t(t)], 0) << "caller " << t;
   EXPECT_GE(gemm::conv_calls() - before, 40);
+}
+
+// A function compiled under a ScopedJit (kiln bench's cold-compile timing) that
+// is gone before the next compile: the micro-kernels the first one compiled
+// must outlive it (they are kept process-wide, in Jit::global()).
+TEST(ConvJitCompiled, MicroKernelsOutliveAScopedJit) {
+  Tensor w = 0.1 * rnd<float>({24, 8, 3, 3}, 190);
+  Fn fn = [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(conv2d(in[0], w, {}, 1, 1))}; };
+  Tensor x = rnd<float>({2, 8, 9, 9}, 191);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln-conv-jit-test-" + std::to_string(::getpid()));
+  codegen::JitOptions jo;
+  jo.cache_dir = dir.string();
+  for (int round = 0; round < 2; ++round) { // cold, then warm from the disk cache, as kiln bench does
+    auto jit = std::make_unique<codegen::Jit>(jo);
+    codegen::ScopedJit use(*jit);
+    CompiledFunction f = compile_strict(fn);
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x})), fn(kiln::testing::copies({x}))));
+  }
+  CompiledFunction g = compile_strict(fn);
+  EXPECT_TRUE(close_to_eager(g(kiln::testing::copies({x})), fn(kiln::testing::copies({x}))));
+  EXPECT_GE(calls_of(g, {x}), 1);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The micro-kernels are kept in a process-wide table, so they compile in
+// Jit::global() (never destroyed), not in a ScopedJit that may be gone when the
+// table hands them out again (kiln bench crashed in W7 that way).
+TEST(ConvJit, MicroKernelsCompileInTheGlobalJit) {
+  gemm::Config c = gemm::default_config<float>();
+  c.mr = 5, c.unroll = 3, c.mc = 250; // a tile no other test uses
+  const int64_t before = codegen::Jit::global().stats().compiles;
+  {
+    codegen::Jit jit;
+    codegen::ScopedJit use(jit);
+    ASSERT_TRUE(gemm::micro_kernel<float>(c, 5));
+    EXPECT_EQ(jit.stats().compiles, 0);
+  }
+  EXPECT_EQ(codegen::Jit::global().stats().compiles, before + 1);
 }
