@@ -369,7 +369,8 @@ private:
     jit_block_pixels_ = dtype_ == kFloat32 ? kiln::gemm::conv_block_pixels<float>(*jit_conv_)
                                            : kiln::gemm::conv_block_pixels<double>(*jit_conv_);
     tn_ = std::min(jit_block_pixels_, N_);
-    const kiln::gemm::Config c = kiln::gemm::conv_config<float>(*jit_conv_);
+    const kiln::gemm::Config c = dtype_ == kFloat32 ? kiln::gemm::conv_config<float>(*jit_conv_)
+                                                    : kiln::gemm::conv_config<double>(*jit_conv_);
     kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h): {}, {}, weight {}",
                        group_.result()->name(), jit_conv_->str(), c.to_string(),
                        cached ? "packed once per version" : "packed per call (not a parameter)");
