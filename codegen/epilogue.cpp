@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <array>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/gemm/gemm.h"
+#include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
@@ -475,6 +477,78 @@ private:
       const Dims cl = kiln::detail::channels_last_strides(domain_);
       c_full_ = MatView{batch_offsets(domain_, std::vector<int64_t>(cl.begin(), cl.end()), 1), 1, M_};
     }
+    plan_jit_conv(operands);
+  }
+
+  // kiln's implicit-GEMM conv (codegen/gemm/conv.h) under KILN_GEMM=jit when it
+  // covers this conv; else conv2d_into (im2col + OpenBLAS), with the reason logged.
+  void plan_jit_conv(const std::vector<Tensor> &operands) {
+    const std::string why = jit_conv_refusal(operands);
+    if (!why.empty()) {
+      kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), why);
+      return;
+    }
+    const size_t wi = operand_of(contraction_->operand(1));
+    const bool cached = group_.operand(wi)->kind() == ir::Value::Kind::Param ||
+                        group_.operand(wi)->kind() == ir::Value::Kind::Const;
+    try {
+      if (dtype_ == kFloat32) build_jit_conv<float>(group_.operand(wi)->tensor(), cached);
+      else build_jit_conv<double>(group_.operand(wi)->tensor(), cached);
+    } catch (const Error &e) { // a micro-kernel that does not compile: the BLAS path
+      jit_conv_.reset();
+      kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), e.what());
+      return;
+    }
+    // The epilogue's tiles are the conv's blocks of pixels (compile_kernels).
+    jit_block_pixels_ = dtype_ == kFloat32 ? kiln::gemm::conv_block_pixels<float>(*jit_conv_)
+                                           : kiln::gemm::conv_block_pixels<double>(*jit_conv_);
+    tn_ = std::min(jit_block_pixels_, N_);
+    const kiln::gemm::Config c = dtype_ == kFloat32 ? kiln::gemm::conv_config<float>(*jit_conv_)
+                                                    : kiln::gemm::conv_config<double>(*jit_conv_);
+    kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h): {}, {}, weight {}",
+                       group_.result()->name(), jit_conv_->str(), c.to_string(),
+                       cached ? "packed once per version" : "packed per call (not a parameter)");
+  }
+
+  // Why kiln's conv does not take this conv2d, or "".
+  std::string jit_conv_refusal(const std::vector<Tensor> &operands) {
+    if (kiln::gemm::path() != kiln::gemm::Path::Jit) return "KILN_GEMM=blas";
+    if (channels_last_) return "channels-last output (the micro-kernels store pixel rows of NCHW)";
+    const ir::Node &cv = *contraction_;
+    const Tensor &x = operands.at(operand_of(cv.operand(0)));
+    const Tensor &w = operands.at(operand_of(cv.operand(1)));
+    if (x.dim() != 4 || w.dim() != 4 || x.dtype() != dtype_ || w.dtype() != dtype_) return "not a 4-D conv";
+    if (x.size(3) > 1 && x.stride(3) != 1) return "input rows not contiguous (a channels-last input)";
+    if (cv.operand(2)) {
+      const Tensor &b = operands.at(operand_of(cv.operand(2)));
+      if (b.dim() != 1 || b.dtype() != dtype_ || (b.size(0) > 1 && b.stride(0) != 1)) return "a strided bias";
+    }
+    attrs::Conv2d a{cv};
+    auto pick = [](const auto &v, size_t i) { return v.size() == 2 ? v[i] : v[0]; };
+    kiln::gemm::ConvShape s;
+    s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
+    s.O = w.size(0), s.kH = w.size(2), s.kW = w.size(3), s.groups = a.groups();
+    s.Ho = domain_[2], s.Wo = domain_[3];
+    s.sh = pick(a.stride(), 0), s.sw = pick(a.stride(), 1), s.ph = pick(a.padding(), 0);
+    s.pw = pick(a.padding(), 1), s.dh = pick(a.dilation(), 0), s.dw = pick(a.dilation(), 1);
+    if (s.groups < 1 || w.size(1) * s.groups != s.C) return "weight and groups do not match the input";
+    if (std::optional<std::string> why = kiln::gemm::conv_unsupported(s)) return *why;
+    jit_conv_ = s;
+    return "";
+  }
+
+  // Compiles the micro-kernels now; packs a parameter's (live) weight now too,
+  // so that the first call finds it done.
+  template <class T> void build_jit_conv(const Tensor &w, bool cached) {
+    kiln::gemm::conv_warm_up<T>(*jit_conv_);
+    if (!cached) return;
+    auto cache = std::make_shared<kiln::gemm::ConvWeightCache<T>>(*jit_conv_);
+    if (w.defined() && !w.is_meta()) cache->get(w);
+    jit_weights_ = cache;
+  }
+
+  static std::array<int64_t, 4> strides4(const Tensor &t) {
+    return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
   }
 
   // The C buffer's view: a result, a per-call buffer (conv) or a tile scratch.
@@ -650,6 +724,19 @@ private:
     return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
   }
 
+  // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
+  template <class T>
+  void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
+                    kiln::detail::nn::BlockCallback after, void *ctx) const {
+    std::shared_ptr<const kiln::gemm::PackedConvWeight<T>> pw;
+    if (jit_weights_) pw = static_cast<const kiln::gemm::ConvWeightCache<T> *>(jit_weights_.get())->get(w);
+    else pw = kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), strides4(w).data());
+    const std::array<int64_t, 4> xs = strides4(x);
+    kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
+                          b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
+                          after, ctx, jit_block_pixels_);
+  }
+
   template <class T>
   void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
     const ir::Node &cv = *contraction_;
@@ -667,6 +754,7 @@ private:
       s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
+    if (jit_conv_) return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx);
     attrs::Conv2d a{cv};
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.stride(), a.padding(), a.dilation(),
                                   a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
@@ -691,6 +779,9 @@ private:
   int64_t nb_ = 1, M_ = 0, N_ = 0, K_ = 0, tm_ = 0, tn_ = 0;
   int64_t block_rows_ = 1; // conv2d: output rows per block
   bool channels_last_ = false; // conv2d computing C in NHWC
+  std::optional<kiln::gemm::ConvShape> jit_conv_; // conv2d through codegen/gemm/conv.h
+  std::shared_ptr<const void> jit_weights_;       // its ConvWeightCache<T> when the weight is a parameter
+  int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
   std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index

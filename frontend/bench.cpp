@@ -9,11 +9,15 @@
 #include <random>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "codegen/gemm/gemm.h"
+#include "codegen/gemm/path.h"
 #include "codegen/jit.h"
+#include "frontend/trace.h"
 #include "ir/graph.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
@@ -26,15 +30,19 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Median microseconds per call after `warmup` untimed calls.
-double median_us(const ModelFn &fn, const std::vector<Tensor> &inputs, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) fn(inputs);
+// Median microseconds per call after `warmup` untimed calls: options.iters
+// calls, or fewer (at least min(iters, 5)) once options.max_phase_ms is spent.
+double median_us(const ModelFn &fn, const std::vector<Tensor> &inputs, const BenchOptions &options) {
+  for (int i = 0; i < options.warmup; ++i) fn(inputs);
+  const int min_iters = std::min(options.iters, 5);
   std::vector<double> us;
-  us.reserve(size_t(iters));
-  for (int i = 0; i < iters; ++i) {
+  us.reserve(size_t(options.iters));
+  auto start = Clock::now();
+  for (int i = 0; i < options.iters; ++i) {
     auto t0 = Clock::now();
     fn(inputs);
     us.push_back(ms_since(t0) * 1e3);
+    if (options.max_phase_ms > 0 && i + 1 >= min_iters && ms_since(start) > options.max_phase_ms) break;
   }
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
@@ -105,7 +113,83 @@ void report(const BenchOptions &options, const char *phase, double start_us) {
   if (options.on_phase) options.on_phase(phase, start_us, now_us() - start_us);
 }
 
+// Sets the contraction path while alive; restores the previous one after.
+class ScopedGemmPath {
+public:
+  explicit ScopedGemmPath(gemm::Path p) : saved_(gemm::path()) { gemm::set_path(p); }
+  ~ScopedGemmPath() { gemm::set_path(saved_); }
+  ScopedGemmPath(const ScopedGemmPath &) = delete;
+  ScopedGemmPath &operator=(const ScopedGemmPath &) = delete;
+
+private:
+  gemm::Path saved_;
+};
+
+int64_t numel_of(const ir::Value &v) { return v.type().numel(); }
+
+// Dim `d` of operand `i` counted from the back (1: the last), 0 when absent.
+int64_t dim_from_back(const ir::Node &n, size_t i, size_t d) {
+  if (i >= n.operands().size() || !n.operand(i)) return 0;
+  const Dims &s = n.operand(i)->type().shape;
+  return s.size() < d ? 0 : s[s.size() - d];
+}
+
+// Multiply-adds x 2 of one contraction node: output elements x the reduced
+// (summed-over) length: K of a GEMM, (Cin / groups) * kh * kw of a conv; 0 for
+// other nodes.
+int64_t node_flops(const ir::Node &n) {
+  if (n.kind() != ir::Node::Kind::Op || n.results().size() != 1) return 0;
+  const int64_t out = numel_of(*n.result());
+  const OpId op = n.op();
+  // [.., K] @ [K, ..] (a 1-D left operand is [K] too); linear's weight is [N, K].
+  if (op == OpId::Mm || op == OpId::Bmm || op == OpId::Matmul || op == OpId::Linear)
+    return 2 * out * dim_from_back(n, 0, 1);
+  if (op == OpId::Addmm) return 2 * out * dim_from_back(n, 1, 1); // addmm(input, mat1 [M, K], mat2 [K, N])
+  if (op == OpId::Sdpa) {
+    // q [.., L, E], k [.., S, E], v [.., S, Ev], out [.., L, Ev]: q k^T (2 L S E)
+    // and p v (2 L S Ev) per batch.
+    int64_t e = dim_from_back(n, 0, 1), s = dim_from_back(n, 1, 2), ev = dim_from_back(n, 2, 1);
+    return ev > 0 ? 2 * (out / ev) * s * (e + ev) : 0;
+  }
+  if (op != OpId::Conv2d) return 0;
+  const Dims &w = n.operand(1)->type().shape; // [Cout, Cin / groups, kh, kw]
+  if (w.size() < 2) return 0;
+  int64_t k = 1;
+  for (size_t d = 1; d < w.size(); ++d) k *= w[d];
+  return 2 * out * k;
+}
+
 } // namespace
+
+int64_t contraction_flops(const ir::Graph &g) {
+  int64_t flops = 0;
+  for (const ir::Node *n : g.nodes()) {
+    if (n->body()) flops += contraction_flops(*n->body());
+    flops += node_flops(*n);
+  }
+  return flops;
+}
+
+namespace {
+
+// contraction_flops of fn traced on `inputs`; 0 when it cannot be traced (a
+// function that reads tensor data runs eagerly: its row has no flop count).
+int64_t traced_flops(const ModelFn &fn, const std::vector<Tensor> &inputs) {
+  try {
+    return contraction_flops(*trace(fn, inputs, "bench"));
+  } catch (const Error &e) {
+    log()->debug("bench: no flop count, tracing failed: {}", e.what());
+    return 0;
+  }
+}
+
+} // namespace
+
+std::vector<gemm::Path> parse_bench_gemm(std::string_view value) {
+  if (value == "both") return {gemm::Path::Jit, gemm::Path::Blas};
+  if (std::optional<gemm::Path> p = gemm::parse_path(value)) return {*p};
+  throw Error("--gemm must be jit, blas or both, got '" + std::string(value) + "'");
+}
 
 int64_t bytes_moved_estimate(const ir::Graph &g) {
   int64_t bytes = 0;
@@ -122,21 +206,19 @@ int64_t bytes_moved_estimate(const ir::Graph &g) {
   return bytes;
 }
 
-BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
-                   const BenchOptions &options) {
-  KILN_CHECK(options.iters >= 1 && options.warmup >= 0, "bench: iters must be >= 1 and warmup >= 0");
-  BenchRow row;
-  row.name = name;
-  double t = now_us();
-  std::vector<Tensor> eager_out = fn(inputs);
-  row.eager_us = median_us(fn, inputs, options.warmup, options.iters);
-  report(options, "eager", t);
+namespace {
 
+// The compiled half of a row (everything after the eager timing), with the
+// current contraction path.
+void bench_compiled(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                    const std::vector<Tensor> &eager_out, const BenchOptions &options) {
+  row.gemm = std::string(gemm::path_name(gemm::path()));
   // Cold and warm compiles each get a fresh Jit (created outside the timed
   // region) over one temporary disk cache: the cold one compiles every kernel
   // and fills the cache, the warm one finds them all there, as a second process
   // would.
   std::vector<Tensor> compiled_out;
+  double t;
   {
     TempCacheDir dir;
     codegen::JitOptions jo;
@@ -157,8 +239,7 @@ BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector
   CompiledFunction f = compile(fn);
   compiled_out = f(inputs);
   output_diffs(compiled_out, eager_out, row);
-  row.compiled_us =
-      median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options.warmup, options.iters);
+  row.compiled_us = median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options);
   report(options, "compiled", t);
   if (options.on_step) {
     codegen::ScopedStepObserver observe(options.on_step);
@@ -169,7 +250,39 @@ BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector
   if (auto g = f.graph_for(inputs)) row.bytes_moved = bytes_moved_estimate(*g);
   row.achieved_gbps = row.compiled_us > 0 ? double(row.bytes_moved) / (row.compiled_us * 1e3) : 0;
   row.bandwidth_fraction = options.stream_gbps > 0 ? row.achieved_gbps / options.stream_gbps : 0;
-  return row;
+  // From the traced graph: the optimized one may have lowered a small
+  // contraction into a fused kernel (W6's [1, 64] linears), with no
+  // contraction node left to count, though the work is the same.
+  row.flops = traced_flops(fn, inputs);
+  if (row.flops <= 0 || row.compiled_us <= 0) return;
+  row.gflops = double(row.flops) / (row.compiled_us * 1e3);
+  if (options.fma_gflops > 0) row.fma_fraction = row.gflops / options.fma_gflops;
+}
+
+} // namespace
+
+std::vector<BenchRow> bench_rows(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                                 const std::vector<gemm::Path> &paths, const BenchOptions &options) {
+  KILN_CHECK(options.iters >= 1 && options.warmup >= 0, "bench: iters must be >= 1 and warmup >= 0");
+  KILN_CHECK(!paths.empty(), "bench: no contraction path to measure");
+  BenchRow eager;
+  eager.name = name;
+  double t = now_us();
+  std::vector<Tensor> eager_out = fn(inputs);
+  eager.eager_us = median_us(fn, inputs, options);
+  report(options, "eager", t);
+  std::vector<BenchRow> rows;
+  for (gemm::Path p : paths) {
+    ScopedGemmPath use(p);
+    rows.push_back(eager);
+    bench_compiled(rows.back(), fn, inputs, eager_out, options);
+  }
+  return rows;
+}
+
+BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                   const BenchOptions &options) {
+  return bench_rows(name, fn, inputs, {gemm::path()}, options).front();
 }
 
 namespace {
@@ -179,6 +292,22 @@ std::string json_number(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
+}
+
+// `v` with `digits` decimals (times 100 and a '%' when `percent`), "-" when not finite.
+std::string fixed_or_dash(double v, int digits, bool percent) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, percent ? "%.*f%%" : "%.*f", digits, percent ? 100 * v : v);
+  return buf;
+}
+
+// The rows' contraction paths, each once, in order of first appearance.
+std::vector<std::string> gemm_paths(const std::vector<BenchRow> &rows) {
+  std::vector<std::string> paths;
+  for (const BenchRow &r : rows)
+    if (!r.gemm.empty() && std::find(paths.begin(), paths.end(), r.gemm) == paths.end()) paths.push_back(r.gemm);
+  return paths;
 }
 
 } // namespace
@@ -196,14 +325,21 @@ void print_bench_table(std::ostream &os, int threads, double stream_gbps, double
     std::snprintf(line, sizeof line, ", fma peak: %.1f GFLOP/s", fma_gflops);
     os << line;
   }
+  if (std::vector<std::string> paths = gemm_paths(rows); !paths.empty()) {
+    os << ", gemm: " << paths[0];
+    for (size_t i = 1; i < paths.size(); ++i) os << ", " << paths[i];
+  }
   os << "\n";
-  std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %10s %10s %7s %8s %7s %10s\n", "example", "eager us",
-                "compiled us", "speedup", "cold ms", "warm ms", "kernels", "GB/s", "triad", "max diff");
+  std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %10s %10s %7s %8s %7s %8s %6s %10s %5s\n", "example",
+                "eager us", "compiled us", "speedup", "cold ms", "warm ms", "kernels", "GB/s", "triad", "GFLOP/s",
+                "fma", "max diff", "gemm");
   os << line;
   for (const BenchRow &r : rows) {
-    std::snprintf(line, sizeof line, "%-18s %12.2f %12.2f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %10.3g\n",
+    std::snprintf(line, sizeof line,
+                  "%-18s %12.2f %12.2f %7.2fx %10.1f %10.1f %7lld %8.2f %6.1f%% %8s %6s %10.3g %5s\n",
                   r.name.c_str(), r.eager_us, r.compiled_us, r.speedup, r.compile_ms_cold, r.compile_ms_warm,
-                  (long long)r.kernels, r.achieved_gbps, 100 * r.bandwidth_fraction, r.max_abs_diff);
+                  (long long)r.kernels, r.achieved_gbps, 100 * r.bandwidth_fraction, fixed_or_dash(r.gflops, 1, false).c_str(),
+                  fixed_or_dash(r.fma_fraction, 1, true).c_str(), r.max_abs_diff, r.gemm.empty() ? "-" : r.gemm.c_str());
     os << line;
   }
 }
@@ -216,19 +352,23 @@ void write_bench_json(std::ostream &os, int threads, double stream_gbps, double 
                       const std::vector<BenchRow> &rows) {
   os << "{\"threads\": " << threads << ", \"stream_gbps\": " << json_number(stream_gbps);
   if (fma_gflops > 0) os << ", \"fma_peak_gflops\": " << json_number(fma_gflops);
+  std::vector<std::string> paths = gemm_paths(rows);
+  if (!paths.empty()) os << ", \"gemm\": \"" << (paths.size() == 1 ? paths[0] : "both") << "\"";
   os << ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const BenchRow &r = rows[i];
     // The name may be a file path: quoted and escaped as JSON.
     os << (i ? ",\n  " : "\n  ") << "{\"name\": " << nlohmann::json(r.name).dump(-1, ' ', false,
                                                                               nlohmann::json::error_handler_t::replace)
+       << ", \"gemm\": " << (r.gemm.empty() ? "null" : "\"" + r.gemm + "\"")
        << ", \"eager_us\": " << json_number(r.eager_us) << ", \"compiled_us\": " << json_number(r.compiled_us)
        << ", \"speedup\": " << json_number(r.speedup) << ", \"compile_ms_cold\": " << json_number(r.compile_ms_cold)
        << ", \"compile_ms_warm\": " << json_number(r.compile_ms_warm) << ", \"kernels\": " << r.kernels
        << ", \"bytes_moved\": " << r.bytes_moved << ", \"achieved_gbps\": " << json_number(r.achieved_gbps)
        << ", \"bandwidth_fraction\": " << json_number(r.bandwidth_fraction)
        << ", \"max_abs_diff\": " << json_number(r.max_abs_diff)
-       << ", \"max_rel_diff\": " << json_number(r.max_rel_diff) << "}";
+       << ", \"max_rel_diff\": " << json_number(r.max_rel_diff) << ", \"flops\": " << r.flops
+       << ", \"gflops\": " << json_number(r.gflops) << ", \"fma_fraction\": " << json_number(r.fma_fraction) << "}";
   }
   os << "\n]}\n";
 }

@@ -11,11 +11,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codegen/executable.h"
+#include "codegen/gemm/path.h"
 #include "frontend/compile.h"
 #include "runtime/tensor.h"
 
@@ -28,7 +31,12 @@ class Graph;
 struct BenchOptions {
   int warmup = 3;
   int iters = 20;           // timed calls; the median is reported
+  // When > 0, a timed phase (eager, compiled) stops after this many milliseconds
+  // once it has at least min(iters, 5) calls: a 100 ms GEMM row then takes ~1 s
+  // per phase instead of 2 (`kiln bench` without --repeat uses 1000).
+  double max_phase_ms = 0;
   double stream_gbps = 0;   // bandwidth_fraction = achieved / this (0: fraction left at 0)
+  double fma_gflops = 0;    // fma_fraction = gflops / this (0: fraction left unmeasured, NaN)
   // Called after each phase ("eager", "compile cold", "compile warm", "compiled")
   // with its start and length in microseconds of steady_clock (for `kiln bench --trace`).
   std::function<void(const std::string &phase, double start_us, double dur_us)> on_phase;
@@ -39,6 +47,7 @@ struct BenchOptions {
 
 struct BenchRow {
   std::string name;
+  std::string gemm;            // the compiled contraction path it was built with: "jit" or "blas"
   double eager_us = 0;
   double compiled_us = 0;
   double speedup = 0;          // eager_us / compiled_us
@@ -57,10 +66,37 @@ struct BenchRow {
   double bandwidth_fraction = 0;
   double max_abs_diff = 0;
   double max_rel_diff = 0;
+  // Contractions: flops per call (contraction_flops of the traced graph),
+  // that over compiled_us, and that over BenchOptions::fma_gflops. NaN (JSON
+  // null, "-" in the table) for a function without contractions, or without a peak.
+  int64_t flops = 0;
+  double gflops = std::numeric_limits<double>::quiet_NaN();
+  double fma_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
+// One row, compiled with the current contraction path (codegen::gemm::path()).
 BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
                    const BenchOptions &options = {});
+
+// One row per path in `paths`, eager timed once (each row carries the same
+// eager time): every compile of a row runs with its path set
+// (codegen::gemm::set_path, restored afterwards), so a row measures the path it
+// names. `kiln bench --gemm both` prints jit and blas rows from one run.
+std::vector<BenchRow> bench_rows(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                                 const std::vector<gemm::Path> &paths, const BenchOptions &options = {});
+
+// The paths `kiln bench --gemm VALUE` selects: "jit", "blas" or "both" (jit,
+// then blas); any other value throws kiln::Error naming --gemm and the allowed values.
+std::vector<gemm::Path> parse_bench_gemm(std::string_view value);
+
+// Floating-point operations of one call's contractions, from the shapes in the
+// graph (fusion group bodies included): 2 * M * N * K for matmul, mm, bmm,
+// addmm and linear (2 x output elements x the reduced dim), 2 * N * Ho * Wo *
+// Cout * (Cin / groups) * kh * kw for conv2d, 2 * L * S * (E + Ev) per batch for
+// scaled_dot_product_attention. Everything else counts 0. bench_row counts the
+// traced graph (the optimized one may have lowered a tiny contraction into a
+// fused kernel).
+int64_t contraction_flops(const ir::Graph &g);
 
 // Bytes one call of the optimized graph moves, estimated from the graph: every
 // graph input and parameter read once, every output written once, and every
@@ -79,17 +115,22 @@ double stream_triad_gbps(int threads);
 double fma_peak_gflops(int threads);
 
 // The table `kiln bench` prints: a line with the thread count and the triad
-// bandwidth (`stream_gbps`, 0 when not measured), a header, one line per row.
+// bandwidth (`stream_gbps`, 0 when not measured), a header, one line per row
+// (GFLOP/s and the FMA-peak fraction "-" for rows without contractions; the
+// gemm column is the row's contraction path).
 void print_bench_table(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
-// The same with the FMA peak (`fma_gflops`, 0 when not measured) after the triad.
+// The same with the FMA peak (`fma_gflops`, 0 when not measured) and the
+// contraction path(s) of the rows ("gemm: jit") after the triad.
 void print_bench_table(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
                        const std::vector<BenchRow> &rows);
 
-// The same as `kiln bench --json` writes: {"threads", "stream_gbps", "rows": [{"name", "eager_us",
+// The same as `kiln bench --json` writes: {"threads", "stream_gbps", "rows": [{"name", "gemm", "eager_us",
 // "compiled_us", "speedup", "compile_ms_cold", "compile_ms_warm", "kernels", "bytes_moved",
-// "achieved_gbps", "bandwidth_fraction", "max_abs_diff", "max_rel_diff"}, ...]}; null for a non-finite number.
+// "achieved_gbps", "bandwidth_fraction", "max_abs_diff", "max_rel_diff", "flops", "gflops",
+// "fma_fraction"}, ...]}; null for a non-finite number (gflops and fma_fraction of rows without contractions).
 void write_bench_json(std::ostream &os, int threads, double stream_gbps, const std::vector<BenchRow> &rows);
-// The same with a top-level "fma_peak_gflops" when `fma_gflops` > 0.
+// The same with a top-level "fma_peak_gflops" when `fma_gflops` > 0, and a
+// top-level "gemm": the rows' path ("jit", "blas"), or "both" when they differ.
 void write_bench_json(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
                       const std::vector<BenchRow> &rows);
 

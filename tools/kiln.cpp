@@ -4,7 +4,7 @@
 //   kiln run <example> [--eager|--compiled] [--threads N]
 //   kiln dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]
 //             [--kernels|--llvm|--asm]
-//   kiln bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]
+//   kiln bench <example>...|all [--threads N] [--repeat N] [--gemm jit|blas|both] [--json FILE] [--trace FILE]
 //   kiln run|dump|bench FILE.kir [--seed N] [--params W.safetensors] [--inputs X.safetensors] ...
 //
 // Bad usage (unknown command, example, pass or flag, malformed number,
@@ -51,8 +51,11 @@ constexpr const char *kUsage =
     "  dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]\n"
     "                 [--kernels|--llvm|--asm]   IR between passes (default: the final IR), a summary;\n"
     "                                            --kernels/--llvm/--asm: JIT dumps (KILN_DUMP) on stderr\n"
-    "  bench <example>|all [--threads N] [--repeat N] [--json FILE] [--trace FILE]\n"
-    "                                            eager vs compiled table; --repeat: timed calls (20);\n"
+    "  bench <example>...|all [--threads N] [--repeat N] [--gemm jit|blas|both] [--json FILE] [--trace FILE]\n"
+    "                                            eager vs compiled table; --repeat: timed calls (default\n"
+    "                                            20, at least 5 but at most ~1 s per phase);\n"
+    "                                            --gemm: compiled contractions through kiln's JIT GEMM or\n"
+    "                                            OpenBLAS (default: $KILN_GEMM, else jit); both: a row each\n"
     "                                            --trace: Chrome trace (Perfetto, chrome://tracing) of the\n"
     "                                            phases and of one compiled call, a slice per kernel/BLAS call\n"
     "  run|dump|bench FILE.kir [--seed N] [--params W.safetensors] [--inputs X.safetensors] [options above]\n"
@@ -60,6 +63,7 @@ constexpr const char *kUsage =
     "                                            instead of an example: the interpreter is the eager path;\n"
     "                                            inputs and parameters are random from --seed (default 0)\n"
     "                                            or bound by name from safetensors files\n"
+    "an example is named in full or by its id before the first '-' (w5 = w5-gpt2-block)\n"
     "compiled kernels are cached in $KILN_CACHE_DIR (default ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n";
 
 // Bad usage: reported with the usage text and exit code 2.
@@ -69,13 +73,16 @@ struct UsageError : std::runtime_error {
 
 struct Args {
   std::string command;
-  std::string target; // example name (or "all" for bench)
+  std::string target; // example name (or "all" for bench): the first of targets
+  std::vector<std::string> targets; // bench takes several
   std::string mode = "both";
   int threads = 0; // 0: leave the runtime default
   int repeat = 20;
+  bool repeat_given = false; // --repeat N: exactly N timed calls, no time cap
   std::vector<std::string> after, before;
   std::string format = "text";
   std::string out_dir, json_file, trace_file, jit_dump;
+  std::vector<kiln::gemm::Path> gemm; // --gemm; empty: the current path (KILN_GEMM)
   // Graph files only (FILE.kir).
   std::optional<uint64_t> seed;
   std::string params_file, inputs_file;
@@ -109,6 +116,14 @@ uint64_t parse_seed(const std::string &text) {
   return v;
 }
 
+std::vector<kiln::gemm::Path> parse_gemm(const std::string &text) {
+  try {
+    return kiln::parse_bench_gemm(text);
+  } catch (const kiln::Error &e) {
+    throw UsageError(e.what());
+  }
+}
+
 // "--flag VALUE" or "--flag=VALUE"; advances i past a separate value.
 bool take_value(const std::vector<std::string> &a, size_t &i, const std::string &flag, std::string &out) {
   if (a[i] == flag) {
@@ -131,7 +146,7 @@ bool flag_allowed(const std::string &cmd, const std::string &flag) {
       {"run", {"--eager", "--compiled", "--threads", "--seed", "--params", "--inputs"}},
       {"dump", {"--after-all", "--after", "--before", "--format", "--out", "--kernels", "--llvm", "--asm", "--seed",
                 "--params", "--inputs"}},
-      {"bench", {"--threads", "--repeat", "--json", "--trace", "--seed", "--params", "--inputs"}},
+      {"bench", {"--threads", "--repeat", "--gemm", "--json", "--trace", "--seed", "--params", "--inputs"}},
   };
   std::string name = flag.substr(0, flag.find('='));
   for (const std::string &f : allowed.at(cmd))
@@ -147,7 +162,8 @@ void parse_flag(const std::vector<std::string> &a, size_t &i, Args &o) {
   else if (f == "--after-all") o.after.push_back("*");
   else if (f == "--kernels" || f == "--llvm" || f == "--asm") o.jit_dump = f.substr(2);
   else if (take_value(a, i, "--threads", v)) o.threads = parse_positive("--threads", v);
-  else if (take_value(a, i, "--repeat", v)) o.repeat = parse_positive("--repeat", v);
+  else if (take_value(a, i, "--repeat", v)) o.repeat = parse_positive("--repeat", v), o.repeat_given = true;
+  else if (take_value(a, i, "--gemm", v)) o.gemm = parse_gemm(v);
   else if (take_value(a, i, "--after", v)) o.after.push_back(v);
   else if (take_value(a, i, "--before", v)) o.before.push_back(v);
   else if (take_value(a, i, "--format", v)) o.format = v;
@@ -162,16 +178,29 @@ void parse_flag(const std::vector<std::string> &a, size_t &i, Args &o) {
 
 // ---- graph files (FILE.kir)
 
+// The example named `name`, or the one whose name starts with `name` and a '-'
+// (its id: "w5" is w5-gpt2-block); nullptr when none or several match.
+const kiln::examples::Example *find_example_or_id(const std::string &name) {
+  if (const kiln::examples::Example *ex = kiln::examples::find_example(name)) return ex;
+  const kiln::examples::Example *found = nullptr;
+  for (const auto &e : kiln::examples::all_examples()) {
+    if (!starts_with(e.name, name + "-")) continue;
+    if (found) return nullptr; // ambiguous
+    found = &e;
+  }
+  return found;
+}
+
 // A target is a graph file when it ends in .kir, or names an existing file that is no example.
 bool is_graph_file(const std::string &target) {
   if (target.size() > 4 && target.ends_with(".kir")) return true;
   std::error_code ec;
-  return !kiln::examples::find_example(target) && fs::is_regular_file(target, ec);
+  return !find_example_or_id(target) && fs::is_regular_file(target, ec);
 }
 
 void check_graph_file_flags(const Args &o) {
-  bool file = !o.target.empty() && o.target != "all" && is_graph_file(o.target);
-  if (file) return;
+  for (const std::string &t : o.targets)
+    if (t != "all" && is_graph_file(t)) return;
   for (const auto &[flag, set] : {std::pair{"--seed", o.seed.has_value()}, std::pair{"--params", !o.params_file.empty()},
                                   std::pair{"--inputs", !o.inputs_file.empty()}})
     if (set) throw UsageError(std::string(flag) + " applies to graph files (FILE.kir), not to '" + o.target + "'");
@@ -186,9 +215,12 @@ Args parse_args(int argc, char **argv) {
     throw UsageError("unknown command '" + o.command + "'");
   for (size_t i = 1; i < a.size(); ++i) {
     if (starts_with(a[i], "-")) parse_flag(a, i, o);
-    else if (o.target.empty()) o.target = a[i];
+    else if (o.targets.empty() || o.command == "bench") o.targets.push_back(a[i]);
     else throw UsageError("unexpected argument '" + a[i] + "'");
   }
+  if (!o.targets.empty()) o.target = o.targets.front();
+  if (o.targets.size() > 1 && std::find(o.targets.begin(), o.targets.end(), "all") != o.targets.end())
+    throw UsageError("'all' names every example: give it alone");
   if (o.command != "list" && o.target.empty()) throw UsageError("'" + o.command + "' needs an example name");
   if (o.command == "list" && !o.target.empty()) throw UsageError("unexpected argument '" + o.target + "'");
   if (o.format != "text" && o.format != "dot") throw UsageError("--format must be text or dot, got '" + o.format + "'");
@@ -197,9 +229,12 @@ Args parse_args(int argc, char **argv) {
 }
 
 const kiln::examples::Example &example_or_throw(const std::string &name) {
-  const kiln::examples::Example *ex = kiln::examples::find_example(name);
-  if (!ex) throw UsageError("unknown example '" + name + "' (see 'kiln list')");
-  return *ex;
+  if (const kiln::examples::Example *ex = find_example_or_id(name)) return *ex;
+  std::string several;
+  for (const auto &e : kiln::examples::all_examples())
+    if (starts_with(e.name, name + "-")) several += (several.empty() ? "" : ", ") + e.name;
+  if (!several.empty()) throw UsageError("'" + name + "' names several examples: " + several);
+  throw UsageError("unknown example '" + name + "' (see 'kiln list')");
 }
 
 // Random values for a graph input or parameter of type `t`: normal floats,
@@ -271,8 +306,8 @@ std::shared_ptr<kiln::ir::Graph> read_graph_file(const std::string &path) {
 // interpreter (the eager path; compile() traces it back into the same graph),
 // its parameters bound to tensors from --params or --seed, its inputs from
 // --inputs or --seed (inputs first, then parameters, in graph order).
-kiln::examples::Example graph_file_example(const Args &o) {
-  std::shared_ptr<kiln::ir::Graph> g = read_graph_file(o.target);
+kiln::examples::Example graph_file_example(const Args &o, const std::string &path) {
+  std::shared_ptr<kiln::ir::Graph> g = read_graph_file(path);
   uint64_t seed = o.seed.value_or(0);
   std::ostringstream desc;
   desc << "graph @" << g->name() << " (" << g->inputs().size() << " inputs, " << g->params().size()
@@ -289,14 +324,15 @@ kiln::examples::Example graph_file_example(const Args &o) {
     w.fn = [g](const std::vector<Tensor> &in) { return kiln::ir::interpret(*g, in); };
     return w;
   };
-  return {o.target, desc.str(), make};
+  return {path, desc.str(), make};
 }
 
-// The built-in example named by the target, or the graph file it names.
-kiln::examples::Example example_or_file(const Args &o) {
-  if (is_graph_file(o.target)) return graph_file_example(o);
-  return example_or_throw(o.target);
+// The built-in example named by `target`, or the graph file it names.
+kiln::examples::Example example_or_file(const Args &o, const std::string &target) {
+  if (is_graph_file(target)) return graph_file_example(o, target);
+  return example_or_throw(target);
 }
+kiln::examples::Example example_or_file(const Args &o) { return example_or_file(o, o.target); }
 
 double max_abs_diff(const std::vector<Tensor> &a, const std::vector<Tensor> &b) {
   double d = 0;
@@ -577,11 +613,12 @@ void open_or_usage_error(std::ofstream &os, const std::string &path, const char 
 }
 
 int cmd_bench(const Args &o) {
-  std::vector<const kiln::examples::Example *> todo;
-  kiln::examples::Example one;
-  if (o.target == "all")
-    for (const auto &e : kiln::examples::all_examples()) todo.push_back(&e);
-  else todo.push_back(&(one = example_or_file(o)));
+  // Resolved up front, so that a bad name fails before minutes of benchmarking.
+  std::vector<kiln::examples::Example> todo;
+  if (o.target == "all") todo = kiln::examples::all_examples();
+  else
+    for (const std::string &t : o.targets) todo.push_back(example_or_file(o, t));
+  const std::vector<kiln::gemm::Path> paths = o.gemm.empty() ? std::vector{kiln::gemm::path()} : o.gemm;
   std::ofstream json, trace_os;
   open_or_usage_error(json, o.json_file, "--json");
   open_or_usage_error(trace_os, o.trace_file, "--trace");
@@ -599,9 +636,13 @@ int cmd_bench(const Args &o) {
   bo.iters = o.repeat;
   bo.warmup = std::min(3, o.repeat);
   bo.stream_gbps = stream;
+  bo.fma_gflops = fma;
+  // Without --repeat, a slow row (gemm-2048: ~100 ms a call) times fewer calls
+  // (at least 5) so that `kiln bench all` stays short.
+  if (!o.repeat_given) bo.max_phase_ms = 1000;
   std::vector<kiln::BenchRow> rows;
   for (size_t i = 0; i < todo.size(); ++i) {
-    const std::string &name = todo[i]->name;
+    const std::string &name = todo[i].name;
     bo.on_phase = [&](const std::string &phase, double start, double dur) { trace.add(name + ": " + phase, start, dur); };
     // One compiled call, step by step: a slice per JIT kernel, BLAS call and eager op.
     if (trace_os.is_open())
@@ -609,12 +650,15 @@ int cmd_bench(const Args &o) {
         trace.add(std::string(e.name), e.start_us, e.dur_us, std::string(e.category));
       };
     t = ChromeTrace::now_us();
-    kiln::examples::Workload w = todo[i]->make();
-    rows.push_back(kiln::bench_row(name, w.fn, w.inputs, bo));
+    kiln::examples::Workload w = todo[i].make();
+    for (kiln::BenchRow &r : kiln::bench_rows(name, w.fn, w.inputs, paths, bo)) {
+      std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx), gemm %s", i + 1, todo.size(),
+                   r.name.c_str(), r.eager_us, r.compiled_us, r.speedup, r.gemm.c_str());
+      if (std::isfinite(r.gflops)) std::fprintf(stderr, ", %.1f GFLOP/s", r.gflops);
+      std::fprintf(stderr, "\n");
+      rows.push_back(std::move(r));
+    }
     trace.add(name, t, ChromeTrace::now_us() - t);
-    const kiln::BenchRow &r = rows.back();
-    std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx)\n", i + 1, todo.size(),
-                 r.name.c_str(), r.eager_us, r.compiled_us, r.speedup);
   }
   kiln::print_bench_table(std::cout, threads, stream, fma, rows);
   if (trace_os.is_open()) {

@@ -113,9 +113,10 @@ template <class T> TileConfig tile(const Config &c, int rows) {
 }
 
 template <class T> const void *compile_kernel(const TileConfig &t) {
-  auto k = Jit::current().compile_module(t.key(), ukernel_builder(t));
-  // The Jit keeps every compiled kernel alive for its lifetime (Jit::global()
-  // is never destroyed); its entry address has the generated signature.
+  // In Jit::global(), never destroyed, not Jit::current(): the table below
+  // keeps the entry address for the whole process, and a ScopedJit (kiln
+  // bench's cold-compile measurement) is destroyed with the kernels it compiled.
+  auto k = Jit::global().compile_module(t.key(), ukernel_builder(t));
   return reinterpret_cast<const void *>(k->fn());
 }
 
@@ -444,6 +445,12 @@ void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, 
   run(pr, threads);
 }
 
+template <class T> MicroKernel<T> micro_kernel(const Config &config, int rows) {
+  check_config<T>(config);
+  KILN_CHECK(rows >= 1 && rows <= config.mr, "gemm micro_kernel: rows ", rows, " outside 1..", config.mr);
+  return reinterpret_cast<MicroKernel<T>>(const_cast<void *>(kernels<T>(config, rows, 0).by_rows[size_t(rows)]));
+}
+
 template <class T> int warm_up(const Config &config) {
   check_config<T>(config);
   int n = 0;
@@ -551,6 +558,7 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
                                 int64_t, T, T *, int64_t, const KernelSet &, int);                            \
   template void gemm_packed_cols<T>(int64_t, T, const T *, int64_t, int64_t, const PackedB<T> &, int64_t, int64_t, \
                                     T, T *, int64_t, const KernelSet &, int);                                 \
+  template MicroKernel<T> micro_kernel<T>(const Config &, int);                                                \
   template double ukernel_gflops<T>(const Config &, int64_t, double);
 KILN_GEMM_INSTANTIATE(float)
 KILN_GEMM_INSTANTIATE(double)

@@ -45,4 +45,10 @@ std::unique_ptr<llvm::Module> build_fma_probe(int lanes, int accs, const std::st
 ModuleBuilder ukernel_builder(const TileConfig &cfg);
 ModuleBuilder fma_probe_builder(int lanes, int accs);
 
+struct Config;
+// The micro-kernel of `config`'s tile for `rows` rows (1..config.mr), compiled
+// on first use and kept (gemm.cpp's table): for loops of codegen/gemm other than
+// gemm.cpp's own (conv.cpp). Throws kiln::Error if it cannot be compiled.
+template <class T> MicroKernel<T> micro_kernel(const Config &config, int rows);
+
 } // namespace kiln::codegen::gemm

@@ -5,6 +5,10 @@
 //   interpreter's results equal those before;
 // - kiln::compile (no eager fallback) equals eager, also on permuted, sliced
 //   and expanded inputs (values and output strides).
+// - contraction graphs (contraction_graph_options(): linear, matmul, bmm, addmm
+//   and conv2d at sizes 1, 3, 17, 33, 65, ...): kiln::compile equals eager, on
+//   contiguous and strided inputs, with the contractions run as contraction
+//   steps (not interpreted), and whichever GEMM path KILN_GEMM selects.
 // KILN_RANDOM_GRAPH_SEED=N runs seed N only; every failure prints its seed and IR.
 //
 // Tolerance: rtol 1e-4, atol 1e-5 throughout. Passes reorder float32 sums
@@ -13,14 +17,25 @@
 // differences stay far inside the tolerance. No op needs a relaxed tolerance;
 // instead the generator avoids ill-conditioned inputs (layer_norm uses eps 0.1,
 // denominators are |b| + 0.5, exp reads bounded values: see random_graph.cpp).
+//
+// Contraction graphs: atol grows with K, the longest reduction in the graph:
+// atol = 1e-5 + K * 8 * 2^-23. Two summation orders of K float32 products
+// (OpenBLAS's and kiln's GEMM block K differently) differ by about K ulp of the
+// largest partial sum; the generator's values are bounded by 8 (larger ones are
+// squashed back to 1), so a product's magnitude is at most 8 and K * 8 * 2^-23
+// bounds an ulp of a partial sum times K, relative to the output's scale
+// (~1.6e-5 at K = 17, 6.2e-5 at K = 65, 1.4e-4 at conv's 17 * 9). rtol stays 1e-4.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 
 #include <kiln/kiln.h>
 
+#include "codegen/executable.h"
+#include "codegen/gemm/path.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/fusion.h"
@@ -176,6 +191,144 @@ void check_compile_strided(Checker &c, uint64_t seed) {
 bool replaying() {
   const char *env = std::getenv("KILN_RANDOM_GRAPH_SEED");
   return env && *env;
+}
+
+// ---- contraction graphs
+
+double contraction_atol(int64_t k) { return kAtol + double(k) * 8 * std::ldexp(1.0, -23); }
+
+// What a compiled call's steps did with the graph's contractions.
+struct StepCounts {
+  int contraction_steps = 0; // run by the contraction path (BLAS or kiln's GEMM), epilogue included
+  int interpreted_groups = 0;
+};
+
+StepCounts count_steps(const CompiledFunction &f, const std::vector<Tensor> &inputs) {
+  StepCounts n;
+  codegen::ScopedStepObserver observe([&](const codegen::StepEvent &e) {
+    if (e.category == "eager-group") ++n.interpreted_groups;
+    else if (e.category != "kernel" && e.category != "eager") ++n.contraction_steps;
+  });
+  f(inputs);
+  return n;
+}
+
+int count_contractions(const ir::Graph &g) {
+  int n = 0;
+  for (const ir::Node *node : g.nodes())
+    n += node->kind() == ir::Node::Kind::Op && node->info().kind == OpKind::Contraction;
+  return n;
+}
+
+// Totals over a case's seeds, for the coverage checks.
+struct ContractionCoverage {
+  std::map<std::string, int> traced_ops; // graphs using each contraction op
+  int graphs = 0, contraction_nodes = 0, contraction_steps = 0, interpreted_groups = 0;
+};
+
+void check_contraction_compile(Checker &c, uint64_t seed, bool strided, ContractionCoverage &cov) {
+  RandomGraph rg = random_graph(seed, contraction_graph_options());
+  std::unique_ptr<ir::Graph> traced = rg.trace();
+  const double atol = contraction_atol(max_contraction_length(*traced));
+  CompileOptions opts;
+  opts.fallback = Fallback::Off;
+  CompiledFunction f = compile(rg.fn, opts);
+  for (uint64_t data : {seed + 1, seed + 2}) {
+    std::vector<Tensor> inputs = rg.make_inputs(data, strided);
+    std::vector<Tensor> got;
+    try {
+      got = f(inputs);
+    } catch (const Error &e) {
+      return c.fail(rg, *traced, std::string("compile threw ") + e.what());
+    }
+    std::string d = compare_outputs(got, rg.fn(inputs), kRtol, atol);
+    if (d.empty()) continue;
+    std::shared_ptr<const ir::Graph> opt = f.graph_for(inputs);
+    return c.fail(rg, *traced,
+                  std::string(strided ? "on strided inputs, " : "") + "compiled vs eager (gemm path " +
+                      std::string(gemm::path_name(gemm::path())) + "): " + d + "\noptimized graph:\n" +
+                      (opt ? ir::print(*opt) : "(none)"));
+  }
+  std::vector<Tensor> inputs = rg.make_inputs(seed + 1, strided);
+  std::shared_ptr<const ir::Graph> opt = f.graph_for(inputs);
+  if (!opt) return c.fail(rg, *traced, "no optimized graph: the compiled call ran eagerly");
+  ++cov.graphs;
+  for (const ir::Node *n : traced->nodes())
+    if (n->info().kind == OpKind::Contraction || n->op() == OpId::Linear) ++cov.traced_ops[std::string(n->mnemonic())];
+  // Contractions left as nodes of the optimized graph run as contraction steps
+  // (alone or heading their epilogue group). Decompose turns a contraction over
+  // K <= 2 into mul + sum, which fuse may put in a group that codegen cannot
+  // lower (then interpreted): counted, not a failure (a speed matter).
+  StepCounts steps = count_steps(f, inputs);
+  cov.contraction_nodes += count_contractions(*opt);
+  cov.contraction_steps += steps.contraction_steps;
+  cov.interpreted_groups += steps.interpreted_groups;
+}
+
+constexpr uint64_t kContractionSeedsPerCase = 20, kContractionCases = 4;
+
+class RandomGraphContractions : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(RandomGraphContractions, CompiledAgreesWithEager) {
+  if (replaying() && GetParam() != 0) return;
+  Checker c;
+  ContractionCoverage cov;
+  // Even cases contiguous inputs, odd cases strided (transposed, sliced, expanded operands).
+  const bool strided = GetParam() % 2 == 1;
+  uint64_t first = 3000000 + GetParam() * kContractionSeedsPerCase;
+  for (uint64_t seed : random_graph_seeds(first, kContractionSeedsPerCase)) {
+    check_contraction_compile(c, seed, strided, cov);
+    if (c.failures >= kMaxFailures) break;
+  }
+  if (replaying()) return;
+  // The generated contractions reach the contraction path: not lowered away,
+  // not run eagerly (Fallback::Off would throw), not interpreted.
+  EXPECT_GE(cov.contraction_steps, cov.graphs);
+  EXPECT_GE(cov.contraction_steps, cov.contraction_nodes);
+  for (const char *op : {"linear", "matmul", "conv2d"}) EXPECT_GT(cov.traced_ops[op], 0) << "no graph with " << op;
+  RecordProperty("graphs", cov.graphs);
+  RecordProperty("contraction_steps", cov.contraction_steps);
+  RecordProperty("interpreted_groups", cov.interpreted_groups);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomGraphContractions, ::testing::Range<uint64_t>(0, kContractionCases));
+
+// The contraction generator covers each contraction op, the odd sizes and
+// conv's parameters, and its graphs verify.
+TEST(RandomGraphGenerator, ContractionGraphsCoverTheOpsAndSizes) {
+  std::map<std::string, int> ops;
+  std::set<int64_t> ks, ns;
+  std::set<std::string> conv_kinds;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    auto g = random_graph(seed, contraction_graph_options()).trace();
+    ASSERT_NO_THROW(ir::verify(*g)) << "seed " << seed;
+    for (const ir::Node *n : g->nodes()) {
+      ++ops[std::string(n->mnemonic())];
+      if (n->op() == OpId::Linear || n->op() == OpId::Matmul || n->op() == OpId::Mm) {
+        const Dims &x = n->operand(0)->type().shape, &y = n->result()->type().shape;
+        ks.insert(x[x.size() - 1]);
+        ns.insert(y[y.size() - 1]);
+      }
+      if (n->op() == OpId::Conv2d) {
+        const Dims &w = n->operand(1)->type().shape, &x = n->operand(0)->type().shape;
+        int64_t groups = n->attr("groups")->as_int();
+        if (groups == x[1] && groups > 1) conv_kinds.insert("depthwise");
+        else if (groups > 1) conv_kinds.insert("grouped");
+        if (w[2] == 1 && w[3] == 1) conv_kinds.insert("1x1");
+        if (w[2] == 3 && w[3] == 3) conv_kinds.insert("3x3");
+        if (n->attr("stride")->as_ints()[0] == 2) conv_kinds.insert("stride 2");
+        if (n->attr("dilation")->as_ints()[0] == 2) conv_kinds.insert("dilation 2");
+        if (n->attr("padding")->as_ints()[0] > 0) conv_kinds.insert("padded");
+      }
+    }
+  }
+  for (const char *op : {"linear", "matmul", "bmm", "addmm", "conv2d"}) EXPECT_GE(ops[op], 10) << op;
+  for (int64_t size : {1, 3, 17, 33, 65}) {
+    EXPECT_TRUE(ks.count(size)) << "no contraction over K = " << size;
+    EXPECT_TRUE(ns.count(size)) << "no contraction with N = " << size;
+  }
+  for (const char *kind : {"depthwise", "grouped", "1x1", "3x3", "stride 2", "dilation 2", "padded"})
+    EXPECT_TRUE(conv_kinds.count(kind)) << "no " << kind << " conv";
 }
 
 class RandomGraphPasses : public ::testing::TestWithParam<uint64_t> {};

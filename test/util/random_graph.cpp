@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "ir/graph.h"
 #include "ir/printer.h"
 
 namespace kiln::testing {
@@ -113,6 +114,7 @@ private:
   }
 
   void step() {
+    if (o_.contractions && c_.chance(45)) return contract_sized();
     switch (c_.below(12)) {
     case 0:
     case 1:
@@ -293,6 +295,91 @@ private:
     }
   }
 
+  // GEMM sizes for contraction graphs: the micro-kernel edges (1, 2, 3, 7, 17,
+  // 33, 65 leave partial tiles) and a full vector (16).
+  int64_t gemm_size() {
+    static constexpr int64_t sizes[] = {1, 2, 3, 7, 16, 17, 33, 65};
+    return sizes[c_.below(std::size(sizes))];
+  }
+
+  // A contraction of a pool value with a parameter (or itself) at a random
+  // size: linear (with or without bias), matmul against [K, N] or a transposed
+  // [N, K], a broadcast batch, bmm, addmm, conv2d.
+  void contract_sized() {
+    Val a = pick();
+    if (a.t.dim() == 4 && c_.chance(60)) return conv(a);
+    if (a.t.dim() == 0) return unary();
+    Shape s = shape(a);
+    const int64_t k = s.back(), n = gemm_size();
+    Shape out = s;
+    out.back() = n;
+    const double bound = a.bound * double(k);
+    switch (c_.below(7)) {
+    case 0:
+      if (numel_of(out) > o_.max_numel) return unary();
+      if (c_.chance(50)) return push(linear(a.t, param({n, k})), bound);
+      return push(linear(a.t, param({n, k}), param({n})), bound + 1);
+    case 1:
+      if (numel_of(out) > o_.max_numel) return unary();
+      return push(matmul(a.t, param({k, n})), bound);
+    case 2:
+      if (numel_of(out) > o_.max_numel) return unary();
+      return push(matmul(a.t, param({n, k}).transpose(0, 1)), bound);
+    case 3: { // a broadcast batch on the right: [.., M, K] @ [B, K, N]
+      if (a.t.dim() > 2) return push(matmul(a.t, param({k, n})), bound);
+      int64_t b = 1 + int64_t(c_.below(3));
+      Shape o2 = {b, a.t.dim() == 2 ? s[0] : 1, n};
+      if (numel_of(o2) > o_.max_numel) return unary();
+      Tensor r = matmul(a.t, param({b, k, n}));
+      return push(r, bound);
+    }
+    case 4: { // bmm of a 3-D value with a parameter, or with itself transposed
+      if (a.t.dim() != 3) return push(matmul(a.t, param({k, n})), bound);
+      if (c_.chance(30)) {
+        Shape o3 = {s[0], s[1], s[1]};
+        if (numel_of(o3) > o_.max_numel) return unary();
+        return push(bmm(a.t, a.t.transpose(1, 2)), a.bound * bound);
+      }
+      if (numel_of(out) > o_.max_numel) return unary();
+      return push(bmm(a.t, param({s[0], k, n})), bound);
+    }
+    case 5: { // addmm(input [N], mat1 [M, K], mat2 [K, N], beta, alpha)
+      if (a.t.dim() != 2 || numel_of(out) > o_.max_numel) return unary();
+      const double beta = c_.chance(50) ? 1.0 : 0.5, alpha = c_.chance(50) ? 1.0 : -2.0;
+      return push(addmm(param({n}), a.t, param({k, n}), beta, alpha), std::abs(alpha) * bound + beta);
+    }
+    default: // a 2-D value as an NCHW image [1, 1, M, K] would be a 1-channel conv
+      if (a.t.dim() == 2 && s[0] * s[1] * 4 <= o_.max_numel) return conv({a.t.unsqueeze(0).unsqueeze(0), a.bound});
+      if (numel_of(out) > o_.max_numel) return unary();
+      return push(matmul(a.t, param({k, n})), bound);
+    }
+  }
+
+  // conv2d of an NCHW value: stride 1 or 2, padding 0 to 2, dilation 1 or 2,
+  // groups a divisor of C (C itself: depthwise), kernel 1 to 3 per axis, bias or not.
+  void conv(const Val &a) {
+    Shape s = shape(a);
+    const int64_t c = s[1], h = s[2], w = s[3];
+    std::vector<int64_t> divisors;
+    for (int64_t g = 1; g <= c; ++g)
+      if (c % g == 0) divisors.push_back(g);
+    const int64_t groups = c_.chance(60) ? 1 : divisors[c_.below(divisors.size())];
+    static constexpr int64_t couts[] = {1, 2, 3, 4, 8, 17};
+    const int64_t cout = groups == 1 ? couts[c_.below(std::size(couts))] : groups * (1 + int64_t(c_.below(2)));
+    int64_t kh = 1 + int64_t(c_.below(3)), kw = 1 + int64_t(c_.below(3));
+    const int64_t sh = 1 + int64_t(c_.below(2)), sw = 1 + int64_t(c_.below(2));
+    const int64_t ph = int64_t(c_.below(3)), pw = int64_t(c_.below(3));
+    const int64_t dh = 1 + int64_t(c_.below(2)), dw = 1 + int64_t(c_.below(2));
+    if (h + 2 * ph < dh * (kh - 1) + 1) kh = 1; // the window must fit the padded input
+    if (w + 2 * pw < dw * (kw - 1) + 1) kw = 1;
+    const int64_t ho = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, wo = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    if (s[0] * cout * ho * wo > o_.max_numel) return unary();
+    const double bound = a.bound * double(c / groups * kh * kw);
+    Tensor weight = param({cout, c / groups, kh, kw});
+    Tensor bias = c_.chance(50) ? param({cout}) : Tensor();
+    return push(conv2d(a.t, weight, bias, {sh, sw}, {ph, pw}, {dh, dw}, groups), bound + (bias.defined() ? 1 : 0));
+  }
+
   void view() {
     Val a = pick();
     const Tensor &x = a.t;
@@ -374,9 +461,28 @@ Shape random_shape(Chooser &c, const RandomGraphOptions &o) {
   return s;
 }
 
+// Inputs of a contraction graph: a [M, K] or [B, M, K] of GEMM sizes and an
+// NCHW image for the convolutions.
+void contraction_inputs(Chooser &c, const RandomGraphOptions &o, RandomGraph &rg) {
+  static constexpr int64_t sizes[] = {1, 2, 3, 7, 16, 17, 33, 65};
+  auto size = [&] { return sizes[c.below(std::size(sizes))]; };
+  Shape base = {size(), size()};
+  if (c.chance(40)) base.insert(base.begin(), 1 + int64_t(c.below(3)));
+  while (numel_of(base) > o.max_numel) *std::max_element(base.begin(), base.end()) /= 2;
+  static constexpr int64_t channels[] = {1, 2, 3, 4, 6, 8}, sides[] = {1, 3, 5, 7, 9, 17};
+  Shape image = {1 + int64_t(c.below(2)), channels[c.below(std::size(channels))], sides[c.below(std::size(sides))],
+                 sides[c.below(std::size(sides))]};
+  rg.input_shapes = {base, image};
+}
+
 RandomGraph make(Chooser c, std::string origin, const RandomGraphOptions &opts) {
   RandomGraph rg;
   rg.origin = std::move(origin);
+  if (opts.contractions) {
+    contraction_inputs(c, opts, rg);
+    rg.fn = [c, opts](const std::vector<Tensor> &in) { return Builder(c, opts).run(in); };
+    return rg;
+  }
   Shape base = random_shape(c, opts);
   int n = 1 + int(c.below(uint64_t(opts.max_inputs)));
   rg.input_shapes.push_back(base);
@@ -454,6 +560,42 @@ RandomGraph random_graph(uint64_t seed, const RandomGraphOptions &opts) {
 
 RandomGraph random_graph_from_bytes(const uint8_t *data, size_t size, const RandomGraphOptions &opts) {
   return make(Chooser(data, size), "fuzzer input (" + std::to_string(size) + " bytes)", opts);
+}
+
+RandomGraphOptions contraction_graph_options() {
+  RandomGraphOptions o;
+  o.contractions = true;
+  o.max_ops = 8;
+  o.max_numel = 8192;
+  return o;
+}
+
+int64_t max_contraction_length(const ir::Graph &g) {
+  int64_t longest = 0;
+  for (const ir::Node *n : g.nodes()) {
+    if (n->body()) longest = std::max(longest, max_contraction_length(*n->body()));
+    if (n->kind() != ir::Node::Kind::Op || n->operands().empty()) continue;
+    auto last = [&](size_t i) -> int64_t {
+      if (i >= n->operands().size() || !n->operand(i)) return 0;
+      const Dims &s = n->operand(i)->type().shape;
+      return s.size() == 0 ? 0 : s[s.size() - 1];
+    };
+    const OpId op = n->op();
+    if (op == OpId::Mm || op == OpId::Bmm || op == OpId::Matmul || op == OpId::Linear || op == OpId::Sdpa)
+      longest = std::max(longest, last(0));
+    if (op == OpId::Addmm) longest = std::max(longest, last(1));
+    if (op == OpId::Sdpa && n->operands().size() > 1 && n->operand(1)) {
+      const Dims &k = n->operand(1)->type().shape; // p v sums over the S keys
+      if (k.size() >= 2) longest = std::max(longest, k[k.size() - 2]);
+    }
+    if (op == OpId::Conv2d) {
+      const Dims &w = n->operand(1)->type().shape;
+      int64_t len = 1;
+      for (size_t d = 1; d < w.size(); ++d) len *= w[d];
+      longest = std::max(longest, len);
+    }
+  }
+  return longest;
 }
 
 std::vector<uint64_t> random_graph_seeds(uint64_t first, uint64_t count) {

@@ -53,7 +53,21 @@ struct RandomGraphOptions {
   int max_rank = 4;
   int64_t max_dim = 9;
   int64_t max_numel = 2048; // no value grows past this many elements
+  // Contraction-heavy graphs (contraction_graph_options()): inputs of odd GEMM
+  // sizes (dims from 1, 2, 3, 7, 16, 17, 33, 65) plus an NCHW image, and about
+  // half the ops linear, matmul (transposed weights, broadcast batch), bmm,
+  // addmm or conv2d (stride, padding, dilation, groups including depthwise),
+  // with the other ops around them as epilogues and producers.
+  bool contractions = false;
 };
+
+// The options of contraction-heavy graphs: contractions on, larger values (8192
+// elements), fewer ops (each contraction is a compile of its own).
+RandomGraphOptions contraction_graph_options();
+
+// The longest reduction of any contraction in `g` (K of a GEMM, (Cin / groups)
+// * kh * kw of a conv); 0 without contractions. Tests scale tolerances with it.
+int64_t max_contraction_length(const ir::Graph &g);
 
 struct RandomGraph {
   std::string origin; // "seed 42" or "fuzzer input (N bytes)": how to replay it

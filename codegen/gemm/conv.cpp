@@ -1,0 +1,341 @@
+// kiln's implicit-GEMM conv2d: see codegen/gemm/conv.h.
+#include "codegen/gemm/conv.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+
+#include <spdlog/spdlog.h>
+
+#include "codegen/gemm/ukernel.h"
+#include "runtime/allocator.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/ops.h"
+#include "runtime/parallel.h"
+
+namespace kiln::codegen::gemm {
+
+std::string ConvShape::str() const {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "x[%lld, %lld, %lld, %lld] w[%lld, %lld, %lld, %lld] stride (%lld, %lld) pad (%lld, %lld) dilation "
+                "(%lld, %lld) groups %lld",
+                (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)Cg(), (long long)kH,
+                (long long)kW, (long long)sh, (long long)sw, (long long)ph, (long long)pw, (long long)dh,
+                (long long)dw, (long long)groups);
+  return b;
+}
+
+std::optional<std::string> conv_unsupported(const ConvShape &s) {
+  if (s.groups < 1 || s.C % s.groups || s.O % s.groups) return "groups do not divide the channels";
+  // As eager's rule (runtime/kernels/conv.cpp, is_depthwise): a GEMM per group
+  // with K = kH * kW; the direct kernel there is faster (docs/performance.md).
+  if (s.groups == s.C) return "depthwise (one input channel per group): the direct kernel of runtime/kernels/conv.cpp";
+  if (s.N <= 0 || s.O <= 0 || s.Ho <= 0 || s.Wo <= 0 || s.K() <= 0) return "an empty conv";
+  return std::nullopt;
+}
+
+namespace {
+
+std::atomic<int64_t> g_conv_calls{0};
+
+// Measurement knobs (bench only): KILN_CONV_TILE=panels[,kc[,order]] with
+// order 0 = channel panels outer (A panel in L1, B block streamed from L2),
+// 1 = pixel panels outer (B micro-panel in L1, A block from L2).
+struct Knobs {
+  int64_t panels = 0, kc = 0;
+  int order = 0;
+};
+
+const Knobs &knobs() {
+  static const Knobs k = [] {
+    Knobs k;
+    const char *s = std::getenv("KILN_CONV_TILE");
+    if (!s || !*s) return k;
+    long v[3] = {0, 0, 0};
+    if (std::sscanf(s, "%ld,%ld,%ld", &v[0], &v[1], &v[2]) < 1 || v[0] < 0 || v[1] < 0) {
+      kiln::log()->warn("KILN_CONV_TILE='{}' is not PANELS[,KC[,ORDER]]: ignored", s);
+      return k;
+    }
+    k.panels = v[0], k.kc = v[1], k.order = int(v[2]);
+    return k;
+  }();
+  return k;
+}
+
+// The input rows one item reads, zero padded: rows [r0, r0 + R) of the padded
+// image (padded row r is input row r - ph) of every channel, each Wp = W + 2 pw
+// wide, contiguous ([C][R][Wp]). Built per item into the thread's scratch (it
+// stays in L2 for the packing that follows), so the packing never tests for
+// padding and reads any input strides (channels-last too) only here.
+struct Window {
+  int64_t r0 = 0, R = 0, Wp = 0;
+};
+
+Window window_of(const ConvShape &s, int64_t p0, int64_t p1) {
+  Window w;
+  w.r0 = p0 / s.Wo * s.sh;
+  w.R = (p1 - 1) / s.Wo * s.sh + (s.kH - 1) * s.dh + 1 - w.r0;
+  w.Wp = s.W + 2 * s.pw;
+  return w;
+}
+
+template <class T>
+void fill_window(const ConvShape &s, const T *x, const int64_t xs[4], int64_t n, const Window &w, T *xp) {
+  const T *img = x + n * xs[0];
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t r = 0; r < w.R; ++r) {
+      T *d = xp + (c * w.R + r) * w.Wp;
+      const int64_t ih = w.r0 + r - s.ph;
+      if (ih < 0 || ih >= s.H) {
+        std::fill(d, d + w.Wp, T(0));
+        continue;
+      }
+      std::fill(d, d + s.pw, T(0));
+      const T *src = img + c * xs[1] + ih * xs[2];
+      if (xs[3] == 1) std::copy_n(src, s.W, d + s.pw);
+      else
+        for (int64_t iw = 0; iw < s.W; ++iw) d[s.pw + iw] = src[iw * xs[3]];
+      std::fill(d + s.pw + s.W, d + w.Wp, T(0));
+    }
+}
+
+// d[0, len) = src[0, len) in whole 64-byte vectors: reads and writes up to one
+// vector past len (the window and the B block have slack; a later copy or
+// the zero tail overwrites what lands past a segment). No call per segment.
+template <class T> inline void copy_vectors(const T *src, int64_t len, T *d) {
+  constexpr int64_t L = 64 / int64_t(sizeof(T));
+  for (int64_t j = 0; j < len; j += L) std::memcpy(d + j, src + j, 64);
+}
+
+// A run of output pixels within one output row: panel columns [dst, dst + len)
+// are pixels (oh, ow .. ow + len).
+struct Segment {
+  int64_t dst, oh, ow, len;
+};
+
+// Grown once per thread, then reused: a steady-state call allocates nothing.
+std::vector<Segment> &segments_scratch() {
+  thread_local std::vector<Segment> v;
+  return v;
+}
+
+// One item's B block: k rows [pc, pc + kc) of group g's im2col, output-pixel
+// panels [q0, q1) of nr pixels, each panel kc x nr, k-major (the layout
+// gemm.cpp's pack_b_block writes), zero past the last pixel; read from the
+// item's window. Panel by panel: its row segments are found once, then each
+// k row is one vector copy per segment (stride 1) or a gather.
+template <class T>
+void pack_b_conv(const ConvShape &s, const Window &w, const T *xp, int64_t g, int64_t pc, int64_t kc, int64_t q0,
+                 int64_t q1, int64_t nr, T *dst) {
+  const int64_t P = s.pixels(), taps = s.kH * s.kW;
+  std::vector<Segment> &seg = segments_scratch();
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t p = q * nr, cnt = std::min(nr, P - p);
+    T *panel = dst + (q - q0) * kc * nr;
+    seg.clear();
+    for (int64_t i = 0, oh = p / s.Wo, ow = p % s.Wo; i < cnt; ow = 0, ++oh) {
+      const int64_t len = std::min(s.Wo - ow, cnt - i);
+      // offset of the segment's first tap-(0, 0) element in a channel's window
+      seg.push_back({i, (oh * s.sh - w.r0) * w.Wp + ow * s.sw, 0, len});
+      i += len;
+    }
+    int64_t c = g * s.Cg() + pc / taps, kh = pc % taps / s.kW, kw = pc % s.kW;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      T *d = panel + kk * nr;
+      const T *base = xp + c * w.R * w.Wp + kh * s.dh * w.Wp + kw * s.dw;
+      for (const Segment &sg : seg) {
+        if (s.sw == 1) copy_vectors(base + sg.oh, sg.len, d + sg.dst);
+        else
+          for (int64_t j = 0; j < sg.len; ++j) d[sg.dst + j] = base[sg.oh + j * s.sw];
+      }
+      if (cnt < nr) std::fill(d + cnt, d + nr, T(0));
+      if (++kw == s.kW) kw = 0, kh = kh + 1 == s.kH ? (++c, 0) : kh + 1; // the next k = (c, kh, kw)
+    }
+  }
+}
+
+// The pixel panels per item: a B block (kc x panels x nr) of about 160 KiB,
+// within L2 beside the A block, and the item's C block (O x its pixels) in
+// L2 for the epilogue; fewer when the items would not keep every thread busy.
+int64_t item_panels(const ConvShape &s, const Config &c, int64_t elem, int threads) {
+  if (knobs().panels > 0) return knobs().panels;
+  const int64_t panels = (s.pixels() + c.nr() - 1) / c.nr();
+  int64_t pp = std::max<int64_t>(1, (160 << 10) / (std::min(c.kc, s.K()) * c.nr() * elem));
+  pp = std::min(pp, std::max<int64_t>(1, (384 << 10) / (s.O * c.nr() * elem)));
+  pp = std::min(pp, panels);
+  while (pp > 1 && s.N * ((panels + pp - 1) / pp) < 4 * threads) pp = (pp + 1) / 2;
+  return pp;
+}
+
+template <class T> struct Item {
+  const ConvShape &s;
+  const T *x;
+  const int64_t *xs;
+  const PackedConvWeight<T> &w;
+  const T *bias;
+  T *y;
+  ConvBlockCallback after;
+  void *ctx;
+  int64_t pp; // pixel panels per item
+
+  // Image n, pixel panels [q0, q1); Bp the B block scratch, xp the window's.
+  void run(int64_t n, int64_t q0, int64_t q1, T *Bp, T *xp) const {
+    const Config &c = w.config;
+    const int64_t nr = c.nr(), P = s.pixels(), K = s.K(), Og = s.Og(), mr = c.mr;
+    const int64_t p0 = q0 * nr, np = std::min(P, q1 * nr) - p0;
+    T *yn = y + n * s.O * P;
+    if (bias)
+      for (int64_t o = 0; o < s.O; ++o) std::fill(yn + o * P + p0, yn + o * P + p0 + np, bias[o]);
+    const Window win = window_of(s, p0, p0 + np);
+    fill_window(s, x, xs, n, win, xp);
+    for (int64_t g = 0; g < s.groups; ++g)
+      for (int64_t pc = 0; pc < K; pc += c.kc) {
+        const int64_t kc = std::min(c.kc, K - pc);
+        pack_b_conv(s, win, xp, g, pc, kc, q0, q1, nr, Bp);
+        const T beta = pc == 0 && !bias ? T(0) : T(1);
+        auto tile = [&](int64_t i0, int64_t q) {
+          const int rows = int(std::min<int64_t>(mr, Og - i0));
+          const int64_t j0 = q * nr, cols = std::min(nr, P - j0);
+          typename PackedConvWeight<T>::Kernel k = rows == mr ? w.full : w.tail;
+          k(w.panel(g, pc, i0), Bp + (q - q0) * kc * nr, yn + (g * Og + i0) * P + j0, kc, P, cols, T(1), beta);
+        };
+        if (knobs().order == 1) {
+          for (int64_t q = q0; q < q1; ++q)
+            for (int64_t i0 = 0; i0 < Og; i0 += mr) tile(i0, q);
+        } else {
+          for (int64_t i0 = 0; i0 < Og; i0 += mr)
+            for (int64_t q = q0; q < q1; ++q) tile(i0, q);
+        }
+      }
+    if (after) after(ctx, n, p0, np);
+  }
+};
+
+} // namespace
+
+template <class T> Config conv_config(const ConvShape &s) {
+  Config c = default_config<T>();
+  // kc balanced over K (576 = 3 x 192 rather than 256 + 256 + 64): every k
+  // block then does the same work per packed B element.
+  const int64_t kc_max = knobs().kc > 0 ? knobs().kc : c.kc;
+  const int64_t blocks = (s.K() + kc_max - 1) / kc_max;
+  c.kc = std::max<int64_t>(1, (s.K() + blocks - 1) / blocks);
+  return c;
+}
+
+template <class T> int64_t PackedConvWeight<T>::bytes() const {
+  return shape.groups * shape.Og() * shape.K() * int64_t(sizeof(T));
+}
+
+template <class T>
+std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]) {
+  if (std::optional<std::string> why = conv_unsupported(s))
+    throw Error("gemm conv2d: " + s.str() + " is not covered: " + *why);
+  auto pw = std::make_shared<PackedConvWeight<T>>();
+  pw->shape = s;
+  pw->config = conv_config<T>(s);
+  const Config &c = pw->config;
+  const int64_t Og = s.Og(), K = s.K(), taps = s.kH * s.kW, mr = c.mr;
+  const size_t bytes = (size_t(std::max<int64_t>(1, pw->bytes())) + 63) & ~size_t(63);
+  pw->data = {static_cast<T *>(std::aligned_alloc(64, bytes)), std::free};
+  KILN_CHECK(pw->data, "gemm conv2d: cannot allocate ", bytes, " bytes for the packed weight of ", s.str());
+  for (int64_t g = 0; g < s.groups; ++g)
+    for (int64_t pc = 0; pc < K; pc += c.kc) {
+      const int64_t kc = std::min(c.kc, K - pc);
+      for (int64_t i0 = 0; i0 < Og; i0 += mr) {
+        const int64_t rows = std::min(mr, Og - i0);
+        T *d = const_cast<T *>(pw->panel(g, pc, i0));
+        for (int64_t p = 0; p < kc; ++p) {
+          const int64_t k = pc + p, ci = k / taps, kh = k % taps / s.kW, kw = k % s.kW;
+          for (int64_t i = 0; i < rows; ++i)
+            d[p * rows + i] = W[(g * Og + i0 + i) * ws[0] + ci * ws[1] + kh * ws[2] + kw * ws[3]];
+        }
+      }
+    }
+  pw->full = Og >= mr ? micro_kernel<T>(c, int(mr)) : nullptr;
+  pw->tail = Og % mr ? micro_kernel<T>(c, int(Og % mr)) : nullptr;
+  return pw;
+}
+
+template <class T> void conv_warm_up(const ConvShape &s) {
+  if (std::optional<std::string> why = conv_unsupported(s))
+    throw Error("gemm conv2d: " + s.str() + " is not covered: " + *why);
+  const Config c = conv_config<T>(s);
+  if (s.Og() >= c.mr) micro_kernel<T>(c, c.mr);
+  if (s.Og() % c.mr) micro_kernel<T>(c, int(s.Og() % c.mr));
+}
+
+template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads) {
+  const Config c = conv_config<T>(s);
+  return item_panels(s, c, int64_t(sizeof(T)), threads > 0 ? threads : get_num_threads()) * c.nr();
+}
+
+template <class T>
+void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedConvWeight<T> &w, const T *bias, T *y,
+            ConvBlockCallback after, void *ctx, int64_t block_pixels, int threads) {
+  KILN_CHECK(!conv_unsupported(s), "gemm conv2d: ", s.str(), " is not covered: ", *conv_unsupported(s));
+  const ConvShape &ps = w.shape;
+  KILN_CHECK(ps.C == s.C && ps.O == s.O && ps.kH == s.kH && ps.kW == s.kW && ps.groups == s.groups,
+             "gemm conv2d: the weight was packed for ", ps.str(), ", called with ", s.str());
+  g_conv_calls.fetch_add(1, std::memory_order_relaxed);
+  if (threads <= 0) threads = get_num_threads();
+  const Config &c = w.config;
+  const int64_t nr = c.nr(), panels = (s.pixels() + nr - 1) / nr;
+  const int64_t pp = std::min(panels, block_pixels > 0 ? (block_pixels + nr - 1) / nr
+                                                     : item_panels(s, c, int64_t(sizeof(T)), threads));
+  const int64_t blocks = (panels + pp - 1) / pp;
+  const Item<T> item{s, x, xs, w, bias, y, after, ctx, pp};
+  // B block plus a vector of slack (copy_vectors), then the largest window of an item.
+  const size_t b_elems = size_t(std::min(c.kc, s.K()) * pp * nr + 64);
+  // A block of pp * nr pixels spans at most this many output rows.
+  const int64_t rows = std::min(s.Ho, (pp * nr + s.Wo - 2) / s.Wo + 1);
+  const int64_t win_elems = s.C * ((rows - 1) * s.sh + (s.kH - 1) * s.dh + 1) * (s.W + 2 * s.pw) + 64;
+  auto work = [&](int64_t lo, int64_t hi) {
+    T *Bp = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, (b_elems + size_t(win_elems)) * sizeof(T)));
+    T *xp = Bp + b_elems;
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t n = i / blocks, q0 = i % blocks * pp;
+      item.run(n, q0, std::min(panels, q0 + pp), Bp, xp);
+    }
+  };
+  const int64_t items = s.N * blocks;
+  if (threads > 1 && items > 1 && !in_parallel_region()) parallel_for(0, items, 1, work);
+  else work(0, items);
+}
+
+int64_t conv_calls() { return g_conv_calls.load(std::memory_order_relaxed); }
+
+template <class T> std::shared_ptr<const PackedConvWeight<T>> ConvWeightCache<T>::get(const Tensor &weight) const {
+  const void *src = weight.raw_data();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (packed_ && src == src_ && version_ && version_->load(std::memory_order_acquire) == seen_) return packed_;
+  kiln::detail::VersionCounter v = kiln::detail::is_borrowed(weight) ? nullptr : kiln::detail::watch_version(weight);
+  // Read before packing: a write while packing moves it past `seen`, and the next get() repacks.
+  const uint64_t seen = v ? v->load(std::memory_order_acquire) : 0;
+  const IntArrayRef st = weight.strides();
+  const int64_t ws[4] = {st[0], st[1], st[2], st[3]};
+  packed_ = pack_conv_weight<T>(shape_, static_cast<const T *>(src), ws);
+  src_ = src, version_ = std::move(v), seen_ = seen;
+  packs_.fetch_add(1, std::memory_order_relaxed);
+  return packed_;
+}
+
+#define KILN_CONV_INSTANTIATE(T)                                                                                  \
+  template struct PackedConvWeight<T>;                                                                           \
+  template Config conv_config<T>(const ConvShape &);                                                             \
+  template void conv_warm_up<T>(const ConvShape &);                                                             \
+  template std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight<T>(const ConvShape &, const T *,          \
+                                                                          const int64_t[4]);                     \
+  template void conv2d<T>(const ConvShape &, const T *, const int64_t[4], const PackedConvWeight<T> &, const T *, \
+                          T *, ConvBlockCallback, void *, int64_t, int);                                         \
+  template int64_t conv_block_pixels<T>(const ConvShape &, int);                                               \
+  template class ConvWeightCache<T>;
+KILN_CONV_INSTANTIATE(float)
+KILN_CONV_INSTANTIATE(double)
+
+} // namespace kiln::codegen::gemm

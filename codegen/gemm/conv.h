@@ -1,0 +1,124 @@
+// kiln's own conv2d on the JIT GEMM micro-kernels (codegen/gemm/ukernel.h):
+// an implicit GEMM with no im2col buffer.
+//
+//   ConvShape s = ...;                                   // NCHW geometry
+//   auto w = kiln::gemm::pack_conv_weight<float>(s, W, wst);   // once per weight version
+//   kiln::gemm::conv2d<float>(s, x, xst, *w, bias, y, after, ctx);
+//
+// Per group, out[O/g, Ho*Wo] = W_g[O/g, C/g*kH*kW] @ col[C/g*kH*kW, Ho*Wo] is a
+// GEMM whose A (the weight) is packed once into the micro-kernel's A panels
+// (kc x mr, k-major) and whose B (the im2col of the input) is never built as a
+// whole: each thread gathers the kc x nr B panels of its block of output pixels
+// straight from the input (zeros in the padding) into an L2-sized scratch, and
+// the micro-kernels write the NCHW output rows in place (ldc = Ho*Wo). Work
+// items are (image, block of output pixels), spread over kiln's pool; after
+// every group of an item is done, after(ctx, image, p0, np) runs on that thread
+// while the block's pixels of every channel are still in its cache (the
+// compiled epilogue: batch norm, relu, residual add).
+//
+// Covered: f32 and f64, any stride, padding, dilation and groups, any input
+// strides, bias. The output is NCHW contiguous. conv_unsupported() names what
+// is not (the callers then run the BLAS path): a depthwise conv (groups == C,
+// one input channel per group: a GEMM with K = kH*kW per group; the direct
+// kernel of runtime/kernels/conv.cpp, which eager runs too, is faster).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "codegen/gemm/gemm.h"
+#include "runtime/version.h"
+
+namespace kiln::codegen::gemm {
+
+struct ConvShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input [N, C, H, W]
+  int64_t O = 0, kH = 0, kW = 0;       // weight [O, C / groups, kH, kW]
+  int64_t Ho = 0, Wo = 0, groups = 1;  // output [N, O, Ho, Wo]
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t Cg() const { return C / groups; }
+  int64_t Og() const { return O / groups; }
+  int64_t K() const { return Cg() * kH * kW; } // the GEMM's k per group
+  int64_t pixels() const { return Ho * Wo; }
+  double flops() const { return 2.0 * double(N) * double(O) * double(pixels()) * double(K()); }
+  std::string str() const;
+};
+
+// Why conv2d below does not take `s` (for the debug log of the fallback), or nothing.
+std::optional<std::string> conv_unsupported(const ConvShape &s);
+
+// The weight as per-group A panels: for group g and k block pc (kc rows, the
+// last one shorter), row panels of mr output channels (the last one shorter),
+// each kc x rows, k-major, as the micro-kernels read them.
+template <class T> struct PackedConvWeight {
+  ConvShape shape;
+  Config config;
+  std::unique_ptr<T, void (*)(void *)> data{nullptr, nullptr};
+  // The micro-kernels (codegen/gemm/ukernel.h's MicroKernel<T>) for mr rows and
+  // for the last O/groups % mr rows; null when not needed.
+  using Kernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta);
+  Kernel full = nullptr, tail = nullptr;
+  int64_t bytes() const;
+  const T *panel(int64_t g, int64_t pc, int64_t row0) const {
+    const int64_t kc = std::min(config.kc, shape.K() - pc);
+    return data.get() + g * shape.Og() * shape.K() + pc * shape.Og() + row0 * kc;
+  }
+};
+
+// The config conv2d uses for `s`: the host's tile, kc balanced over K.
+template <class T> Config conv_config(const ConvShape &s);
+
+// Packs W (element (o, c, kh, kw) at W[o*ws[0] + c*ws[1] + kh*ws[2] + kw*ws[3]]).
+template <class T>
+std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]);
+
+// Compiles (or finds) the micro-kernels conv2d needs for `s`: kiln::Error if
+// they cannot be (the callers then take the BLAS path).
+template <class T> void conv_warm_up(const ConvShape &s);
+
+using ConvBlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
+
+// y (NCHW contiguous, [N, O, Ho, Wo]) = conv2d(x, W) + bias. x's element
+// (n, c, h, w) is at x[n*xs[0] + c*xs[1] + h*xs[2] + w*xs[3]]; bias may be
+// null (else O contiguous elements). `threads` 0: kiln::get_num_threads().
+// Output pixels per work item (a multiple of the tile's nr, whole images at
+// most) for `threads` threads (0: kiln::get_num_threads()): the B block of an
+// item stays in L2. Callers that compile per-block epilogues fix it once.
+template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads = 0);
+
+// `block_pixels` 0: conv_block_pixels<T>(s, threads); else rounded up to nr.
+template <class T>
+void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedConvWeight<T> &w, const T *bias, T *y,
+            ConvBlockCallback after, void *ctx, int64_t block_pixels = 0, int threads = 0);
+
+// How many conv2d calls ran since the process started (tests prove the path with it).
+int64_t conv_calls();
+
+// A weight's packing, kept while the weight's memory and version stay the same
+// (runtime/version.h: any in-place op on it, or data_ptr(), moves the version):
+// get() repacks before handing out a packing of an older version. Thread-safe;
+// a packing handed out stays valid for its holder while another thread repacks.
+// A weight with no version (from_blob memory the user writes without ops) is
+// repacked on every get().
+template <class T> class ConvWeightCache {
+public:
+  explicit ConvWeightCache(const ConvShape &s) : shape_(s) {}
+  std::shared_ptr<const PackedConvWeight<T>> get(const Tensor &weight) const;
+  int64_t packs() const { return packs_.load(std::memory_order_relaxed); }
+
+private:
+  ConvShape shape_;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const PackedConvWeight<T>> packed_;
+  mutable const void *src_ = nullptr;
+  mutable kiln::detail::VersionCounter version_;
+  mutable uint64_t seen_ = 0;
+  mutable std::atomic<int64_t> packs_{0};
+};
+
+} // namespace kiln::codegen::gemm
