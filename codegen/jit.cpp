@@ -1,6 +1,6 @@
 // The LLJIT wrapper (in the spirit of KaleidoscopeJIT) behind codegen/jit.h.
-// Every LLVM ORC / PassBuilder include of kiln lives in this file (they cost
-// ~35 s of compile time per translation unit).
+// Every LLVM ORC include of kiln lives in this file, and the PassBuilder one in
+// codegen/optimize_pipeline.cpp (they cost ~35 s of compile time per translation unit).
 #include "codegen/jit.h"
 
 #include <algorithm>
@@ -24,7 +24,6 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -35,6 +34,7 @@
 #include "codegen/lower.h"
 #include "codegen/module_flags.h"
 #include "codegen/object_cache.h"
+#include "codegen/optimize_pipeline.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/parallel.h"
@@ -125,24 +125,7 @@ struct State {
     double opt_ms = 0, codegen_ms = 0;
   } capture;
 
-  void optimize(llvm::Module &m) {
-    llvm::PipelineTuningOptions pto;
-    pto.LoopVectorization = true;
-    pto.SLPVectorization = true; // off by default in PipelineTuningOptions
-    pto.LoopUnrolling = true;
-    pto.LoopInterleaving = true;
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(opt_tm.get(), pto);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
-  }
+  void optimize(llvm::Module &m) { optimize_module(m, *opt_tm); }
 
   // A kernel whose IR or assembly is wanted (KILN_DUMP=llvm|asm) is compiled
   // even when its object is on disk: a dump must show the code, warm cache or not.
