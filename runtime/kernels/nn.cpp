@@ -38,7 +38,7 @@ template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t
   const int64_t block = std::clamp<int64_t>(fit, 16, kMaxBlock);
   const int64_t nblk = (inner + block - 1) / block;
   parallel_for(0, outer * nblk, rows_grain(D * block), [&](int64_t lo, int64_t hi) {
-    T mx[kMaxBlock], acc[kMaxBlock];
+    T mx[kMaxBlock], acc[kMaxBlock], e[kMaxBlock];
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t o = t / nblk, i0 = (t % nblk) * block, w = std::min(block, inner - i0);
       const T *xb = x + o * D * inner + i0;
@@ -46,12 +46,12 @@ template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t
       for (int64_t i = 0; i < w; ++i) mx[i] = -std::numeric_limits<T>::infinity(), acc[i] = T(0);
       for (int64_t d = 0; d < D; ++d)
         for (int64_t i = 0; i < w; ++i) mx[i] = mx[i] > xb[d * inner + i] ? mx[i] : xb[d * inner + i];
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t i = 0; i < w; ++i) {
-          const T e = exp_vec(xb[d * inner + i] - mx[i]);
-          if (!log) yb[d * inner + i] = e;
-          acc[i] += e;
-        }
+      for (int64_t d = 0; d < D; ++d) {
+        T *ed = log ? e : yb + d * inner; // softmax keeps the exponentials in y
+        for (int64_t i = 0; i < w; ++i) ed[i] = xb[d * inner + i] - mx[i];
+        exp_in_place(ed, w);
+        for (int64_t i = 0; i < w; ++i) acc[i] += ed[i];
+      }
       for (int64_t i = 0; i < w; ++i) acc[i] = log ? mx[i] + std::log(acc[i]) : T(1) / acc[i];
       for (int64_t d = 0; d < D; ++d)
         for (int64_t i = 0; i < w; ++i)
