@@ -36,6 +36,7 @@
 #include "codegen/object_cache.h"
 #include "codegen/optimize_pipeline.h"
 #include "runtime/error.h"
+#include "runtime/kernels/vecmath_kernels.h"
 #include "runtime/log.h"
 #include "runtime/parallel.h"
 
@@ -47,17 +48,11 @@ using Clock = std::chrono::steady_clock;
 
 // Bump whenever lowering or vecmath changes the code generated for a given
 // description: it is part of the disk cache key, so stale objects are never reused.
-constexpr const char *kCodegenVersion = "kiln-codegen-10"; // 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
+constexpr const char *kCodegenVersion = "kiln-codegen-11"; // 11: float64 sigmoid calls its list definition; 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// float64 transcendentals: scalar libm, called from generated code by address.
-#define X(op, fn)                                                                                          \
-  double libm_##fn(double x) { return std::fn(x); }
-KILN_LIBM_OPS(X)
-#undef X
 
 void init_llvm_once() {
   static std::once_flag once;
@@ -196,8 +191,9 @@ void define_host_symbols(orc::LLJIT &j) {
   };
   add(kParallelForSymbol, &kiln_parallel_for);
   std::string p = kLibmSymbolPrefix;
-#define X(op, fn) add(p + #fn, &libm_##fn);
-  KILN_LIBM_OPS(X)
+  // float64 transcendentals: the list's float64 definitions (runtime/kernels/vecmath_list.h).
+#define X(Id, fn, f64) add(p + #fn, &kiln_vm_##fn##_f64);
+  KILN_VECMATH_OPS(X)
 #undef X
   // The optimizer may turn loops into these calls.
   add("memcpy", &std::memcpy);

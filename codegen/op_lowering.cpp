@@ -188,15 +188,12 @@ const std::array<Rule, kNumOps> &rules() {
     auto set = [&](OpId id, Rule r) { t[size_t(id)] = r; };
     set(OpId::Neg, [](const Ctx &x) { return -x.arg(0); });
     set(OpId::Abs, [](const Ctx &x) { return x.k.unary(KOp::Abs, x.arg(0)); });
-    set(OpId::Exp, [](const Ctx &x) { return float_unary(x, KOp::Exp); });
-    set(OpId::Log, [](const Ctx &x) { return float_unary(x, KOp::Log); });
-    set(OpId::Log1p, [](const Ctx &x) { return float_unary(x, KOp::Log1p); });
-    set(OpId::Expm1, [](const Ctx &x) { return float_unary(x, KOp::Expm1); });
+    // Each vector-math function (runtime/kernels/vecmath_list.h) is its kernel op.
+#define X(Id, fn, f64) set(OpId::Id, [](const Ctx &x) { return float_unary(x, KOp::Id); });
+    KILN_VECMATH_OPS(X)
+#undef X
     set(OpId::Sqrt, [](const Ctx &x) { return float_unary(x, KOp::Sqrt); });
     set(OpId::Rsqrt, [](const Ctx &x) { return float_unary(x, KOp::Rsqrt); });
-    set(OpId::Tanh, [](const Ctx &x) { return float_unary(x, KOp::Tanh); });
-    set(OpId::Sigmoid, [](const Ctx &x) { return float_unary(x, KOp::Sigmoid); });
-    set(OpId::Erf, [](const Ctx &x) { return float_unary(x, KOp::Erf); });
     // A select, not Max (llvm.maximum): relu keeps -0 and NaN as eager and torch do.
     set(OpId::Relu, [](const Ctx &x) {
       Expr a = x.arg(0);

@@ -43,16 +43,16 @@ namespace {
 namespace vm = kiln::codegen::vecmath;
 using Builder = llvm::Value *(*)(llvm::IRBuilderBase &, llvm::Value *);
 
-// The functions, in the order of runtime/kernels/vecmath_kernels.h.
+// The functions of runtime/kernels/vecmath_list.h.
 struct Kernel {
   const char *name;
   Builder build;
 };
-constexpr Kernel kKernels[] = {
-    {"exp", vm::exp},   {"expm1", vm::expm1},     {"log", vm::log},         {"log1p", vm::log1p},
-    {"tanh", vm::tanh}, {"erf", vm::erf},         {"sigmoid", vm::sigmoid}, {"silu", vm::silu},
-    {"gelu_erf", vm::gelu_erf}, {"gelu_tanh", vm::gelu_tanh},
-};
+#define KILN_KERNEL(fn) {#fn, vm::fn},
+#define KILN_KERNEL_OP(Id, fn, f64) KILN_KERNEL(fn)
+constexpr Kernel kKernels[] = {KILN_VECMATH_OPS(KILN_KERNEL_OP) KILN_VECMATH_COMPOSITES(KILN_KERNEL)};
+#undef KILN_KERNEL_OP
+#undef KILN_KERNEL
 
 // void kiln_vm_<name>_f32(const float *x, float *y, int64_t n): a counted loop
 // over y[i] = f(x[i]) for the loop vectorizer to widen.
