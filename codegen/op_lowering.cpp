@@ -105,7 +105,7 @@ std::string pow_misfit(const ir::Node &n, const Consts &c) {
 // Integer division stays eager: a zero divisor must raise as in eager (the
 // kernel's division returns 0 for it and cannot report an error).
 std::string div_misfit(const ir::Node &n, const Consts &) {
-  bool rounded = n.attrs().at(0).as_opt_string().has_value();
+  bool rounded = attrs::Div{n}.rounding_mode().has_value();
   return rounded && !is_floating(out_dtype(n)) ? "integer division" : "";
 }
 

@@ -220,7 +220,7 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
              approximate, "'");
   check_floating(x, "gelu");
-  KILN_TRACE(Gelu, {x}, approximate);
+  KILN_TRACE(Gelu, {x}, .approximate = approximate);
   Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   if (approximate == "tanh") {

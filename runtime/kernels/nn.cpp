@@ -72,9 +72,9 @@ Tensor softmax_impl(const Tensor &x, int64_t dim, std::optional<DType> dtype, bo
   }
   check_floating(x, op, "self");
   if (log) {
-    KILN_TRACE(LogSoftmax, KILN_NN_INPUTS(x), d);
+    KILN_TRACE(LogSoftmax, KILN_NN_INPUTS(x), .dim = d);
   } else {
-    KILN_TRACE(Softmax, KILN_NN_INPUTS(x), d);
+    KILN_TRACE(Softmax, KILN_NN_INPUTS(x), .dim = d);
   }
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta() || out.numel() == 0) return out;
@@ -244,7 +244,7 @@ Tensor layer_norm(const Tensor &x, IntArrayRef normalized_shape, const Tensor &w
   check_floating(x, "layer_norm", "input");
   check_param(weight, normalized_shape, x.dtype(), "layer_norm", "weight");
   check_param(bias, normalized_shape, x.dtype(), "layer_norm", "bias");
-  KILN_TRACE(LayerNorm, KILN_NN_INPUTS(x, weight, bias), normalized_shape, eps);
+  KILN_TRACE(LayerNorm, KILN_NN_INPUTS(x, weight, bias), .normalized_shape = normalized_shape, .eps = eps);
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
   int64_t n = 1, rows = 1;
@@ -334,8 +334,9 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
                   const Tensor &running_var, bool training, double momentum, double eps) {
   if (detail::tracing()) [[unlikely]] {
     check_batch_norm(x, weight, bias, running_mean, running_var, training);
+    const attrs::BatchNormArgs a{.training = training, .momentum = momentum, .eps = eps};
     Tensor out = detail::trace_op(OpId::BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var),
-                                  Attrs{training, momentum, eps});
+                                  a.to_attrs());
     if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
     return out;
   }
@@ -347,7 +348,7 @@ Tensor dropout(const Tensor &x, double p, bool train) {
   detail::check_defined(x, "dropout", "input");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   KILN_CHECK(!train, "dropout: training mode is not supported (kiln has no training yet; pass train=false)");
-  KILN_TRACE(Dropout, KILN_NN_INPUTS(x), p, train);
+  KILN_TRACE(Dropout, KILN_NN_INPUTS(x), .p = p, .train = train);
   return x; // identity in evaluation mode, as torch (the same tensor, no copy)
 }
 

@@ -19,6 +19,8 @@
 #include "float_sweep_util.h"
 #include <kiln/kiln.h>
 
+#include "runtime/kernels/vecmath_list.h"
+
 using namespace kiln;
 
 namespace {
@@ -38,15 +40,12 @@ struct Case {
 
 // Every unary elementwise op and every lowered pow exponent; sin/cos have no
 // lowering (they run eagerly inside a compiled function too) and are swept anyway.
+// Each line of the vector-math list (runtime/kernels/vecmath_list.h) is a case by itself.
 std::vector<Case> cases() {
   return {
-      {"exp", [](const Tensor &x) { return kiln::exp(x); }},
-      {"expm1", [](const Tensor &x) { return kiln::expm1(x); }},
-      {"log", [](const Tensor &x) { return kiln::log(x); }},
-      {"log1p", [](const Tensor &x) { return kiln::log1p(x); }},
-      {"tanh", [](const Tensor &x) { return kiln::tanh(x); }},
-      {"erf", [](const Tensor &x) { return kiln::erf(x); }},
-      {"sigmoid", [](const Tensor &x) { return kiln::sigmoid(x); }},
+#define X(Id, fn, f64) {#fn, [](const Tensor &x) { return kiln::fn(x); }},
+      KILN_VECMATH_OPS(X)
+#undef X
       {"silu", [](const Tensor &x) { return kiln::silu(x); }},
       {"gelu_none", [](const Tensor &x) { return kiln::gelu(x, "none"); }},
       {"gelu_tanh", [](const Tensor &x) { return kiln::gelu(x, "tanh"); }},

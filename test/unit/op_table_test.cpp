@@ -209,6 +209,53 @@ TEST(OpAttrs, ReadByName) {
   EXPECT_EQ(op_info(OpId::BatchNorm).attr_types, (std::vector<std::string_view>{"bool", "float", "float"}));
 }
 
+// Built by name, read by name: the builders (attrs::BatchNormArgs, KILN_TRACE's
+// designated initializers) and the accessors agree, whatever the order in ops.def.
+TEST(OpAttrs, BuiltByNameReadByName) {
+  Attrs bn = attrs::BatchNormArgs{.training = true, .momentum = 0.25, .eps = 1e-3}.to_attrs();
+  EXPECT_EQ(attrs::BatchNorm{bn}.training(), true);
+  EXPECT_EQ(attrs::BatchNorm{bn}.momentum(), 0.25);
+  EXPECT_EQ(attrs::BatchNorm{bn}.eps(), 1e-3);
+  Attrs sl = attrs::Args<OpId::Slice>{.dim = 1, .start = std::nullopt, .end = 7, .step = 2}.to_attrs();
+  attrs::Slice s{sl};
+  EXPECT_EQ(s.dim(), 1);
+  EXPECT_FALSE(s.start().has_value());
+  EXPECT_EQ(s.end(), std::optional<int64_t>(7));
+  EXPECT_EQ(s.step(), 2);
+  Attrs none = attrs::ReluArgs{}.to_attrs();
+  EXPECT_TRUE(none.empty());
+}
+
+// Every op's generated position of each attribute is its position in the
+// registry (parser, printer), and its type's parser check is what its accessor
+// reads: the three views of ops.def's ATTR columns agree, for every op.
+TEST(OpAttrs, PositionsAndTypesAgreeWithTheRegistryForEveryOp) {
+  size_t checked = 0;
+#define ATTR(Type, Name)                                                                                   \
+  EXPECT_EQ(info.attr_names.at(Index::Name##_), #Name) << info.mnemonic;                                   \
+  EXPECT_EQ(info.attr_types.at(Index::Name##_), attr_type::Type::spelling) << info.mnemonic;               \
+  EXPECT_EQ(info.attr_accepts.at(Index::Name##_), attr_type::Type::accepts) << info.mnemonic;              \
+  ++checked;
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attr_list)                                               \
+  {                                                                                                        \
+    using Index = attrs::detail::Id##Index;                                                                \
+    const OpInfo &info = op_info(OpId::Id);                                                                \
+    EXPECT_EQ(info.attr_names.size(), size_t(Index::kCount));                                              \
+    attr_list                                                                                              \
+  }
+#include "runtime/ops.def"
+#undef ATTR
+  EXPECT_GT(checked, 50u);
+  // accepts is a mask over AttrValue's alternatives, in variant order.
+  EXPECT_EQ(1u << AttrValue(int64_t(3)).variant().index(), attr_kind::Int);
+  EXPECT_EQ(1u << AttrValue(2.5).variant().index(), attr_kind::Float);
+  EXPECT_EQ(1u << AttrValue(true).variant().index(), attr_kind::Bool);
+  EXPECT_EQ(1u << AttrValue().variant().index(), attr_kind::None);
+  EXPECT_EQ(1u << AttrValue(std::vector<int64_t>{1}).variant().index(), attr_kind::Ints);
+  EXPECT_EQ(1u << AttrValue("s").variant().index(), attr_kind::String);
+  EXPECT_EQ(1u << AttrValue(kFloat32).variant().index(), attr_kind::DType);
+}
+
 TEST(OpAttrs, WrongCountOrTypeIsAnErrorNamingTheOp) {
   Attrs two = {true, 0.25};
   try {
@@ -359,4 +406,57 @@ TEST(PointwiseSweep, EveryLoweredPointwiseOpIsTracedFusedLoweredAndEqualToEager)
     ++checked;
   }
   EXPECT_GE(checked, 40); // the table's elementwise ops, not an empty sweep
+}
+
+namespace {
+
+// Operands and attributes for each op with the EpilogueHead trait.
+std::optional<std::pair<std::vector<Tensor>, Attrs>> contraction_sample(OpId id) {
+  manual_seed(7);
+  switch (id) {
+  case OpId::Mm:
+  case OpId::Matmul: return std::pair{std::vector<Tensor>{randn({8, 16}), randn({16, 12})}, Attrs{}};
+  case OpId::Bmm: return std::pair{std::vector<Tensor>{randn({2, 8, 16}), randn({2, 16, 12})}, Attrs{}};
+  case OpId::Conv2d:
+    return std::pair{std::vector<Tensor>{randn({1, 3, 8, 8}), randn({4, 3, 3, 3})},
+                     attrs::Conv2dArgs{.stride = std::vector<int64_t>{1, 1}, .padding = std::vector<int64_t>{1, 1},
+                                       .dilation = std::vector<int64_t>{1, 1}, .groups = 1}
+                         .to_attrs()};
+  case OpId::Addmm:
+    return std::pair{std::vector<Tensor>{randn({12}), randn({8, 16}), randn({16, 12})},
+                     attrs::AddmmArgs{.beta = 1, .alpha = 1}.to_attrs()};
+  default: return std::nullopt;
+  }
+}
+
+} // namespace
+
+// The EpilogueHead trait is what fuse asks (passes/fuse.cpp): each op that has it
+// heads a fusion group with the relu after it (codegen/epilogue.cpp runs it) and
+// equals eager; a contraction without it (addmm) stays outside any group.
+TEST(OpTable, EpilogueHeadsAreTheContractionsThatHeadGroups) {
+  int heads = 0;
+  for (OpId id : all_ops()) {
+    if (op_kind(id) != OpKind::Contraction) continue;
+    SCOPED_TRACE(std::string(op_info(id).mnemonic));
+    auto sample = contraction_sample(id);
+    if (!sample) {
+      EXPECT_FALSE(heads_epilogue(id)) << "an EpilogueHead without a sample here: add one";
+      continue;
+    }
+    const Attrs a = sample->second;
+    ModelFn fn = [id, a](const std::vector<Tensor> &in) {
+      std::vector<Tensor> operands = in;
+      operands.resize(op_operands(id).max); // absent optional operands (conv2d's bias)
+      return std::vector<Tensor>{relu(run_op(id, operands, a).at(0))};
+    };
+    CompiledFunction f = compile(fn);
+    std::vector<Tensor> got = f(sample->first);
+    std::shared_ptr<const ir::Graph> g = f.graph_for(sample->first);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(node_in(*g, id, true), heads_epilogue(id)) << (heads_epilogue(id) ? "not heading a group" : "in a group");
+    EXPECT_EQ(mismatch(got.at(0), fn(sample->first).at(0)), "");
+    heads += heads_epilogue(id);
+  }
+  EXPECT_EQ(heads, 4); // mm, bmm, matmul, conv2d
 }
