@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/kernels/vecmath_kernels.h"
 
 namespace kiln::codegen {
 namespace {
@@ -111,13 +112,10 @@ bool compare(KOp op, Val a, Val b, bool fp) {
 
 double transcendental(KOp op, double x) {
   switch (op) {
-  case KOp::Exp: return std::exp(x);
-  case KOp::Expm1: return std::expm1(x);
-  case KOp::Log: return std::log(x);
-  case KOp::Log1p: return std::log1p(x);
-  case KOp::Tanh: return std::tanh(x);
-  case KOp::Erf: return std::erf(x);
-  case KOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+#define X(Id, fn, f64)                                                                                     \
+  case KOp::Id: return kiln_vm_##fn##_f64(x);
+    KILN_VECMATH_OPS(X)
+#undef X
   case KOp::Sqrt: return std::sqrt(x);
   case KOp::Floor: return std::floor(x);
   case KOp::Ceil: return std::ceil(x);

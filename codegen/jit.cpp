@@ -1,6 +1,6 @@
 // The LLJIT wrapper (in the spirit of KaleidoscopeJIT) behind codegen/jit.h.
-// Every LLVM ORC / PassBuilder include of kiln lives in this file (they cost
-// ~35 s of compile time per translation unit).
+// Every LLVM ORC include of kiln lives in this file, and the PassBuilder one in
+// codegen/optimize_pipeline.cpp (they cost ~35 s of compile time per translation unit).
 #include "codegen/jit.h"
 
 #include <algorithm>
@@ -24,7 +24,6 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -35,7 +34,9 @@
 #include "codegen/lower.h"
 #include "codegen/module_flags.h"
 #include "codegen/object_cache.h"
+#include "codegen/optimize_pipeline.h"
 #include "runtime/error.h"
+#include "runtime/kernels/vecmath_kernels.h"
 #include "runtime/log.h"
 #include "runtime/parallel.h"
 
@@ -47,17 +48,11 @@ using Clock = std::chrono::steady_clock;
 
 // Bump whenever lowering or vecmath changes the code generated for a given
 // description: it is part of the disk cache key, so stale objects are never reused.
-constexpr const char *kCodegenVersion = "kiln-codegen-10"; // 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
+constexpr const char *kCodegenVersion = "kiln-codegen-11"; // 11: float64 sigmoid calls its list definition; 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// float64 transcendentals: scalar libm, called from generated code by address.
-#define X(op, fn)                                                                                          \
-  double libm_##fn(double x) { return std::fn(x); }
-KILN_LIBM_OPS(X)
-#undef X
 
 void init_llvm_once() {
   static std::once_flag once;
@@ -125,24 +120,7 @@ struct State {
     double opt_ms = 0, codegen_ms = 0;
   } capture;
 
-  void optimize(llvm::Module &m) {
-    llvm::PipelineTuningOptions pto;
-    pto.LoopVectorization = true;
-    pto.SLPVectorization = true; // off by default in PipelineTuningOptions
-    pto.LoopUnrolling = true;
-    pto.LoopInterleaving = true;
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(opt_tm.get(), pto);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
-  }
+  void optimize(llvm::Module &m) { optimize_module(m, *opt_tm); }
 
   // A kernel whose IR or assembly is wanted (KILN_DUMP=llvm|asm) is compiled
   // even when its object is on disk: a dump must show the code, warm cache or not.
@@ -213,8 +191,9 @@ void define_host_symbols(orc::LLJIT &j) {
   };
   add(kParallelForSymbol, &kiln_parallel_for);
   std::string p = kLibmSymbolPrefix;
-#define X(op, fn) add(p + #fn, &libm_##fn);
-  KILN_LIBM_OPS(X)
+  // float64 transcendentals: the list's float64 definitions (runtime/kernels/vecmath_list.h).
+#define X(Id, fn, f64) add(p + #fn, &kiln_vm_##fn##_f64);
+  KILN_VECMATH_OPS(X)
 #undef X
   // The optimizer may turn loops into these calls.
   add("memcpy", &std::memcpy);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "codegen/row_schedule.h"
 #include "runtime/error.h"
@@ -18,6 +19,10 @@ const char *op_name(KOp op) {
   case KOp::name: return #name;
     KILN_KERNEL_OPS(X)
 #undef X
+#define X(Id, fn, f64)                                                                                 \
+  case KOp::Id: return #Id;
+    KILN_VECMATH_OPS(X)
+#undef X
   }
   return "?";
 }
@@ -27,6 +32,10 @@ int op_arity(KOp op) {
 #define X(name, arity, traits)                                                                         \
   case KOp::name: return arity;
     KILN_KERNEL_OPS(X)
+#undef X
+#define X(Id, fn, f64)                                                                                 \
+  case KOp::Id: return 1;
+    KILN_VECMATH_OPS(X)
 #undef X
   }
   return 0;
@@ -166,6 +175,10 @@ public:
     put<uint64_t>(v.size());
     for (int64_t x : v) put(x);
   }
+  void put_name(std::string_view name) {
+    put<uint8_t>(uint8_t(name.size()));
+    out_.append(name);
+  }
   std::string take() { return std::move(out_); }
 
 private:
@@ -173,7 +186,10 @@ private:
 };
 
 bool is_compare(KOp op) { return op >= KOp::Eq && op <= KOp::Ge; }
-bool is_float_only(KOp op) { return op >= KOp::Sqrt && op <= KOp::Round; }
+bool is_float_only(KOp op) {
+  return is_transcendental(op) || op == KOp::Sqrt || op == KOp::Rsqrt || op == KOp::Floor || op == KOp::Ceil ||
+         op == KOp::Round;
+}
 
 void check_buffer(const BufferSpec &b, size_t rank, const char *what, size_t i) {
   KILN_CHECK(b.strides.size() == rank, "kernel: ", what, " ", i, " has ", b.strides.size(),
@@ -320,7 +336,9 @@ void KernelDesc::validate() const {
 
 std::string KernelDesc::key() const {
   KeyWriter w;
-  w.put<uint32_t>(3); // key format version (2: Reduce nodes and their combine; 3: stream_stores)
+  // key format version (2: Reduce nodes and their combine; 3: stream_stores; 4: ops by name,
+  // so that the KOp enumeration may grow anywhere: vector-math ops follow KILN_KERNEL_OPS)
+  w.put<uint32_t>(4);
   w.put_vec(shape);
   w.put(grain);
   w.put(stream_stores);
@@ -331,13 +349,13 @@ std::string KernelDesc::key() const {
   }
   w.put<uint64_t>(nodes.size());
   for (const auto &n : nodes) {
-    w.put(n.op);
+    w.put_name(op_name(n.op));
     w.put(n.dtype);
     w.put(n.args);
     w.put(n.input);
     w.put(n.fvalue);
     w.put(n.ivalue);
-    w.put(n.combine);
+    w.put_name(op_name(n.combine));
   }
   w.put<uint64_t>(outputs.size());
   for (const auto &o : outputs) {
@@ -602,13 +620,10 @@ Expr max(Expr a, Expr b) { return builder_of(a).binary(KOp::Max, a, b); }
 Expr abs(Expr a) { return builder_of(a).unary(KOp::Abs, a); }
 Expr sqrt(Expr a) { return builder_of(a).unary(KOp::Sqrt, a); }
 Expr rsqrt(Expr a) { return builder_of(a).unary(KOp::Rsqrt, a); }
-Expr exp(Expr a) { return builder_of(a).unary(KOp::Exp, a); }
-Expr expm1(Expr a) { return builder_of(a).unary(KOp::Expm1, a); }
-Expr log(Expr a) { return builder_of(a).unary(KOp::Log, a); }
-Expr log1p(Expr a) { return builder_of(a).unary(KOp::Log1p, a); }
-Expr tanh(Expr a) { return builder_of(a).unary(KOp::Tanh, a); }
-Expr erf(Expr a) { return builder_of(a).unary(KOp::Erf, a); }
-Expr sigmoid(Expr a) { return builder_of(a).unary(KOp::Sigmoid, a); }
+#define X(Id, fn, f64)                                                                                 \
+  Expr fn(Expr a) { return builder_of(a).unary(KOp::Id, a); }
+KILN_VECMATH_OPS(X)
+#undef X
 Expr reduce_sum(Expr a) { return builder_of(a).reduce(KOp::Add, a); }
 Expr reduce_max(Expr a) { return builder_of(a).reduce(KOp::Max, a); }
 Expr reduce_min(Expr a) { return builder_of(a).reduce(KOp::Min, a); }

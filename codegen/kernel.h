@@ -22,7 +22,7 @@
 //   are unspecified (as in C++).
 // - Transcendentals are float-only. float32 ones are inline polynomials that
 //   vectorize (see codegen/vecmath.h for their measured error); float64 ones call
-//   libm per element.
+//   their float64 definition (libm) per element.
 // - The outermost dims are split across kiln's thread pool; the innermost dim is
 //   the vectorized loop. Put the contiguous dim last.
 //
@@ -91,17 +91,16 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/kernels/vecmath_list.h"
 
 namespace kiln::codegen {
 
 inline constexpr int kMaxKernelRank = 4;
 
-// X(name, arity, traits). The order is part of the structural hash: append only.
-// Traits (KOpTrait): Transcendental = float-only, a vecmath polynomial for float32
-// and libm for float64 (KILN_LIBM_OPS), compute-bound (no streaming stores, row
-// scratch); Lane = its lowering (emit_node) is the same IRBuilder arithmetic or
-// vector-taking intrinsic on a float32 vector as on a scalar (row blocks use it;
-// not transcendentals: vecmath on vectors is untested there); None.
+// X(name, arity, traits): the kernel ops other than vector math. Their order is
+// free (KernelDesc::key names the ops). Traits (KOpTrait): Lane = its lowering
+// (emit_node) is the same IRBuilder arithmetic or vector-taking intrinsic on a
+// float32 vector as on a scalar (row blocks use it); None.
 #define KILN_KERNEL_OPS(X)                                                                       \
   X(Const, 0, None)                                                                              \
   X(Load, 0, None)                                                                               \
@@ -126,13 +125,6 @@ inline constexpr int kMaxKernelRank = 4;
   X(Cast, 1, None)                                                                               \
   X(Sqrt, 1, Lane)                                                                               \
   X(Rsqrt, 1, Lane)                                                                              \
-  X(Exp, 1, Transcendental)                                                                      \
-  X(Expm1, 1, Transcendental)                                                                    \
-  X(Log, 1, Transcendental)                                                                      \
-  X(Log1p, 1, Transcendental)                                                                    \
-  X(Tanh, 1, Transcendental)                                                                     \
-  X(Erf, 1, Transcendental)                                                                      \
-  X(Sigmoid, 1, Transcendental)                                                                  \
   X(Floor, 1, None)                                                                              \
   X(Ceil, 1, None)                                                                               \
   X(Round, 1, None)                                                                              \
@@ -140,24 +132,36 @@ inline constexpr int kMaxKernelRank = 4;
   X(Select, 3, None)                                                                             \
   X(Reduce, 1, None)
 
+// After those, one unary kernel op per vector-math function of
+// runtime/kernels/vecmath_list.h (KOp::Exp, KOp::Tanh...), trait Transcendental:
+// float-only, codegen::vecmath's polynomial for float32 and the list's float64
+// definition (kiln_vm_<fn>_f64, called per element) for float64, compute-bound (no
+// streaming stores, row scratch). Not Lane: vecmath on vectors is untested in row blocks.
 enum class KOp : uint8_t {
 #define X(name, arity, traits) name,
   KILN_KERNEL_OPS(X)
 #undef X
+#define X(Id, fn, f64) Id,
+  KILN_VECMATH_OPS(X)
+#undef X
 };
+inline constexpr size_t kNumKOps = 0
+#define X(...) +1
+    KILN_KERNEL_OPS(X) KILN_VECMATH_OPS(X)
+#undef X
+    ;
 
 enum class KOpTrait : uint8_t { None, Transcendental, Lane };
 inline constexpr KOpTrait kKOpTraits[] = {
 #define X(name, arity, traits) KOpTrait::traits,
     KILN_KERNEL_OPS(X)
 #undef X
+#define X(Id, fn, f64) KOpTrait::Transcendental,
+    KILN_VECMATH_OPS(X)
+#undef X
 };
 constexpr bool is_transcendental(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Transcendental; }
 constexpr bool is_lane_op(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Lane; }
-
-// The float64 transcendentals libm computes: X(KOp, libm function). codegen/jit.cpp
-// defines a host symbol kLibmSymbolPrefix + function for each.
-#define KILN_LIBM_OPS(X) X(Exp, exp) X(Expm1, expm1) X(Log, log) X(Log1p, log1p) X(Tanh, tanh) X(Erf, erf)
 
 const char *op_name(KOp op);
 int op_arity(KOp op);
@@ -323,13 +327,10 @@ Expr max(Expr a, Expr b);
 Expr abs(Expr a);
 Expr sqrt(Expr a);
 Expr rsqrt(Expr a);
-Expr exp(Expr a);
-Expr expm1(Expr a);
-Expr log(Expr a);
-Expr log1p(Expr a);
-Expr tanh(Expr a);
-Expr erf(Expr a);
-Expr sigmoid(Expr a);
+// One per vector-math function: exp(a) = unary(KOp::Exp, a), tanh, sigmoid...
+#define X(Id, fn, f64) Expr fn(Expr a);
+KILN_VECMATH_OPS(X)
+#undef X
 // Row reductions (KernelBuilder::reduce) and the mean over the last dim.
 Expr reduce_sum(Expr a);
 Expr reduce_max(Expr a);

@@ -22,7 +22,7 @@ struct LowerTarget {
 // Host functions the generated code calls; jit.cpp defines them as absolute symbols.
 // float64 transcendentals go through these (scalar libm); float32 ones are inline.
 inline constexpr const char *kParallelForSymbol = "kiln_parallel_for";
-inline constexpr const char *kLibmSymbolPrefix = "kiln_libm_"; // + exp, expm1, log, ...
+inline constexpr const char *kLibmSymbolPrefix = "kiln_libm_"; // + exp, sigmoid...: kiln_vm_<fn>_f64
 
 // Builds `void <symbol>(void* const* buffers)`, which splits the outer loop with
 // kiln_parallel_for over the internal `<symbol>.body(ctx, begin, end)`.

@@ -106,25 +106,18 @@ Value *Lowering::libm(IRBuilder<> &b, const char *name, Value *x) {
   return b.CreateCall(f, {x});
 }
 
-// f32: inline vectorizable polynomial; f64: scalar libm through a host symbol.
+// f32: inline vectorizable polynomial; f64: the list's float64 definition
+// (kiln_vm_<fn>_f64, scalar libm) through a host symbol.
 Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x) {
   bool f32 = t == DType::Float32;
   switch (op) {
-  case KOp::Exp: return f32 ? vecmath::exp(b, x) : libm(b, "exp", x);
-  case KOp::Expm1: return f32 ? vecmath::expm1(b, x) : libm(b, "expm1", x);
-  case KOp::Log: return f32 ? vecmath::log(b, x) : libm(b, "log", x);
-  case KOp::Log1p: return f32 ? vecmath::log1p(b, x) : libm(b, "log1p", x);
-  case KOp::Tanh: return f32 ? vecmath::tanh(b, x) : libm(b, "tanh", x);
-  case KOp::Erf: return f32 ? vecmath::erf(b, x) : libm(b, "erf", x);
-  case KOp::Sigmoid: {
-    if (f32) return vecmath::sigmoid(b, x);
-    Value *one = llvm::ConstantFP::get(x->getType(), 1.0);
-    return b.CreateFDiv(one, b.CreateFAdd(one, libm(b, "exp", b.CreateFNeg(x))));
-  }
-  case KOp::Const: case KOp::Load: case KOp::Add: case KOp::Sub: case KOp::Mul: case KOp::Div: case KOp::Min: case KOp::Max:
-  case KOp::Eq: case KOp::Ne: case KOp::Lt: case KOp::Le: case KOp::Gt: case KOp::Ge: case KOp::And: case KOp::Or:
-  case KOp::Xor: case KOp::Neg: case KOp::Abs: case KOp::Not: case KOp::Cast: case KOp::Sqrt: case KOp::Rsqrt: case KOp::Floor:
-  case KOp::Ceil: case KOp::Round: case KOp::Fma: case KOp::Select: case KOp::Reduce:
+#define X(Id, fn, f64)                                                                                     \
+  case KOp::Id: return f32 ? vecmath::fn(b, x) : libm(b, #fn, x);
+    KILN_VECMATH_OPS(X)
+#undef X
+#define X(name, arity, traits) case KOp::name:
+    KILN_KERNEL_OPS(X)
+#undef X
     break;
   }
   KILN_FAIL("internal: ", op_name(op), " is not a transcendental");
@@ -190,8 +183,9 @@ Value *Lowering::emit_node(IRBuilder<> &b, const Node &n, const std::vector<Valu
   case KOp::Floor: return b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
   case KOp::Ceil: return b.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
   case KOp::Round: return b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, x);
-  case KOp::Exp: case KOp::Expm1: case KOp::Log: case KOp::Log1p: case KOp::Tanh:
-  case KOp::Erf: case KOp::Sigmoid:
+#define X(Id, fn, f64) case KOp::Id:
+    KILN_VECMATH_OPS(X)
+#undef X
     return transcendental(b, n.op, n.dtype, x);
   case KOp::Fma:
     if (fp) return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});

@@ -105,7 +105,7 @@ std::string pow_misfit(const ir::Node &n, const Consts &c) {
 // Integer division stays eager: a zero divisor must raise as in eager (the
 // kernel's division returns 0 for it and cannot report an error).
 std::string div_misfit(const ir::Node &n, const Consts &) {
-  bool rounded = n.attrs().at(0).as_opt_string().has_value();
+  bool rounded = attrs::Div{n}.rounding_mode().has_value();
   return rounded && !is_floating(out_dtype(n)) ? "integer division" : "";
 }
 
@@ -188,15 +188,12 @@ const std::array<Rule, kNumOps> &rules() {
     auto set = [&](OpId id, Rule r) { t[size_t(id)] = r; };
     set(OpId::Neg, [](const Ctx &x) { return -x.arg(0); });
     set(OpId::Abs, [](const Ctx &x) { return x.k.unary(KOp::Abs, x.arg(0)); });
-    set(OpId::Exp, [](const Ctx &x) { return float_unary(x, KOp::Exp); });
-    set(OpId::Log, [](const Ctx &x) { return float_unary(x, KOp::Log); });
-    set(OpId::Log1p, [](const Ctx &x) { return float_unary(x, KOp::Log1p); });
-    set(OpId::Expm1, [](const Ctx &x) { return float_unary(x, KOp::Expm1); });
+    // Each vector-math function (runtime/kernels/vecmath_list.h) is its kernel op.
+#define X(Id, fn, f64) set(OpId::Id, [](const Ctx &x) { return float_unary(x, KOp::Id); });
+    KILN_VECMATH_OPS(X)
+#undef X
     set(OpId::Sqrt, [](const Ctx &x) { return float_unary(x, KOp::Sqrt); });
     set(OpId::Rsqrt, [](const Ctx &x) { return float_unary(x, KOp::Rsqrt); });
-    set(OpId::Tanh, [](const Ctx &x) { return float_unary(x, KOp::Tanh); });
-    set(OpId::Sigmoid, [](const Ctx &x) { return float_unary(x, KOp::Sigmoid); });
-    set(OpId::Erf, [](const Ctx &x) { return float_unary(x, KOp::Erf); });
     // A select, not Max (llvm.maximum): relu keeps -0 and NaN as eager and torch do.
     set(OpId::Relu, [](const Ctx &x) {
       Expr a = x.arg(0);

@@ -4,6 +4,8 @@
 // accepts a float or a vector-of-float value and returns the same type.
 #pragma once
 
+#include "runtime/kernels/vecmath_list.h"
+
 namespace llvm {
 class IRBuilderBase;
 class Value;
@@ -11,17 +13,14 @@ class Value;
 
 namespace kiln::codegen::vecmath {
 
-llvm::Value *exp(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *expm1(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *log(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *log1p(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *tanh(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *erf(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *sigmoid(llvm::IRBuilderBase &b, llvm::Value *x);
-// Composite activations: exactly the operations the JIT's lowering of silu and
-// gelu emits (for the generated eager kernels, codegen/aot/).
-llvm::Value *silu(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *gelu_erf(llvm::IRBuilderBase &b, llvm::Value *x);
-llvm::Value *gelu_tanh(llvm::IRBuilderBase &b, llvm::Value *x);
+// One per line of runtime/kernels/vecmath_list.h: exp, expm1, log, ... and the
+// composite activations silu, gelu_erf, gelu_tanh, which do exactly the operations
+// the JIT's lowering of silu and gelu emits (for the generated eager kernels, codegen/aot/).
+#define KILN_VECMATH_DECLARE(fn) llvm::Value *fn(llvm::IRBuilderBase &b, llvm::Value *x);
+#define KILN_VECMATH_DECLARE_OP(Id, fn, f64) KILN_VECMATH_DECLARE(fn)
+KILN_VECMATH_OPS(KILN_VECMATH_DECLARE_OP)
+KILN_VECMATH_COMPOSITES(KILN_VECMATH_DECLARE)
+#undef KILN_VECMATH_DECLARE_OP
+#undef KILN_VECMATH_DECLARE
 
 } // namespace kiln::codegen::vecmath

@@ -111,6 +111,10 @@ private:
   };
   Emitted emit(OpId id, const std::vector<ir::Value *> &operands, const Attrs &attrs);
   ir::Value *emit1(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
+  // Attributes by name (runtime/op_attrs.h): emit1<OpId::Cat>(parts, {.dim = d}).
+  template <OpId Id> ir::Value *emit1(std::vector<ir::Value *> operands, attrs::Args<Id> args) {
+    return emit1(Id, std::move(operands), args.to_attrs());
+  }
   ir::Value *value_of(const Tensor &t, const char *op);
   std::shared_ptr<Traced> info_of(const Tensor &t, const char *op);
   std::shared_ptr<Traced> capture(const Tensor &real);
@@ -325,7 +329,7 @@ void Tracer::record_inplace(Tensor &self, OpId id, const std::vector<Tensor> &in
                               "(shape ", shape_str(root.layout.sizes()), ", strides ",
                               shape_str(root.layout.strides()), ") cannot be traced"));
   ir::Value *r = emit(id, operands, attrs).values.at(0);
-  if (r->type().dtype != self.dtype()) r = emit1(OpId::Cast, {r}, {self.dtype()});
+  if (r->type().dtype != self.dtype()) r = emit1<OpId::Cast>({r}, {.dtype = self.dtype()});
   if (IntArrayRef(r->type().shape) != self.sizes())
     trace_fail(detail::concat(op, "_: the result shape ", shape_str(r->type().shape), " differs from self's shape ",
                               shape_str(self.sizes())));
@@ -351,7 +355,7 @@ ir::Value *Tracer::keep_layout(const AliasRoot &root, ir::Value *old_value, ir::
   Dims dense = detail::contiguous_strides(layout.sizes());
   detail::elementwise_strides(layout.sizes(), {&layout}, dense); // what copy(base, .) allocates
   if (!same_layout(meta_of_.at(updated).sizes(), meta_of_.at(updated).strides(), dense))
-    updated = emit1(OpId::Copy, {old_value, updated}, {});
+    updated = emit1<OpId::Copy>({old_value, updated}, {});
   Tensor m = meta_twin(layout, meta_of_.at(updated).impl().storage);
   m.impl().wrapped_number = false;
   meta_of_[updated] = m;
@@ -374,13 +378,13 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
   case OpId::View:
   case OpId::Reshape:
   case OpId::Squeeze:
-  case OpId::Unsqueeze: return emit1(OpId::Reshape, {updated}, {shape.vec()});
+  case OpId::Unsqueeze: return emit1<OpId::Reshape>({updated}, {.shape = shape.vec()});
   case OpId::Transpose: return emit1(OpId::Transpose, {updated}, step.attrs);
   case OpId::Permute: {
     const auto &p = attrs::Permute{step.attrs}.dims();
     std::vector<int64_t> inv(p.size());
     for (size_t i = 0; i < p.size(); ++i) inv[size_t(p[i])] = int64_t(i);
-    return emit1(OpId::Permute, {updated}, {inv});
+    return emit1<OpId::Permute>({updated}, {.dims = inv});
   }
   // An op that returned its own input (contiguous of a contiguous tensor, to() of the same dtype).
   case OpId::Contiguous:
@@ -407,15 +411,15 @@ ir::Value *Tracer::invert_step(const ViewStep &step, ir::Value *base, ir::Value 
       dim = attrs::Select{step.attrs}.dim();
       start = attrs::Select{step.attrs}.index();
       end = start + 1;
-      updated = emit1(OpId::Unsqueeze, {updated}, {dim});
+      updated = emit1<OpId::Unsqueeze>({updated}, {.dim = dim});
     }
     // base[:start] ++ updated ++ base[end:] along dim.
     std::vector<ir::Value *> parts;
-    if (start > 0) parts.push_back(emit1(OpId::Slice, {base}, {dim, int64_t(0), start, int64_t(1)}));
+    if (start > 0) parts.push_back(emit1<OpId::Slice>({base}, {.dim = dim, .start = 0, .end = start, .step = 1}));
     parts.push_back(updated);
-    if (end < shape[dim]) parts.push_back(emit1(OpId::Slice, {base}, {dim, end, shape[dim], int64_t(1)}));
+    if (end < shape[dim]) parts.push_back(emit1<OpId::Slice>({base}, {.dim = dim, .start = end, .end = shape[dim], .step = 1}));
     if (parts.size() == 1) return updated;
-    return emit1(OpId::Cat, parts, {dim});
+    return emit1<OpId::Cat>(parts, {.dim = dim});
   }
   default: break;
   }

@@ -282,39 +282,8 @@ std::optional<DType> dtype_named(std::string_view s) {
   return std::nullopt;
 }
 
-// Attribute kinds the parser can check by name: the names whose meaning is the
-// same in every op that has them. Others are checked by the op's adapter
-// (verifier), which knows exactly what it reads.
-enum AttrKindMask : unsigned {
-  kNone = 1, kInt = 2, kFloat = 4, kBool = 8, kInts = 16, kString = 32, kDType = 64, kAny = 127
-};
-unsigned allowed_kinds(std::string_view attr) {
-  static const std::unordered_map<std::string_view, unsigned> table = {
-      {"keepdim", kBool},           {"is_causal", kBool},        {"training", kBool},
-      {"train", kBool},             {"ceil_mode", kBool},        {"count_include_pad", kBool},
-      {"approximate", kString},     {"rounding_mode", kString | kNone},
-      {"dtype", kDType | kNone},    {"alpha", kInt | kFloat | kBool},
-      {"beta", kInt | kFloat | kBool}, {"value", kInt | kFloat | kBool},
-      {"eps", kInt | kFloat},       {"momentum", kInt | kFloat},
-      {"shape", kInts},             {"normalized_shape", kInts}, {"kernel_size", kInts},
-      {"output_size", kInts},       {"dim0", kInt},              {"dim1", kInt},
-      {"dim", kInt | kNone},        {"groups", kInt},            {"diagonal", kInt},
-  };
-  auto it = table.find(attr);
-  return it == table.end() ? kAny : it->second;
-}
-
+// The AttrValue alternative of a parsed value, as a bit of attr_type::T::accepts.
 unsigned kind_of(const AttrValue &a) { return 1u << a.variant().index(); }
-
-const char *kinds_str(unsigned mask) {
-  static const std::pair<unsigned, const char *> names[] = {
-      {kBool, "a bool"}, {kString, "a string"}, {kString | kNone, "a string or none"},
-      {kDType | kNone, "a dtype or none"}, {kInt | kFloat | kBool, "a number"}, {kInt | kFloat, "a number"},
-      {kInts, "an int list"}, {kInt, "an int"}, {kInt | kNone, "an int or none"}};
-  for (auto &[m, s] : names)
-    if (m == mask) return s;
-  return "another kind of value";
-}
 
 class Parser {
 public:
@@ -795,10 +764,10 @@ private:
     expect(Tok::Equal, "'=' after the attribute name");
     Token vt = tok_;
     attrs[i] = parse_attr_value();
-    unsigned allowed = allowed_kinds(names[i]);
-    if (!(kind_of(attrs[i]) & allowed))
+    // What the attribute's type in ops.def accepts (its accessor reads exactly these).
+    if (!(kind_of(attrs[i]) & info.attr_accepts[i]))
       fail_at(vt, "attribute '" + name.text + "' of " + std::string(info.mnemonic) + " must be " +
-                      kinds_str(allowed));
+                      std::string(info.attr_what[i]));
   }
 
   AttrValue parse_attr_value() {

@@ -92,7 +92,7 @@ Value *permute_permute(ir::Graph &g, Node &n) {
   std::vector<int64_t> composed;
   for (int64_t d : q) composed.push_back(p.at(size_t(d)));
   if (composed == iota) return inner->operand(0);
-  return Builder(g, &n).op(OpId::Permute, {inner->operand(0)}, {composed});
+  return Builder(g, &n).op<OpId::Permute>({inner->operand(0)}, {.dims = composed});
 }
 
 // view/reshape to the same shape -> x; a chain of view/reshape -> one reshape
@@ -104,7 +104,7 @@ Value *reshape_chain(ir::Graph &g, Node &n) {
   if (!inner) return nullptr;
   Value *src = inner->operand(0);
   if (src->type() == n.result()->type()) return src;
-  return Builder(g, &n).op(OpId::Reshape, {src}, {n.result()->type().shape.vec()});
+  return Builder(g, &n).op<OpId::Reshape>({src}, {.shape = n.result()->type().shape.vec()});
 }
 
 // expand to the input's own shape -> x

@@ -17,28 +17,29 @@ using ir::Node;
 using ir::Value;
 using Values = std::vector<Value *>;
 
-const AttrValue kNone;
-const AttrValue kAlphaOne = int64_t(1);
-
 int64_t rank(const Value *v) { return int64_t(v->type().shape.size()); }
 int64_t wrap(int64_t d, int64_t r) { return d < 0 ? d + r : d; }
 
 // ---- the primitives the rules are written in (attributes as the adapters read them)
 struct Emit {
   Builder &b;
-  Value *add(Value *x, Value *y) { return b.op(OpId::Add, {x, y}, {kAlphaOne}); }
-  Value *sub(Value *x, Value *y) { return b.op(OpId::Sub, {x, y}, {kAlphaOne}); }
-  Value *mul(Value *x, Value *y) { return b.op(OpId::Mul, {x, y}, {}); }
-  Value *div(Value *x, Value *y) { return b.op(OpId::Div, {x, y}, {kNone}); }
+  Value *add(Value *x, Value *y) { return b.op<OpId::Add>({x, y}, {.alpha = 1}); }
+  Value *sub(Value *x, Value *y) { return b.op<OpId::Sub>({x, y}, {.alpha = 1}); }
+  Value *mul(Value *x, Value *y) { return b.op<OpId::Mul>({x, y}, {}); }
+  Value *div(Value *x, Value *y) { return b.op<OpId::Div>({x, y}, {.rounding_mode = std::nullopt}); }
   Value *mul(Value *x, double c) { return mul(x, b.scalar(c)); }
   Value *add(Value *x, double c) { return add(x, b.scalar(c)); }
   Value *unary(OpId id, Value *x) { return b.op(id, {x}, {}); }
-  Value *sum(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Sum, {x}, {dims, true, kNone}); }
-  Value *mean(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Mean, {x}, {dims, true, kNone}); }
-  Value *amax(Value *x, std::vector<int64_t> dims) { return b.op(OpId::Amax, {x}, {dims, true}); }
-  Value *reshape(Value *x, std::vector<int64_t> shape) { return b.op(OpId::Reshape, {x}, {shape}); }
-  Value *transpose(Value *x, int64_t d0, int64_t d1) { return b.op(OpId::Transpose, {x}, {d0, d1}); }
-  Value *matmul(Value *x, Value *y) { return b.op(OpId::Matmul, {x, y}, {}); }
+  Value *sum(Value *x, std::vector<int64_t> dims) {
+    return b.op<OpId::Sum>({x}, {.dims = dims, .keepdim = true, .dtype = std::nullopt});
+  }
+  Value *mean(Value *x, std::vector<int64_t> dims) {
+    return b.op<OpId::Mean>({x}, {.dims = dims, .keepdim = true, .dtype = std::nullopt});
+  }
+  Value *amax(Value *x, std::vector<int64_t> dims) { return b.op<OpId::Amax>({x}, {.dims = dims, .keepdim = true}); }
+  Value *reshape(Value *x, std::vector<int64_t> shape) { return b.op<OpId::Reshape>({x}, {.shape = shape}); }
+  Value *transpose(Value *x, int64_t d0, int64_t d1) { return b.op<OpId::Transpose>({x}, {.dim0 = d0, .dim1 = d1}); }
+  Value *matmul(Value *x, Value *y) { return b.op<OpId::Matmul>({x, y}, {}); }
 };
 
 std::vector<int64_t> all_dims(const Value *v) {
@@ -148,8 +149,8 @@ Value *tiny_linear(Emit e, Value *x, Value *w) {
   int64_t n = ws[0], k = ws[1];
   if (xs[xs.size() - 1] != k || k == 0 || rows * n * k > kTinyContraction) return nullptr;
   if (!is_floating(x->type().dtype) || x->type().dtype != w->type().dtype) return nullptr;
-  Value *prod = e.mul(e.b.op(OpId::Unsqueeze, {x}, {rank(x) - 1}), w);
-  return e.b.op(OpId::Sum, {prod}, {std::vector<int64_t>{rank(x)}, false, kNone});
+  Value *prod = e.mul(e.b.op<OpId::Unsqueeze>({x}, {.dim = rank(x) - 1}), w);
+  return e.b.op<OpId::Sum>({prod}, {.dims = std::vector<int64_t>{rank(x)}, .keepdim = false, .dtype = std::nullopt});
 }
 
 // x @ w^T (+ b)
@@ -173,7 +174,7 @@ template <class A> Value *variance(Emit e, const Node &n, A a) {
   double count = 1;
   for (int64_t d : dims) count *= double(x->type().shape[size_t(d)]);
   Value *c = e.sub(x, e.mean(x, dims));
-  Value *ss = e.b.op(OpId::Sum, {e.mul(c, c)}, {dims, keepdim, kNone});
+  Value *ss = e.b.op<OpId::Sum>({e.mul(c, c)}, {.dims = dims, .keepdim = keepdim, .dtype = std::nullopt});
   return e.mul(ss, 1.0 / std::max(0.0, count - correction));
 }
 
@@ -184,12 +185,12 @@ Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n, 
 // keys masked out) gives zeros where plain softmax gives 0/0 = NaN. The row max
 // is -inf exactly for such rows (a NaN anywhere keeps the row NaN, as in eager).
 Value *safe_softmax(Emit e, Value *x, int64_t d) {
-  if (empty_dim(x, d)) return e.b.op(OpId::Softmax, {x}, {d}); // no keys: stays whole (and has no rows to zero)
+  if (empty_dim(x, d)) return e.b.op<OpId::Softmax>({x}, {.dim = d}); // no keys: stays whole (and has no rows to zero)
   Value *mx = e.amax(x, {d});
   Value *ex = e.unary(OpId::Exp, e.sub(x, mx));
   Value *probs = e.div(ex, e.sum(ex, {d}));
-  Value *all_masked = e.b.op(OpId::Eq, {mx, e.b.scalar(-std::numeric_limits<double>::infinity())}, {});
-  return e.b.op(OpId::MaskedFill, {probs, all_masked}, {0.0});
+  Value *all_masked = e.b.op<OpId::Eq>({mx, e.b.scalar(-std::numeric_limits<double>::infinity())}, {});
+  return e.b.op<OpId::MaskedFill>({probs, all_masked}, {.value = 0.0});
 }
 
 // softmax(q k^T * scale + mask) v; inputs (q, k, v, attn_mask).
@@ -205,11 +206,11 @@ Values sdpa(Emit e, const Node &n) {
   Value *scores = e.mul(e.matmul(q, e.transpose(k, rank(k) - 2, rank(k) - 1)), scale);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   auto mask_out = [&](Value *keep) {
-    return e.b.op(OpId::MaskedFill, {scores, e.unary(OpId::LogicalNot, keep)}, {neg_inf});
+    return e.b.op<OpId::MaskedFill>({scores, e.unary(OpId::LogicalNot, keep)}, {.value = neg_inf});
   };
   if (a.is_causal()) {
-    Value *ones = e.b.op(OpId::Full, {}, {std::vector<int64_t>{L, S}, true, kBool});
-    scores = mask_out(e.b.op(OpId::Tril, {ones}, {int64_t(0)}));
+    Value *ones = e.b.op<OpId::Full>({}, {.size = std::vector<int64_t>{L, S}, .value = true, .dtype = kBool});
+    scores = mask_out(e.b.op<OpId::Tril>({ones}, {.diagonal = 0}));
   }
   if (mask) scores = mask->type().dtype == kBool ? mask_out(mask) : e.add(scores, mask);
   return {e.matmul(safe_softmax(e, scores, rank(scores) - 1), v)};
@@ -242,7 +243,7 @@ const Decomposition *rule_for(const Node &n) {
 // Makes `v` carry `want`'s dtype (a composite may compute in a wider type).
 Value *match_dtype(Builder &b, Value *v, const ir::TensorType &want) {
   if (v->type().dtype == want.dtype) return v;
-  return b.op(OpId::Cast, {v}, {want.dtype});
+  return b.op<OpId::Cast>({v}, {.dtype = want.dtype});
 }
 
 bool same_strides(const std::optional<Dims> &a, const std::optional<Dims> &b) {

@@ -63,11 +63,11 @@ struct Group {
   Node *contraction = nullptr; // the head of a GEMM/conv epilogue group
 };
 
-// Contractions that can head an epilogue group (codegen/epilogue.cpp runs them).
-// Returns why not, or "" when it can.
+// Contractions that can head an epilogue group (the EpilogueHead trait of ops.def;
+// codegen/epilogue.cpp runs them). Returns why not, or "" when it can.
 std::string contraction_misfit(const Node &n) {
   OpId op = n.op();
-  if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm && op != OpId::Conv2d) return "not a contraction";
+  if (!heads_epilogue(op)) return "not a contraction that heads epilogues";
   if (n.results().size() != 1) return "has several results";
   DType t = n.result()->type().dtype;
   if (t != kFloat32 && t != kFloat64) return "not floating-point";

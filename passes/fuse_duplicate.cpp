@@ -32,6 +32,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/log.h"
+#include "runtime/op_attrs.h"
 
 namespace kiln::passes {
 namespace {
@@ -271,7 +272,7 @@ private:
     for (Value *&v : ops) {
       if (!v || v->type().shape.empty()) continue;
       ir::TensorType type{v->type().dtype, d, std::nullopt};
-      v = g_.create(OpId::Expand, {v}, {AttrValue(IntArrayRef(d))}, {type}, before)->result();
+      v = g_.create(OpId::Expand, {v}, attrs::ExpandArgs{.shape = IntArrayRef(d)}.to_attrs(), {type}, before)->result();
       return;
     }
   }

@@ -184,7 +184,7 @@ private:
       return false;
     }
     Node *first = c.groups[0];
-    Value *copy = Builder(g_, first).op(OpId::Contiguous, {c.value}, {});
+    Value *copy = Builder(g_, first).op<OpId::Contiguous>({c.value}, {});
     for (Node *n : c.groups) {
       for (size_t i = 0; i < n->operands().size(); ++i)
         if (n->operand(i) == c.value) n->set_operand(i, copy);

@@ -8,6 +8,7 @@
 
 #include "ir/graph.h"
 #include "passes/pass_manager.h"
+#include "runtime/op_attrs.h"
 
 namespace kiln::passes {
 
@@ -29,7 +30,13 @@ std::optional<double> const_scalar(const ir::Value *v);
 class Builder {
 public:
   Builder(ir::Graph &g, ir::Node *anchor) : g_(g), anchor_(anchor) {}
+  // Attributes as a whole (copied from another node, or none).
   ir::Value *op(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
+  // Attributes by name, in ops.def's order (runtime/op_attrs.h):
+  //   b.op<OpId::Sum>({x}, {.dims = d, .keepdim = true, .dtype = std::nullopt})
+  template <OpId Id> ir::Value *op(std::vector<ir::Value *> operands, attrs::Args<Id> args) {
+    return op(Id, std::move(operands), args.to_attrs());
+  }
   std::vector<ir::Value *> op_n(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
   // A 0-dim wrapped-number constant (promotes like a C++ scalar passed to an op).
   ir::Value *scalar(double v);

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "runtime/op_adapters.h"
+#include "runtime/kernels/vecmath_list.h"
 #include "runtime/op_attrs.h"
 
 namespace kiln {
@@ -62,6 +63,13 @@ namespace {
 constexpr bool one_of(OpTrait set, OpTrait a, OpTrait b) { return has(set, a) != has(set, b); }
 constexpr bool needs_cost(OpKind k) { return k == OpKind::Elementwise; }
 constexpr bool needs_lowering_decision(OpKind k) { return k == OpKind::Elementwise || k == OpKind::Reduction; }
+constexpr bool in_vecmath_list(OpId id) {
+#define X(Id, fn, f64)                                                                                      \
+  if (id == OpId::Id) return true;
+  KILN_VECMATH_OPS(X)
+#undef X
+  return false;
+}
 #define KILN_OP(Id, mnemonic, kind, operands, traits, attrs)                                                \
   static_assert(!needs_cost(op_kind(OpId::Id)) || one_of(op_traits(OpId::Id), OpTrait::Cheap, OpTrait::Costly), \
                 "ops.def: " #Id " is elementwise: state exactly one of Cheap, Costly");                       \
@@ -73,8 +81,19 @@ constexpr bool needs_lowering_decision(OpKind k) { return k == OpKind::Elementwi
   static_assert(!has_trait(OpId::Id, OpTrait::Fuses) || needs_lowering_decision(op_kind(OpId::Id)),        \
                 "ops.def: " #Id ": only elementwise ops and reductions fuse");                          \
   static_assert(!has_trait(OpId::Id, OpTrait::Fuses) || has_trait(OpId::Id, OpTrait::Lowers),             \
-                "ops.def: " #Id ": Fuses needs Lowers (fuse asks codegen; an op it cannot lower stays out)");
+                "ops.def: " #Id ": Fuses needs Lowers (fuse asks codegen; an op it cannot lower stays out)");    \
+  static_assert(!heads_epilogue(OpId::Id) || op_kind(OpId::Id) == OpKind::Contraction,                      \
+                "ops.def: " #Id ": only a contraction heads an epilogue");                                    \
+  static_assert(!(is_transcendental(OpId::Id) && lowering_expected(OpId::Id)) || in_vecmath_list(OpId::Id),  \
+                "ops.def: " #Id " is a lowered Transcendental: give it a line in runtime/kernels/vecmath_list.h");
 #include "runtime/ops.def"
+// ... and each line of the vector-math list is such an op.
+#define X(Id, fn, f64)                                                                                      \
+  static_assert(is_transcendental(OpId::Id) && lowering_expected(OpId::Id) &&                              \
+                    op_kind(OpId::Id) == OpKind::Elementwise,                                               \
+                "vecmath_list.h: " #Id " must be an elementwise op with the traits Transcendental | Lowers in ops.def");
+KILN_VECMATH_OPS(X)
+#undef X
 } // namespace
 
 namespace {
@@ -84,11 +103,19 @@ struct Table {
   Table() {
 #define ATTR(Type, Name) #Name,
 #define KILN_OP(Id, mnemonic, kind, operands, traits, attrs)                                                \
-  ops.push_back(OpInfo{OpId::Id, mnemonic, OpKind::kind, {attrs}, {}, &adapters::Id});
+  ops.push_back(OpInfo{OpId::Id, mnemonic, OpKind::kind, {attrs}, {}, {}, {}, &adapters::Id});
 #include "runtime/ops.def"
 #undef ATTR
 #define ATTR(Type, Name) attr_type::Type::spelling,
 #define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) ops[size_t(OpId::Id)].attr_types = {attrs};
+#include "runtime/ops.def"
+#undef ATTR
+#define ATTR(Type, Name) attr_type::Type::accepts,
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) ops[size_t(OpId::Id)].attr_accepts = {attrs};
+#include "runtime/ops.def"
+#undef ATTR
+#define ATTR(Type, Name) attr_type::Type::what,
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) ops[size_t(OpId::Id)].attr_what = {attrs};
 #include "runtime/ops.def"
 #undef ATTR
     for (const OpInfo &op : ops) by_name.emplace(op.mnemonic, &op);

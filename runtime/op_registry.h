@@ -37,12 +37,13 @@ enum class OpTrait : uint32_t {
   Eager = 1u << 5,
   Fuses = 1u << 6,
   NoGrad = 1u << 7,
+  EpilogueHead = 1u << 8,
 };
 constexpr OpTrait operator|(OpTrait a, OpTrait b) { return OpTrait(uint32_t(a) | uint32_t(b)); }
 constexpr bool has(OpTrait set, OpTrait t) { return (uint32_t(set) & uint32_t(t)) != 0; }
 // Names of the traits, in bit order (docs and test messages).
-inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap",  "Costly", "Transcendental",
-                                                "Lowers",    "Eager", "Fuses",  "NoGrad"};
+inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap", "Costly", "Transcendental", "Lowers",
+                                                "Eager",     "Fuses", "NoGrad", "EpilogueHead"};
 
 // How many tensor operands an op takes (ops.def's In(n) / In(min, max)).
 struct OpOperands {
@@ -85,6 +86,9 @@ constexpr bool is_fusible(OpId id) { return has_trait(id, OpTrait::Fuses); }
 constexpr bool is_transcendental(OpId id) { return has_trait(id, OpTrait::Transcendental); }
 // Codegen is expected to have a lowering rule (checked by test/unit/op_table_test.cpp).
 constexpr bool lowering_expected(OpId id) { return has_trait(id, OpTrait::Lowers); }
+// A contraction that may head a fusion group whose elementwise epilogue runs on its
+// output tiles (passes/fuse.cpp; codegen/epilogue.cpp runs them).
+constexpr bool heads_epilogue(OpId id) { return has_trait(id, OpTrait::EpilogueHead); }
 
 // One attribute value. none (an absent optional), int, float, bool, int list,
 // string or dtype; Scalars map to int, float or bool.
@@ -143,26 +147,36 @@ private:
 using Attrs = std::vector<AttrValue>;
 
 // The attribute types of ops.def (ATTR(Type, name)): how an accessor reads the
-// value, and its name in the op reference (torch's schema spelling).
+// value, its name in the op reference (torch's schema spelling), and which values
+// the IR parser accepts for it: `accepts` has bit i set for AttrValue::Variant
+// alternative i (the ones its accessor reads), `what` names them in errors.
+namespace attr_kind {
+inline constexpr unsigned None = 1u << 0, Int = 1u << 1, Float = 1u << 2, Bool = 1u << 3, Ints = 1u << 4,
+                          String = 1u << 5, DType = 1u << 6;
+} // namespace attr_kind
 namespace attr_type {
-#define KILN_ATTR_TYPE(T, R, doc, read)                                                                    \
+#define KILN_ATTR_TYPE(T, R, doc, read, kinds, description)                                                \
   struct T {                                                                                               \
     using type = R;                                                                                        \
-    static constexpr const char *spelling = doc;                                                               \
+    static constexpr const char *spelling = doc;                                                           \
+    static constexpr unsigned accepts = kinds;                                                             \
+    static constexpr const char *what = description;                                                       \
     static type get(const AttrValue &v) { return v.read(); }                                               \
   };
-KILN_ATTR_TYPE(Int, int64_t, "int", as_int)
-KILN_ATTR_TYPE(OptInt, std::optional<int64_t>, "int?", as_opt_int)
-KILN_ATTR_TYPE(Float, double, "float", as_float)
-KILN_ATTR_TYPE(OptFloat, std::optional<double>, "float?", as_opt_float)
-KILN_ATTR_TYPE(Bool, bool, "bool", as_bool)
-KILN_ATTR_TYPE(IntList, const std::vector<int64_t> &, "int[]", as_ints)
-KILN_ATTR_TYPE(Str, const std::string &, "str", as_string)
-KILN_ATTR_TYPE(OptStr, std::optional<std::string>, "str?", as_opt_string)
-KILN_ATTR_TYPE(Number, Scalar, "Scalar", as_scalar)
-KILN_ATTR_TYPE(OptNumber, std::optional<Scalar>, "Scalar?", as_opt_scalar)
-KILN_ATTR_TYPE(ScalarType, DType, "ScalarType", as_dtype)
-KILN_ATTR_TYPE(OptScalarType, std::optional<DType>, "ScalarType?", as_opt_dtype)
+namespace k = attr_kind;
+KILN_ATTR_TYPE(Int, int64_t, "int", as_int, k::Int, "an int")
+KILN_ATTR_TYPE(OptInt, std::optional<int64_t>, "int?", as_opt_int, k::Int | k::None, "an int or none")
+KILN_ATTR_TYPE(Float, double, "float", as_float, k::Float | k::Int, "a number")
+KILN_ATTR_TYPE(OptFloat, std::optional<double>, "float?", as_opt_float, k::Float | k::Int | k::None, "a number or none")
+KILN_ATTR_TYPE(Bool, bool, "bool", as_bool, k::Bool, "a bool")
+KILN_ATTR_TYPE(IntList, const std::vector<int64_t> &, "int[]", as_ints, k::Ints, "an int list")
+KILN_ATTR_TYPE(Str, const std::string &, "str", as_string, k::String, "a string")
+KILN_ATTR_TYPE(OptStr, std::optional<std::string>, "str?", as_opt_string, k::String | k::None, "a string or none")
+KILN_ATTR_TYPE(Number, Scalar, "Scalar", as_scalar, k::Int | k::Float | k::Bool, "a number")
+KILN_ATTR_TYPE(OptNumber, std::optional<Scalar>, "Scalar?", as_opt_scalar, k::Int | k::Float | k::Bool | k::None,
+               "a number or none")
+KILN_ATTR_TYPE(ScalarType, DType, "ScalarType", as_dtype, k::DType, "a dtype")
+KILN_ATTR_TYPE(OptScalarType, std::optional<DType>, "ScalarType?", as_opt_dtype, k::DType | k::None, "a dtype or none")
 #undef KILN_ATTR_TYPE
 } // namespace attr_type
 
@@ -176,6 +190,8 @@ struct OpInfo {
   OpKind kind;
   std::vector<std::string_view> attr_names;
   std::vector<std::string_view> attr_types; // attr_type::T::spelling per attribute
+  std::vector<unsigned> attr_accepts;       // attr_type::T::accepts per attribute (the IR parser's check)
+  std::vector<std::string_view> attr_what;  // attr_type::T::what per attribute
   OpFn run;
 };
 

@@ -536,14 +536,14 @@ Tensor view(const Tensor &x, IntArrayRef shape) {
   auto st = view_strides(x.sizes(), x.strides(), s);
   KILN_CHECK(st, "view: size ", shape_str(s), " is not compatible with input of shape ", shape_str(x.sizes()),
              " and strides ", shape_str(x.strides()), " (use reshape instead)");
-  KILN_TRACE(View, {x}, IntArrayRef(s)); // after the stride check, so tracing reports what eager does
+  KILN_TRACE(View, {x}, .shape = IntArrayRef(s)); // after the stride check, so tracing reports what eager does
   return detail::make_view(x, s, *st, x.storage_offset());
 }
 
 Tensor reshape(const Tensor &x, IntArrayRef shape) {
   detail::check_defined(x, "reshape", "self");
   Dims s = infer_shape(shape, x.numel(), "reshape", x.sizes());
-  KILN_TRACE(Reshape, {x}, IntArrayRef(s));
+  KILN_TRACE(Reshape, {x}, .shape = IntArrayRef(s));
   if (auto st = view_strides(x.sizes(), x.strides(), s)) return detail::make_view(x, s, *st, x.storage_offset());
   Tensor c = contiguous(x);
   return detail::make_view(c, s, detail::contiguous_strides(s), c.storage_offset());
@@ -553,7 +553,7 @@ Tensor transpose(const Tensor &x, int64_t dim0, int64_t dim1) {
   detail::check_defined(x, "transpose", "self");
   int64_t n = x.dim();
   int64_t a = detail::wrap_dim(dim0, n, "transpose", "dim0"), b = detail::wrap_dim(dim1, n, "transpose", "dim1");
-  KILN_TRACE(Transpose, {x}, a, b);
+  KILN_TRACE(Transpose, {x}, .dim0 = a, .dim1 = b);
   if (n == 0) return detail::make_view(x, x.sizes(), x.strides(), x.storage_offset());
   Dims sz(x.sizes()), st(x.strides());
   std::swap(sz[a], sz[b]);
@@ -584,7 +584,7 @@ Tensor permute(const Tensor &x, IntArrayRef dims) {
     sz.push_back(x.sizes()[w]);
     st.push_back(x.strides()[w]);
   }
-  KILN_TRACE(Permute, {x}, IntArrayRef(d));
+  KILN_TRACE(Permute, {x}, .dims = IntArrayRef(d));
   return detail::make_view(x, sz, st, x.storage_offset());
 }
 
@@ -600,7 +600,7 @@ Tensor slice(const Tensor &x, int64_t dim, std::optional<int64_t> start_opt, std
   if (end < 0) end += len;
   start = std::clamp<int64_t>(start, 0, len);
   end = std::clamp<int64_t>(end, start, len);
-  KILN_TRACE(Slice, {x}, d, start, end, step);
+  KILN_TRACE(Slice, {x}, .dim = d, .start = start, .end = end, .step = step);
   Dims sz(x.sizes()), st(x.strides());
   sz[d] = end == start ? 0 : (end - start - 1) / step + 1; // no overflow for a huge step
   if (sz[d] > 1) st[d] *= step;                             // step < len here
@@ -626,7 +626,7 @@ Tensor select(const Tensor &x, int64_t dim, int64_t index) {
   KILN_CHECK(index >= -len && index < len, "select: index ", index, " is out of range for dimension ", d,
              " of size ", len, " (shape ", shape_str(x.sizes()), ")");
   if (index < 0) index += len;
-  KILN_TRACE(Select, {x}, d, index);
+  KILN_TRACE(Select, {x}, .dim = d, .index = index);
   Dims sz(x.sizes()), st(x.strides());
   int64_t off = x.storage_offset() + index * x.strides()[size_t(d)];
   sz.erase(d);
@@ -637,7 +637,7 @@ Tensor select(const Tensor &x, int64_t dim, int64_t index) {
 Tensor unsqueeze(const Tensor &x, int64_t dim) {
   detail::check_defined(x, "unsqueeze", "self");
   int64_t d = detail::wrap_dim(dim, x.dim() + 1, "unsqueeze");
-  KILN_TRACE(Unsqueeze, {x}, d);
+  KILN_TRACE(Unsqueeze, {x}, .dim = d);
   Dims sz(x.sizes()), st(x.strides());
   int64_t stride = d < x.dim() ? sz[d] * st[d] : 1;
   sz.insert(d, 1);
@@ -647,7 +647,7 @@ Tensor unsqueeze(const Tensor &x, int64_t dim) {
 
 namespace {
 Tensor squeeze_dims(const Tensor &x, const Dims &dims) {
-  KILN_TRACE(Squeeze, {x}, IntArrayRef(dims));
+  KILN_TRACE(Squeeze, {x}, .dims = IntArrayRef(dims));
   Dims sz, st;
   for (int64_t i = 0; i < x.dim(); ++i) {
     if (std::find(dims.begin(), dims.end(), i) != dims.end()) continue;
@@ -716,7 +716,7 @@ Tensor expand(const Tensor &x, IntArrayRef size) {
   // A view has no memory to fail on, so an element count that overflows int64
   // must be caught here (numel would wrap and later copies read out of bounds).
   detail::checked_numel(sz, "expand");
-  KILN_TRACE(Expand, {x}, IntArrayRef(sz));
+  KILN_TRACE(Expand, {x}, .shape = IntArrayRef(sz));
   return detail::make_view(x, sz, st, x.storage_offset());
 }
 
@@ -768,7 +768,7 @@ Tensor as_strided(const Tensor &x, IntArrayRef size, IntArrayRef stride, std::op
     KILN_CHECK(last < capacity, "as_strided: size ", shape_str(size), ", stride ", shape_str(stride),
                " and storage_offset ", off, " reach element ", last, " but the storage holds only ", capacity);
   }
-  KILN_TRACE(AsStrided, {x}, size, stride, off);
+  KILN_TRACE(AsStrided, {x}, .size = size, .stride = stride, .storage_offset = off);
   return detail::make_view(x, size, stride, off);
 }
 

@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/op_attrs.h"
 #include "runtime/op_registry.h"
 
 namespace kiln::detail {
@@ -53,17 +54,20 @@ private:
 } // namespace kiln::detail
 
 // The tensor inputs of KILN_TRACE as one macro argument (a braced list would be
-// split at its commas): KILN_TRACE(Add, KILN_INPUTS(a, b), alpha).
+// split at its commas): KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha).
 #define KILN_INPUTS(...) (std::vector<::kiln::Tensor>{__VA_ARGS__})
 
-// First statement of an out-of-place op: while tracing, record and return.
-//   KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);   KILN_TRACE(Relu, {x});
+// First statement of an out-of-place op: while tracing, record and return. The
+// attributes are named, in ops.def's order (attrs::AddArgs, runtime/op_attrs.h):
+//   KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha);   KILN_TRACE(Relu, {x});
 #define KILN_TRACE(OPID, INPUTS, ...)                                          \
   if (::kiln::detail::tracing()) [[unlikely]]                                  \
-  return ::kiln::detail::trace_op(::kiln::OpId::OPID, INPUTS, ::kiln::Attrs{__VA_ARGS__})
+  return ::kiln::detail::trace_op(::kiln::OpId::OPID, INPUTS,                  \
+                                  ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())
 
 // First statement of an in-place op: while tracing, functionalize and return self.
-//   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
+//   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), .alpha = alpha);
 #define KILN_TRACE_INPLACE(SELF, OPID, INPUTS, ...)                            \
   if (::kiln::detail::tracing()) [[unlikely]]                                  \
-  return ::kiln::detail::trace_inplace(SELF, ::kiln::OpId::OPID, INPUTS, ::kiln::Attrs{__VA_ARGS__})
+  return ::kiln::detail::trace_inplace(SELF, ::kiln::OpId::OPID, INPUTS,       \
+                                       ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())

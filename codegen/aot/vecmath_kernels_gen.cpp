@@ -5,8 +5,9 @@
 // Emits one object file with, for each function F of runtime/kernels/vecmath_kernels.h,
 //   extern "C" void kiln_vm_F_f32(const float *x, float *y, int64_t n);   // y[i] = F(x[i])
 // whose loop body is built by the same IR builders the JIT inlines into its
-// kernels (codegen/vecmath.cpp) and optimized by the same O3 pipeline. The
-// eager kernels (runtime/kernels/elementwise_unary.cpp) call these, so eager and
+// kernels (codegen/vecmath.cpp) and optimized by the same O3 pipeline
+// (codegen/optimize_pipeline.cpp). The eager kernels
+// (runtime/kernels/elementwise_unary.cpp) call these, so eager and
 // compiled results agree bit for bit: both run the same IEEE operations
 // (explicit llvm.fma, no fast-math flags, hence no contraction), whatever the
 // vector width the loop vectorizer picks in either.
@@ -28,13 +29,13 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include "codegen/optimize_pipeline.h"
 #include "codegen/vecmath_ir.h"
 
 namespace {
@@ -42,16 +43,16 @@ namespace {
 namespace vm = kiln::codegen::vecmath;
 using Builder = llvm::Value *(*)(llvm::IRBuilderBase &, llvm::Value *);
 
-// The functions, in the order of runtime/kernels/vecmath_kernels.h.
+// The functions of runtime/kernels/vecmath_list.h.
 struct Kernel {
   const char *name;
   Builder build;
 };
-constexpr Kernel kKernels[] = {
-    {"exp", vm::exp},   {"expm1", vm::expm1},     {"log", vm::log},         {"log1p", vm::log1p},
-    {"tanh", vm::tanh}, {"erf", vm::erf},         {"sigmoid", vm::sigmoid}, {"silu", vm::silu},
-    {"gelu_erf", vm::gelu_erf}, {"gelu_tanh", vm::gelu_tanh},
-};
+#define KILN_KERNEL(fn) {#fn, vm::fn},
+#define KILN_KERNEL_OP(Id, fn, f64) KILN_KERNEL(fn)
+constexpr Kernel kKernels[] = {KILN_VECMATH_OPS(KILN_KERNEL_OP) KILN_VECMATH_COMPOSITES(KILN_KERNEL)};
+#undef KILN_KERNEL_OP
+#undef KILN_KERNEL
 
 // void kiln_vm_<name>_f32(const float *x, float *y, int64_t n): a counted loop
 // over y[i] = f(x[i]) for the loop vectorizer to widen.
@@ -87,26 +88,6 @@ void emit_kernel(llvm::Module &m, const Kernel &k, const std::string &cpu, const
   b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
   b.SetInsertPoint(exit);
   b.CreateRetVoid();
-}
-
-// The JIT's pipeline (codegen/jit.cpp State::optimize): O3 with both vectorizers.
-void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
-  llvm::PipelineTuningOptions pto;
-  pto.LoopVectorization = true;
-  pto.SLPVectorization = true;
-  pto.LoopUnrolling = true;
-  pto.LoopInterleaving = true;
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(&tm, pto);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
 }
 
 std::string host_features() {
@@ -149,7 +130,7 @@ int main(int argc, char **argv) {
   m.setDataLayout(tm->createDataLayout());
   for (const Kernel &k : kKernels) emit_kernel(m, k, cpu, features);
   if (llvm::verifyModule(m, &llvm::errs())) return fail("invalid IR");
-  optimize(m, *tm);
+  kiln::codegen::optimize_module(m, *tm); // the JIT's pipeline
 
   std::error_code ec;
   llvm::raw_fd_ostream os(out_path, ec, llvm::sys::fs::OF_None);

@@ -734,8 +734,9 @@ Dims conv_out_shape(const ConvGeom &g, bool batched) {
 Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, IntArrayRef stride,
               IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   const ConvGeom g = conv_geometry(input, weight, bias, stride, padding, dilation, groups);
-  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), pair_arg(stride, "stride", 1),
-             pair_arg(padding, "padding", 0), pair_arg(dilation, "dilation", 1), groups);
+  KILN_TRACE(Conv2d, KILN_NN_INPUTS(input, weight, bias), .stride = pair_arg(stride, "stride", 1),
+             .padding = pair_arg(padding, "padding", 0), .dilation = pair_arg(dilation, "dilation", 1),
+             .groups = groups);
   Tensor out = detail::make_result(conv_out_shape(g, input.dim() == 4), input.dtype(), {&input, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
   if (use_channels_last(input)) // torch's rule: a channels-last input gives a channels-last output

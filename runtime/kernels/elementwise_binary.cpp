@@ -261,7 +261,7 @@ template <class T> T py_mod(T a, T b, const char *op) {
 Tensor add(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "add");
   check_alpha(m.dtype, alpha, "add");
-  KILN_TRACE(Add, KILN_INPUTS(a, b), alpha);
+  KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha);
   Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   add_kernel(out, a, b, alpha);
@@ -273,7 +273,7 @@ Tensor sub(const Tensor &a, const Tensor &b, const Scalar &alpha) {
   Shape2 m = binary_meta(a, b, "sub");
   check_sub(a, b, "sub");
   check_alpha(m.dtype, alpha, "sub");
-  KILN_TRACE(Sub, KILN_INPUTS(a, b), alpha);
+  KILN_TRACE(Sub, KILN_INPUTS(a, b), .alpha = alpha);
   Tensor out = detail::make_elementwise_result(m.shape, m.dtype, {&a, &b});
   if (out.is_meta()) return out;
   sub_kernel(out, a, b, alpha);
@@ -296,7 +296,7 @@ Tensor div(const Tensor &a, const Tensor &b, std::optional<std::string> rounding
   Rounding r = parse_rounding(rounding_mode, "div");
   KILN_CHECK(r == Rounding::None || m.dtype != kBool, "div: rounding_mode '", *rounding_mode,
              "' is not supported for bool tensors");
-  KILN_TRACE(Div, KILN_INPUTS(a, b), rounding_mode);
+  KILN_TRACE(Div, KILN_INPUTS(a, b), .rounding_mode = rounding_mode);
   Tensor out = detail::make_elementwise_result(m.shape, div_result(m.dtype, r), {&a, &b});
   if (out.is_meta()) return out;
   div_kernel(out, a, b, r, "div");
@@ -392,7 +392,7 @@ Tensor &add_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   Shape2 m = binary_meta(self, other, "add_");
   check_alpha(m.dtype, alpha, "add_");
   detail::check_inplace(self, other.sizes(), m.dtype, "add_");
-  KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), alpha);
+  KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), .alpha = alpha);
   if (detail::any_meta({&self, &other})) return self;
   detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
@@ -409,7 +409,7 @@ Tensor &sub_(Tensor &self, const Tensor &other, const Scalar &alpha) {
   check_sub(self, other, "sub_");
   check_alpha(m.dtype, alpha, "sub_");
   detail::check_inplace(self, other.sizes(), m.dtype, "sub_");
-  KILN_TRACE_INPLACE(self, Sub, KILN_INPUTS(self, other), alpha);
+  KILN_TRACE_INPLACE(self, Sub, KILN_INPUTS(self, other), .alpha = alpha);
   if (detail::any_meta({&self, &other})) return self;
   detail::bump_version(self);
   Tensor o = detail::unalias(self, other);
@@ -438,7 +438,7 @@ Tensor &div_(Tensor &self, const Tensor &other) {
   Shape2 m = binary_meta(self, other, "div_");
   DType dt = div_result(m.dtype, Rounding::None);
   detail::check_inplace(self, other.sizes(), dt, "div_");
-  KILN_TRACE_INPLACE(self, Div, KILN_INPUTS(self, other), std::optional<std::string>());
+  KILN_TRACE_INPLACE(self, Div, KILN_INPUTS(self, other), .rounding_mode = std::optional<std::string>());
   if (detail::any_meta({&self, &other})) return self;
   detail::bump_version(self);
   Tensor o = detail::unalias(self, other);

@@ -87,7 +87,7 @@ void check_num_inputs(const std::vector<Tensor> &in, size_t n, const char *op) {
 Tensor to(const Tensor &x, DType dtype) {
   detail::check_defined(x, "to", "self");
   if (x.dtype() == dtype) return x; // as torch: no copy when nothing changes
-  KILN_TRACE(Cast, {x}, dtype);
+  KILN_TRACE(Cast, {x}, .dtype = dtype);
   Tensor out = detail::make_elementwise_result(x.sizes(), dtype, {&x});
   if (out.is_meta()) return out;
   detail::cast_into(out, x);
@@ -235,7 +235,7 @@ Tensor &fill_(Tensor &self, const Scalar &value) {
   detail::check_defined(self, "fill_", "self");
   detail::check_no_internal_overlap(self, "fill_");
   detail::check_scalar_fits(value, self.dtype(), "fill_");
-  KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), value, self.dtype());
+  KILN_TRACE_INPLACE(self, Full, {}, .size = self.sizes(), .value = value, .dtype = self.dtype());
   if (self.is_meta()) return self;
   detail::bump_version(self);
   fill_kernel(self, value);
@@ -245,7 +245,7 @@ Tensor &fill_(Tensor &self, const Scalar &value) {
 Tensor &zero_(Tensor &self) {
   detail::check_defined(self, "zero_", "self");
   detail::check_no_internal_overlap(self, "zero_");
-  KILN_TRACE_INPLACE(self, Full, {}, self.sizes(), Scalar(0), self.dtype());
+  KILN_TRACE_INPLACE(self, Full, {}, .size = self.sizes(), .value = Scalar(0), .dtype = self.dtype());
   if (self.is_meta()) return self;
   detail::bump_version(self);
   fill_kernel(self, Scalar(0));

@@ -84,7 +84,7 @@ Tensor where(const Tensor &condition, const Scalar &a, const Tensor &b) {
 
 Tensor clamp(const Tensor &x, std::optional<Scalar> min, std::optional<Scalar> max) {
   check_clamp(x, min, max, "clamp");
-  KILN_TRACE(Clamp, {x}, min, max);
+  KILN_TRACE(Clamp, {x}, .min = min, .max = max);
   Tensor out = detail::make_elementwise_result(x.sizes(), clamp_result(x.dtype(), min, max), {&x});
   if (out.is_meta()) return out;
   clamp_kernel(out, x, min, max);
@@ -94,7 +94,7 @@ Tensor clamp(const Tensor &x, std::optional<Scalar> min, std::optional<Scalar> m
 Tensor &clamp_(Tensor &self, std::optional<Scalar> min, std::optional<Scalar> max) {
   check_clamp(self, min, max, "clamp_");
   detail::check_inplace(self, self.sizes(), clamp_result(self.dtype(), min, max), "clamp_");
-  KILN_TRACE_INPLACE(self, Clamp, {self}, min, max);
+  KILN_TRACE_INPLACE(self, Clamp, {self}, .min = min, .max = max);
   if (self.is_meta()) return self;
   detail::bump_version(self);
   clamp_kernel(self, self, min, max); // castable means the result dtype is self's
@@ -109,7 +109,7 @@ Tensor masked_fill(const Tensor &x, const Tensor &mask, const Scalar &value) {
   // As torch's out-of-place masked_fill: self and mask broadcast together.
   Dims shape = detail::broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   detail::check_scalar_fits(value, x.dtype(), "masked_fill");
-  KILN_TRACE(MaskedFill, KILN_INPUTS(x, mask), value);
+  KILN_TRACE(MaskedFill, KILN_INPUTS(x, mask), .value = value);
   Tensor out = detail::make_elementwise_result(shape, x.dtype(), {&x, &mask});
   if (out.is_meta()) return out;
   dispatch_dtype(x.dtype(), [&]<class T>() {

@@ -12,6 +12,14 @@
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
+// The float64 definitions of the vector-math list (its f64 column): compiled here,
+// without fp contraction, and called by the eager kernels, the JIT's float64 code and
+// the kernel interpreter alike.
+#define KILN_VM_F64(Id, fn, f64)                                                                               \
+  extern "C" double kiln_vm_##fn##_f64(double v) { return f64; }
+KILN_VECMATH_OPS(KILN_VM_F64)
+#undef KILN_VM_F64
+
 namespace kiln {
 namespace {
 
@@ -115,8 +123,7 @@ template <class F64> void transcendental(const Tensor &out, const Tensor &x, Arr
   run_loop<double, double>(out, {&a}, f64);
 }
 
-double sigmoid_f64(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-double silu_f64(double v) { return v * sigmoid_f64(v); }
+double silu_f64(double v) { return v * kiln_vm_sigmoid_f64(v); }
 double gelu_erf_f64(double v) { return (0.5 * v) * (1.0 + std::erf(v * 0.70710678118654752440)); }
 double gelu_tanh_f64(double v) {
   double inner = (v + (v * v * v) * 0.044715) * 0.7978845608028654;
@@ -142,21 +149,16 @@ double gelu_tanh_f64(double v) {
     return out;                                                                                                \
   }
 
-// A transcendental: float32 by kiln_vm_<fn>_f32, float64 by `f64`.
-#define KILN_TRANSCENDENTAL(fn, Id, f64)                                                                       \
+// A vector-math function of runtime/kernels/vecmath_list.h: float32 by its generated
+// kiln_vm_<fn>_f32, float64 by its list definition kiln_vm_<fn>_f64 (defined below).
+#define KILN_TRANSCENDENTAL(Id, fn, f64)                                                                       \
   Tensor fn(const Tensor &x) {                                                                                 \
     KILN_FLOAT_OP_HEAD(fn, Id)                                                                                 \
-    transcendental(out, x, kiln_vm_##fn##_f32, [](double v) { return f64; });                                  \
+    transcendental(out, x, kiln_vm_##fn##_f32, [](double v) { return kiln_vm_##fn##_f64(v); });                \
     return out;                                                                                                \
   }
 
-KILN_TRANSCENDENTAL(exp, Exp, std::exp(v))
-KILN_TRANSCENDENTAL(log, Log, std::log(v))
-KILN_TRANSCENDENTAL(log1p, Log1p, std::log1p(v))
-KILN_TRANSCENDENTAL(expm1, Expm1, std::expm1(v))
-KILN_TRANSCENDENTAL(tanh, Tanh, std::tanh(v))
-KILN_TRANSCENDENTAL(sigmoid, Sigmoid, sigmoid_f64(v))
-KILN_TRANSCENDENTAL(erf, Erf, std::erf(v))
+KILN_VECMATH_OPS(KILN_TRANSCENDENTAL)
 KILN_FLOAT_UNARY(sqrt, Sqrt, std::sqrt(v))
 KILN_FLOAT_UNARY(rsqrt, Rsqrt, T(1) / std::sqrt(v))
 KILN_FLOAT_UNARY(sin, Sin, std::sin(v))
@@ -218,7 +220,7 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
              approximate, "'");
   check_floating(x, "gelu");
-  KILN_TRACE(Gelu, {x}, approximate);
+  KILN_TRACE(Gelu, {x}, .approximate = approximate);
   Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
   if (approximate == "tanh") {
@@ -312,21 +314,17 @@ namespace adapters {
     detail::check_num_inputs(in, 1, #fn);                                                                      \
     return {fn(in[0])};                                                                                        \
   }
+#define KILN_VECMATH_ADAPTER(Id, fn, f64) KILN_UNARY_ADAPTER(Id, fn)
+KILN_VECMATH_OPS(KILN_VECMATH_ADAPTER)
+#undef KILN_VECMATH_ADAPTER
 KILN_UNARY_ADAPTER(Neg, neg)
 KILN_UNARY_ADAPTER(Abs, abs)
-KILN_UNARY_ADAPTER(Exp, exp)
-KILN_UNARY_ADAPTER(Log, log)
-KILN_UNARY_ADAPTER(Log1p, log1p)
-KILN_UNARY_ADAPTER(Expm1, expm1)
 KILN_UNARY_ADAPTER(Sqrt, sqrt)
 KILN_UNARY_ADAPTER(Rsqrt, rsqrt)
 KILN_UNARY_ADAPTER(Sin, sin)
 KILN_UNARY_ADAPTER(Cos, cos)
-KILN_UNARY_ADAPTER(Tanh, tanh)
-KILN_UNARY_ADAPTER(Sigmoid, sigmoid)
 KILN_UNARY_ADAPTER(Relu, relu)
 KILN_UNARY_ADAPTER(Silu, silu)
-KILN_UNARY_ADAPTER(Erf, erf)
 KILN_UNARY_ADAPTER(Reciprocal, reciprocal)
 KILN_UNARY_ADAPTER(Square, square)
 KILN_UNARY_ADAPTER(Floor, floor)

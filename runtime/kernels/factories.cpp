@@ -84,7 +84,7 @@ Tensor full(IntArrayRef size, const Scalar &fill_value, TensorOptions options) {
   DType natural = fill_value.is_floating_point() ? kFloat32 : fill_value.type();
   DType dt = dtype_or(options, natural);
   detail::check_scalar_fits(fill_value, dt, "full");
-  KILN_TRACE(Full, {}, size, fill_value, dt);
+  KILN_TRACE(Full, {}, .size = size, .value = fill_value, .dtype = dt);
   Tensor t = detail::make_tensor(size, dt);
   fill_contiguous(t, fill_value);
   return t;
@@ -118,7 +118,7 @@ Tensor arange(const Scalar &start, const Scalar &end, const Scalar &step, Tensor
   double count = std::ceil((e - s) / st);
   KILN_CHECK(count < double(int64_t(1) << 48), "arange: range ", start, " -> ", end, " step ", step,
              " has too many elements");
-  KILN_TRACE(Arange, {}, start, end, step, dt);
+  KILN_TRACE(Arange, {}, .start = start, .end = end, .step = step, .dtype = dt);
   Tensor t = detail::make_tensor({int64_t(count)}, dt);
   dispatch_dtype(dt, [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());
@@ -133,7 +133,7 @@ Tensor arange(const Scalar &start, const Scalar &end, const Scalar &step, Tensor
 Tensor linspace(const Scalar &start, const Scalar &end, int64_t steps, TensorOptions options) {
   KILN_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
   DType dt = dtype_or(options, kFloat32);
-  KILN_TRACE(Linspace, {}, start, end, steps, dt);
+  KILN_TRACE(Linspace, {}, .start = start, .end = end, .steps = steps, .dtype = dt);
   Tensor t = detail::make_tensor({steps}, dt);
   double s = start.toDouble(), e = end.toDouble();
   double step = steps > 1 ? (e - s) / double(steps - 1) : 0.0;
@@ -153,7 +153,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   KILN_CHECK(n >= 0, "eye: n must be greater or equal to 0, got ", n);
   KILN_CHECK(m >= 0, "eye: m must be greater or equal to 0, got ", m);
   DType dt = dtype_or(options, kFloat32);
-  KILN_TRACE(Eye, {}, n, m, dt);
+  KILN_TRACE(Eye, {}, .n = n, .m = m, .dtype = dt);
   Tensor t = full({n, m}, 0, dt);
   dispatch_dtype(dt, [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());

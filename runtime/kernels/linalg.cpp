@@ -495,7 +495,7 @@ Tensor addmm(const Tensor &input, const Tensor &mat1, const Tensor &mat2, const 
     KILN_CHECK(!beta.is_floating_point() && !alpha.is_floating_point(),
                "addmm: for integral input tensors, beta and alpha must not be floating-point numbers");
   }
-  KILN_TRACE(Addmm, KILN_NN_INPUTS(input, mat1, mat2), beta, alpha);
+  KILN_TRACE(Addmm, KILN_NN_INPUTS(input, mat1, mat2), .beta = beta, .alpha = alpha);
   Tensor out = detail::make_result(IntArrayRef(mn, 2), input.dtype(), {&input, &mat1, &mat2});
   if (out.is_meta()) return out;
   const bool use_input = beta.toDouble() != 0.0; // beta == 0: input ignored, NaN included (torch)

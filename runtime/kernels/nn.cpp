@@ -38,7 +38,7 @@ template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t
   const int64_t block = std::clamp<int64_t>(fit, 16, kMaxBlock);
   const int64_t nblk = (inner + block - 1) / block;
   parallel_for(0, outer * nblk, rows_grain(D * block), [&](int64_t lo, int64_t hi) {
-    T mx[kMaxBlock], acc[kMaxBlock];
+    T mx[kMaxBlock], acc[kMaxBlock], e[kMaxBlock];
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t o = t / nblk, i0 = (t % nblk) * block, w = std::min(block, inner - i0);
       const T *xb = x + o * D * inner + i0;
@@ -46,12 +46,12 @@ template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t
       for (int64_t i = 0; i < w; ++i) mx[i] = -std::numeric_limits<T>::infinity(), acc[i] = T(0);
       for (int64_t d = 0; d < D; ++d)
         for (int64_t i = 0; i < w; ++i) mx[i] = mx[i] > xb[d * inner + i] ? mx[i] : xb[d * inner + i];
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t i = 0; i < w; ++i) {
-          const T e = exp_vec(xb[d * inner + i] - mx[i]);
-          if (!log) yb[d * inner + i] = e;
-          acc[i] += e;
-        }
+      for (int64_t d = 0; d < D; ++d) {
+        T *ed = log ? e : yb + d * inner; // softmax keeps the exponentials in y
+        for (int64_t i = 0; i < w; ++i) ed[i] = xb[d * inner + i] - mx[i];
+        exp_in_place(ed, w);
+        for (int64_t i = 0; i < w; ++i) acc[i] += ed[i];
+      }
       for (int64_t i = 0; i < w; ++i) acc[i] = log ? mx[i] + std::log(acc[i]) : T(1) / acc[i];
       for (int64_t d = 0; d < D; ++d)
         for (int64_t i = 0; i < w; ++i)
@@ -72,9 +72,9 @@ Tensor softmax_impl(const Tensor &x, int64_t dim, std::optional<DType> dtype, bo
   }
   check_floating(x, op, "self");
   if (log) {
-    KILN_TRACE(LogSoftmax, KILN_NN_INPUTS(x), d);
+    KILN_TRACE(LogSoftmax, KILN_NN_INPUTS(x), .dim = d);
   } else {
-    KILN_TRACE(Softmax, KILN_NN_INPUTS(x), d);
+    KILN_TRACE(Softmax, KILN_NN_INPUTS(x), .dim = d);
   }
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta() || out.numel() == 0) return out;
@@ -244,7 +244,7 @@ Tensor layer_norm(const Tensor &x, IntArrayRef normalized_shape, const Tensor &w
   check_floating(x, "layer_norm", "input");
   check_param(weight, normalized_shape, x.dtype(), "layer_norm", "weight");
   check_param(bias, normalized_shape, x.dtype(), "layer_norm", "bias");
-  KILN_TRACE(LayerNorm, KILN_NN_INPUTS(x, weight, bias), normalized_shape, eps);
+  KILN_TRACE(LayerNorm, KILN_NN_INPUTS(x, weight, bias), .normalized_shape = normalized_shape, .eps = eps);
   Tensor out = detail::make_result(x.sizes(), x.dtype(), {&x, &weight, &bias});
   if (out.is_meta() || out.numel() == 0) return out;
   int64_t n = 1, rows = 1;
@@ -334,8 +334,9 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
                   const Tensor &running_var, bool training, double momentum, double eps) {
   if (detail::tracing()) [[unlikely]] {
     check_batch_norm(x, weight, bias, running_mean, running_var, training);
+    const attrs::BatchNormArgs a{.training = training, .momentum = momentum, .eps = eps};
     Tensor out = detail::trace_op(OpId::BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var),
-                                  Attrs{training, momentum, eps});
+                                  a.to_attrs());
     if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
     return out;
   }
@@ -347,7 +348,7 @@ Tensor dropout(const Tensor &x, double p, bool train) {
   detail::check_defined(x, "dropout", "input");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   KILN_CHECK(!train, "dropout: training mode is not supported (kiln has no training yet; pass train=false)");
-  KILN_TRACE(Dropout, KILN_NN_INPUTS(x), p, train);
+  KILN_TRACE(Dropout, KILN_NN_INPUTS(x), .p = p, .train = train);
   return x; // identity in evaluation mode, as torch (the same tensor, no copy)
 }
 

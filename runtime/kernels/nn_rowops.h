@@ -7,38 +7,34 @@
 #pragma once
 
 #include "runtime/kernels/reduce_rows.h"
+#include "runtime/kernels/vecmath_kernels.h"
 
-#include <bit>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace kiln::detail::nn {
 
 template <class T> inline constexpr int kLanes = 64 / sizeof(T); // one 512-bit register
 
-// exp for float in a form the vectorizer accepts (no libm call): Cephes'
-// range reduction and degree-6 polynomial, max relative error ~2 ulp. Inputs
-// below ~-87.3 (including -inf) give 0; NaN stays NaN.
-inline float exp_vec(float x) {
-  float xc = x > -87.33f ? x : -87.33f; // NaN -> -87.33 here, restored below
-  xc = xc < 88.72f ? xc : 88.72f;
-  const float magic = 12582912.f; // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (xc * 1.44269504088896341f + magic) - magic;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  const float y = p * r * r + r + 1.f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  const float res = y * scale;
-  return x < -87.33f ? 0.f : (x != x ? x : res);
+// y[i] = exp(y[i]), and y[i] = exp(x[i] - shift) (y may equal x). float32 through the
+// generated vector-math kernel that eager exp() runs and the JIT inlines
+// (runtime/kernels/vecmath_kernels.h), so softmax's exponentials are bit for bit
+// the compiled ones; float64 through libm, as the JIT's float64 exp.
+template <class T> void exp_in_place(T *y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    kiln_vm_exp_f32(y, y, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::exp(y[i]);
+  }
 }
-inline double exp_vec(double x) { return std::exp(x); }
+template <class T> void exp_shifted(const T *x, T *y, int64_t n, T shift) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+  exp_in_place(y, n);
+}
 
 // The max reduction uses GCC vector extensions: written over a lane array like
 // the sums below, g++ 12 keeps the lanes in scalar registers (vmaxss).
@@ -62,34 +58,27 @@ template <class T> T row_sum(const T *x, int64_t n) {
 
 // y[i] = exp(x[i] - shift); returns the sum of y. y may equal x.
 template <class T> T exp_shift_sum(const T *x, T *y, int64_t n, T shift) {
-  constexpr int L = kLanes<T>;
-  T acc[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) {
-      const T e = exp_vec(x[i + j] - shift);
-      y[i + j] = e;
-      acc[j] += e;
-    }
-  T s = 0;
-  for (int j = 0; j < L; ++j) s += acc[j];
-  for (; i < n; ++i) {
-    y[i] = exp_vec(x[i] - shift);
-    s += y[i];
-  }
-  return s;
+  exp_shifted(x, y, n, shift);
+  return row_sum(y, n);
 }
 
-// sum(exp(x[i] - shift)) without storing.
+// sum(exp(x[i] - shift)) without storing: the exponentials go through a stack
+// chunk, added in the lane order of row_sum.
 template <class T> T exp_shift_sum_only(const T *x, int64_t n, T shift) {
   constexpr int L = kLanes<T>;
+  constexpr int64_t kChunk = 64 * L; // a multiple of L: every lane sees the elements it sees in row_sum
+  T buf[kChunk];
   T acc[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) acc[j] += exp_vec(x[i + j] - shift);
+  int64_t i = 0, m = 0;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    m = std::min(kChunk, n - c);
+    exp_shifted(x + c, buf, m, shift);
+    for (i = 0; i + L <= m; i += L)
+      for (int j = 0; j < L; ++j) acc[j] += buf[i + j];
+  }
   T s = 0;
   for (int j = 0; j < L; ++j) s += acc[j];
-  for (; i < n; ++i) s += exp_vec(x[i] - shift);
+  for (; i < m; ++i) s += buf[i]; // the tail, left in buf by the last chunk
   return s;
 }
 

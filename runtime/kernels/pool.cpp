@@ -231,8 +231,8 @@ Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
   w.d = pair_arg(dilation, op, "dilation");
   w.ceil_mode = ceil_mode;
   const Pair o = check_window(x, w, op);
-  KILN_TRACE(MaxPool2d, {x}, as_ref(w.k), as_ref(w.s), as_ref(w.p),
-             as_ref(w.d), ceil_mode);
+  KILN_TRACE(MaxPool2d, {x}, .kernel_size = as_ref(w.k), .stride = as_ref(w.s), .padding = as_ref(w.p),
+             .dilation = as_ref(w.d), .ceil_mode = ceil_mode);
   Tensor out = detail::make_result(pool_shape(planes_of(x), o[0], o[1]), x.dtype(), {&x});
   if (out.is_meta() || out.numel() == 0) return out;
   dispatch_pool(x.dtype(), [&]<class T>() { max_pool_kernel<T>(x, w, out); });
@@ -251,8 +251,8 @@ Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
   w.d = {1, 1};
   w.ceil_mode = ceil_mode;
   const Pair o = check_window(x, w, op);
-  KILN_TRACE(AvgPool2d, {x}, as_ref(w.k), as_ref(w.s), as_ref(w.p),
-             ceil_mode, count_include_pad);
+  KILN_TRACE(AvgPool2d, {x}, .kernel_size = as_ref(w.k), .stride = as_ref(w.s), .padding = as_ref(w.p),
+             .ceil_mode = ceil_mode, .count_include_pad = count_include_pad);
   Tensor out = detail::make_result(pool_shape(planes_of(x), o[0], o[1]), x.dtype(), {&x});
   if (out.is_meta() || out.numel() == 0) return out;
   dispatch_pool(x.dtype(), [&]<class T>() { avg_pool_kernel<T>(x, w, count_include_pad, out); });
@@ -265,7 +265,7 @@ Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size) {
   check_pool_dtype(x, op, /*allow_int32=*/false);
   const Pair o = pair_arg(output_size, op, "output_size");
   KILN_CHECK(o[0] >= 0 && o[1] >= 0, op, ": elements of output_size must be non-negative, got ", shape_str(as_ref(o)));
-  KILN_TRACE(AdaptiveAvgPool2d, {x}, as_ref(o));
+  KILN_TRACE(AdaptiveAvgPool2d, {x}, .output_size = as_ref(o));
   Tensor out = detail::make_result(pool_shape(planes_of(x), o[0], o[1]), x.dtype(), {&x});
   if (out.is_meta() || out.numel() == 0) return out;
   dispatch_pool(x.dtype(), [&]<class T>() { adaptive_avg_kernel<T>(x, out); });

@@ -543,7 +543,7 @@ Tensor prod_impl(const Tensor &x, IntArrayRef dims, bool keepdim, std::optional<
   detail::check_defined(x, "prod", "self");
   ReducePlan p = plan_dims(x, dims, keepdim, "prod");
   DType dt = accumulate_dtype(x, dtype);
-  KILN_TRACE(Prod, {x}, IntArrayRef(p.dims), keepdim, dtype);
+  KILN_TRACE(Prod, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
   return fold_reduce<Times>(x, p, dt, 1.0);
 }
 
@@ -553,9 +553,9 @@ Tensor extreme_impl(const Tensor &x, IntArrayRef dims, bool keepdim, const char 
   ReducePlan p = plan_dims(x, dims, keepdim, op);
   check_nonempty(x, p, !dims.empty(), op);
   if constexpr (IsMax) {
-    KILN_TRACE(Amax, {x}, IntArrayRef(p.dims), keepdim);
+    KILN_TRACE(Amax, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim);
   } else {
-    KILN_TRACE(Amin, {x}, IntArrayRef(p.dims), keepdim);
+    KILN_TRACE(Amin, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim);
   }
   Tensor out = detail::make_result(p.out_shape, x.dtype(), {&x});
   if (out.is_meta()) return out;
@@ -580,9 +580,9 @@ template <bool IsMax> std::tuple<Tensor, Tensor> extreme_dim(const Tensor &x, in
   ReducePlan p = plan_dims(x, dim, keepdim, op);
   check_nonempty(x, p, true, op);
   if constexpr (IsMax) {
-    KILN_TRACE(MaxDim, {x}, p.dims[0], keepdim);
+    KILN_TRACE(MaxDim, {x}, .dim = p.dims[0], .keepdim = keepdim);
   } else {
-    KILN_TRACE(MinDim, {x}, p.dims[0], keepdim);
+    KILN_TRACE(MinDim, {x}, .dim = p.dims[0], .keepdim = keepdim);
   }
   Tensor values = detail::make_result(p.out_shape, x.dtype(), {&x});
   Tensor indices = detail::make_result(p.out_shape, kInt64, {&x});
@@ -600,9 +600,9 @@ template <bool IsMax> Tensor arg_impl(const Tensor &x, std::optional<int64_t> di
   std::optional<int64_t> wrapped;
   if (dim) wrapped = p.dims[0];
   if constexpr (IsMax) {
-    KILN_TRACE(Argmax, {x}, wrapped, keepdim);
+    KILN_TRACE(Argmax, {x}, .dim = wrapped, .keepdim = keepdim);
   } else {
-    KILN_TRACE(Argmin, {x}, wrapped, keepdim);
+    KILN_TRACE(Argmin, {x}, .dim = wrapped, .keepdim = keepdim);
   }
   Tensor indices = detail::make_result(p.out_shape, kInt64, {&x});
   if (indices.is_meta()) return indices;
@@ -617,9 +617,9 @@ Tensor var_impl(const Tensor &x, IntArrayRef dims, std::optional<double> correct
              in_shape(x));
   ReducePlan p = plan_dims(x, dims, keepdim, op);
   if (take_sqrt) {
-    KILN_TRACE(Std, {x}, IntArrayRef(p.dims), correction, keepdim);
+    KILN_TRACE(Std, {x}, .dims = IntArrayRef(p.dims), .correction = correction, .keepdim = keepdim);
   } else {
-    KILN_TRACE(Var, {x}, IntArrayRef(p.dims), correction, keepdim);
+    KILN_TRACE(Var, {x}, .dims = IntArrayRef(p.dims), .correction = correction, .keepdim = keepdim);
   }
   Tensor out = detail::make_result(p.out_shape, x.dtype(), {&x});
   if (out.is_meta()) return out;
@@ -670,7 +670,7 @@ Tensor sum(const Tensor &x, IntArrayRef dim, bool keepdim, std::optional<DType> 
   detail::check_defined(x, "sum", "self");
   ReducePlan p = plan_dims(x, dim, keepdim, "sum");
   DType dt = accumulate_dtype(x, dtype);
-  KILN_TRACE(Sum, {x}, IntArrayRef(p.dims), keepdim, dtype);
+  KILN_TRACE(Sum, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
   return fold_reduce<Plus>(x, p, dt, 1.0);
 }
 
@@ -685,7 +685,7 @@ Tensor mean(const Tensor &x, IntArrayRef dim, bool keepdim, std::optional<DType>
     KILN_CHECK(x.is_floating_point(), "mean: could not infer output dtype. Input dtype must be either a ",
                "floating point or complex dtype. Got: ", x.dtype(), in_shape(x));
   ReducePlan p = plan_dims(x, dim, keepdim, "mean");
-  KILN_TRACE(Mean, {x}, IntArrayRef(p.dims), keepdim, dtype);
+  KILN_TRACE(Mean, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
   return fold_reduce<Plus>(x, p, dtype.value_or(x.dtype()), double(p.count)); // 0 / 0 = nan when empty
 }
 
@@ -727,7 +727,7 @@ Tensor norm(const Tensor &x, const Scalar &p, IntArrayRef dim, bool keepdim) {
   // inf and negative orders have no identity: torch refuses them on empty reductions.
   KILN_CHECK(rp.count != 0 || (pv >= 0 && pv != INFINITY), "norm: cannot compute the ", p,
              " norm on an empty tensor because the operation does not have an identity", in_shape(x));
-  KILN_TRACE(Norm, {x}, p, IntArrayRef(rp.dims), keepdim);
+  KILN_TRACE(Norm, {x}, .p = p, .dims = IntArrayRef(rp.dims), .keepdim = keepdim);
   Tensor out = detail::make_result(rp.out_shape, x.dtype(), {&x});
   if (out.is_meta()) return out;
   Geom g = make_geom(x, rp.mask, /*reorder=*/true);

@@ -51,13 +51,13 @@ void check_triangle_input(const Tensor &x, const char *op) {
 
 Tensor tril(const Tensor &x, int64_t diagonal) {
   check_triangle_input(x, "tril");
-  KILN_TRACE(Tril, {x}, diagonal);
+  KILN_TRACE(Tril, {x}, .diagonal = diagonal);
   return triangle(x, diagonal, [](int64_t d) { return d <= 0; });
 }
 
 Tensor triu(const Tensor &x, int64_t diagonal) {
   check_triangle_input(x, "triu");
-  KILN_TRACE(Triu, {x}, diagonal);
+  KILN_TRACE(Triu, {x}, .diagonal = diagonal);
   return triangle(x, diagonal, [](int64_t d) { return d >= 0; });
 }
 
@@ -110,12 +110,12 @@ Tensor cat(const TensorList &tensors, int64_t dim) {
   size_t ref = 0;
   while (ref < tensors.size() && cat_skips(tensors[ref])) ++ref;
   if (ref == tensors.size()) { // every input skipped: torch returns an empty 1-D tensor
-    KILN_TRACE(Cat, tensors, dim);
+    KILN_TRACE(Cat, tensors, .dim = dim);
     return detail::make_tensor({0}, dt, any_meta(tensors));
   }
   const int64_t d = detail::wrap_dim(dim, tensors[ref].dim(), "cat");
   Dims shape = cat_shape(tensors, ref, d);
-  KILN_TRACE(Cat, tensors, d);
+  KILN_TRACE(Cat, tensors, .dim = d);
   Tensor out = detail::make_tensor(shape, dt, any_meta(tensors));
   if (out.is_meta()) return out;
   int64_t offset = 0;
@@ -137,7 +137,7 @@ Tensor stack(const TensorList &tensors, int64_t dim) {
   Dims shape(first.sizes());
   shape.insert(d, int64_t(tensors.size()));
   const DType dt = promoted_dtype(tensors);
-  KILN_TRACE(Stack, tensors, d);
+  KILN_TRACE(Stack, tensors, .dim = d);
   Tensor out = detail::make_tensor(shape, dt, any_meta(tensors));
   if (out.is_meta()) return out;
   // Entry i goes to out.select(d, i): drop dim d from out's metadata.
@@ -162,7 +162,7 @@ int64_t split_dim(const Tensor &x, int64_t dim, const char *op) {
 
 // Views of consecutive pieces of dim d (sizes already validated).
 std::vector<Tensor> split_views(const Tensor &x, const std::vector<int64_t> &sizes, int64_t d) {
-  KILN_TRACE(Split, {x}, sizes, d);
+  KILN_TRACE(Split, {x}, .split_sizes = sizes, .dim = d);
   std::vector<Tensor> out;
   out.reserve(sizes.size());
   int64_t start = 0;
@@ -299,7 +299,7 @@ Tensor index_select(const Tensor &x, int64_t dim, const Tensor &index) {
   check_index_dtype(index, "index_select", "index");
   KILN_CHECK(x.dim() > 0 || index.numel() == 1, "index_select: index to a 0-dim tensor can have only 1 value, got ",
              index.numel());
-  KILN_TRACE(IndexSelect, (std::vector<Tensor>{x, index}), d); // parenthesized: the braces hold a comma
+  KILN_TRACE(IndexSelect, (std::vector<Tensor>{x, index}), .dim = d); // parenthesized: the braces hold a comma
   Dims shape(x.sizes());
   if (x.dim() > 0) shape[d] = index.numel();
   Tensor out = detail::make_result(shape, x.dtype(), {&x, &index});
@@ -392,7 +392,7 @@ Tensor gather(const Tensor &x, int64_t dim, const Tensor &index) {
     check_index_dtype(index, "gather", "index");
     check_gather_shapes(x, d, index);
   }
-  KILN_TRACE(Gather, (std::vector<Tensor>{x, index}), d);
+  KILN_TRACE(Gather, (std::vector<Tensor>{x, index}), .dim = d);
   Tensor out = detail::make_result(index.sizes(), x.dtype(), {&x, &index});
   if (out.is_meta() || empty) return out;
   dispatch_dtype(x.dtype(), [&]<class T>() {

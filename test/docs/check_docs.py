@@ -59,7 +59,7 @@ Factories not listed (`empty`, `zeros`, `ones`, `randn`, `rand`, `randint`, `*_l
 tensors outside traced graphs. Writing a new op: `docs/ops.md`.
 """
 
-SHOWN_ELSEWHERE = {"Lowers", "Eager", "Fuses", "NoGrad", "NoTraits"}
+SHOWN_ELSEWHERE = {"Lowers", "Eager", "Fuses", "NoGrad", "NoTraits", "EpilogueHead"}
 
 
 def split_top(text, sep=","):
@@ -109,9 +109,6 @@ ATTR_SPELLING = {"Int": "int", "OptInt": "int?", "Float": "float", "OptFloat": "
                  "IntList": "int[]", "Str": "str", "OptStr": "str?", "Number": "Scalar", "OptNumber": "Scalar?",
                  "ScalarType": "ScalarType", "OptScalarType": "ScalarType?"}
 
-CONTRACTION_HEADS = {"mm", "bmm", "matmul", "conv2d"}
-
-
 def declarations(root):
     """Top-level declarations of runtime/ops.h, whitespace-normalized, by function name."""
     text = re.sub(r"//[^\n]*", "", (root / "runtime" / "ops.h").read_text())
@@ -134,7 +131,7 @@ def compiled_column(e):
 def fuses_column(e):
     if "Fuses" in e["traits"]:
         return "yes"
-    if e["mnemonic"] in CONTRACTION_HEADS:
+    if "EpilogueHead" in e["traits"]:
         return "epilogue"
     return "no"
 

@@ -19,6 +19,8 @@
 #include "float_sweep_util.h"
 #include <kiln/kiln.h>
 
+#include "runtime/kernels/vecmath_list.h"
+
 using namespace kiln;
 
 namespace {
@@ -38,15 +40,12 @@ struct Case {
 
 // Every unary elementwise op and every lowered pow exponent; sin/cos have no
 // lowering (they run eagerly inside a compiled function too) and are swept anyway.
+// Each line of the vector-math list (runtime/kernels/vecmath_list.h) is a case by itself.
 std::vector<Case> cases() {
   return {
-      {"exp", [](const Tensor &x) { return kiln::exp(x); }},
-      {"expm1", [](const Tensor &x) { return kiln::expm1(x); }},
-      {"log", [](const Tensor &x) { return kiln::log(x); }},
-      {"log1p", [](const Tensor &x) { return kiln::log1p(x); }},
-      {"tanh", [](const Tensor &x) { return kiln::tanh(x); }},
-      {"erf", [](const Tensor &x) { return kiln::erf(x); }},
-      {"sigmoid", [](const Tensor &x) { return kiln::sigmoid(x); }},
+#define X(Id, fn, f64) {#fn, [](const Tensor &x) { return kiln::fn(x); }},
+      KILN_VECMATH_OPS(X)
+#undef X
       {"silu", [](const Tensor &x) { return kiln::silu(x); }},
       {"gelu_none", [](const Tensor &x) { return kiln::gelu(x, "none"); }},
       {"gelu_tanh", [](const Tensor &x) { return kiln::gelu(x, "tanh"); }},
@@ -221,6 +220,37 @@ TEST(EagerCompiledBits, StridedAndPromotedInputs) {
       expect_bitwise_equal<float>(c, xf, dense, eager.contiguous());
       expect_bitwise_equal<float>(c, xf, eager.contiguous(), jit.contiguous());
     }
+  }
+}
+
+} // namespace
+
+namespace {
+
+// Eager softmax (and SDPA's row softmax, the same row kernel) computes its
+// exponentials with the shared vector-math exp, so rows whose sum has a single
+// rounding (two elements: 1 + e) give the compiled softmax's bits: both compute
+// e = exp(x - max) and e * (1 / sum). Swept over ~2^17 gaps d in [0, 104] per
+// layout, along the last dim (row kernels) and along dim 0 (the strided eager
+// kernel, the compiled column tiles).
+TEST(EagerCompiledBits, SoftmaxExponentialsAreTheSharedExp) {
+  const int64_t n = int64_t(1) << 17;
+  std::vector<float> rows(size_t(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = 104.0f * float(i) / float(n) + 1e-7f * float(i % 13);
+    rows[size_t(2 * i)] = (i % 2) ? 0.0f : -d; // the max on either side
+    rows[size_t(2 * i + 1)] = (i % 2) ? -d : 0.0f;
+  }
+  Tensor last = tensor_of(rows).view({n, 2});
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  for (int64_t dim : {int64_t(-1), int64_t(0)}) {
+    Tensor x = dim == 0 ? last.transpose(0, 1).contiguous() : last;
+    auto f = kiln::compile([dim](const std::vector<Tensor> &in) { return std::vector<Tensor>{kiln::softmax(in[0], dim)}; },
+                           o);
+    ASSERT_GE(f.kernels_per_call({x}), 1) << "softmax must run as a JIT kernel";
+    const Case c{dim == 0 ? "softmax(dim=0)" : "softmax(dim=-1)", {}};
+    expect_bitwise_equal<float>(c, x.contiguous(), kiln::softmax(x, dim), f({x}).at(0));
   }
 }
 

@@ -144,12 +144,28 @@ TEST(IrRoundTrip, EveryAttributeKind) {
   for (const AttrValue &v : values) {
     Graph g("attrs");
     Value *x = g.add_input(ty({4}), "x");
-    // as_strided's attribute names carry no fixed kind in the parser: any value goes.
-    Node *n = g.create(OpId::AsStrided, {x}, {v, v, v}, {ty({4})});
+    // An attribute whose ops.def type holds v's kind (the parser checks each one).
+    const AttrValue one = int64_t(1), four = std::vector<int64_t>{4};
+    struct Slot {
+      OpId op;
+      Attrs attrs;
+      size_t at;
+    };
+    const Slot slots[] = {
+        {OpId::AsStrided, {four, four, v}, 2},                 // none, int: storage_offset (int?)
+        {OpId::Dropout, {v, false}, 0},                        // float: p
+        {OpId::Dropout, {0.5, v}, 1},                          // bool: train
+        {OpId::AsStrided, {v, four, one}, 0},                  // int list: size
+        {OpId::Gelu, {v}, 0},                                  // string: approximate
+        {OpId::Cast, {v}, 0},                                  // dtype
+    };
+    const size_t kind = v.variant().index();
+    const Slot &s = slots[kind <= 1 ? 0 : kind - 1];
+    Node *n = g.create(s.op, {x}, s.attrs, {ty({4})});
     g.set_outputs({n->result()});
     auto p = expect_round_trip(g);
     ASSERT_TRUE(p);
-    const AttrValue &got = p->nodes()[0]->attrs()[1];
+    const AttrValue &got = p->nodes()[0]->attrs()[s.at];
     ASSERT_EQ(got.variant().index(), v.variant().index());
     if (v.is_float()) {
       double a = v.as_float(), b = got.as_float();
@@ -427,10 +443,13 @@ TEST(IrVerifier, OptionalAndVariadicOperands) {
                  "scale = none} : f32[2, 5, 8]\n"
                  "  return %3, %4\n}\n");
   EXPECT_NO_THROW(verify(*g));
-  // An attribute of the wrong kind that only the op's adapter knows about.
-  auto bad = parse("graph @g(%x: f32[4, 8]) {\n  %0 = sum(%x) {dims = 1, keepdim = false, dtype = none} : f32[4]\n"
-                   "  return %0\n}\n");
-  EXPECT_EQ(error_of([&] { verify(*bad); }), "verify: @g: %0 = sum(%x): attribute: expected an int list, got int");
+  // An attribute of the wrong kind: the parser checks each attribute against its
+  // type in ops.def (ATTR(IntList, dims)), before the verifier sees the graph.
+  EXPECT_EQ(error_of([&] {
+              parse("graph @g(%x: f32[4, 8]) {\n  %0 = sum(%x) {dims = 1, keepdim = false, dtype = none} : f32[4]\n"
+                    "  return %0\n}\n");
+            }),
+            "<input>:2:24: attribute 'dims' of sum must be an int list");
 }
 
 TEST(IrVerifier, DanglingOutputsAndWriteBacks) {

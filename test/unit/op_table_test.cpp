@@ -8,11 +8,14 @@
 //   docs/ops.md puts it in this sweep without touching this file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include <kiln/kiln.h>
 
+#include "codegen/interpret.h"
+#include "codegen/jit.h"
 #include "codegen/kernel.h"
 #include "codegen/op_lowering.h"
 #include "frontend/trace.h"
@@ -78,17 +81,116 @@ TEST(OpTable, RegistryAgreesWithTheConstexprFacts) {
   }
 }
 
-TEST(OpTable, KernelTranscendentalsAreTheLibmOnesAndSigmoid) {
-  // float64 kernels call libm for each transcendental KOp but sigmoid (1/(1+exp(-x))).
-  std::vector<codegen::KOp> libm = {
-#define X(op, fn) codegen::KOp::op,
-      KILN_LIBM_OPS(X)
+// The vector-math list (runtime/kernels/vecmath_list.h) and the op table agree:
+// each list entry is the kernel op of the ops.def entry of the same name, which is
+// Transcendental and Lowers; every Transcendental kernel op comes from the list.
+TEST(OpTable, VecmathListIsTheTranscendentalOps) {
+  std::vector<codegen::KOp> listed;
+  std::vector<OpId> listed_ops;
+#define X(Id, fn, f64)                                                                                     \
+  listed.push_back(codegen::KOp::Id);                                                                      \
+  listed_ops.push_back(OpId::Id);                                                                          \
+  EXPECT_EQ(op_info(OpId::Id).mnemonic, #fn);                                                              \
+  EXPECT_TRUE(is_transcendental(OpId::Id) && lowering_expected(OpId::Id)) << #Id;                          \
+  EXPECT_EQ(codegen::op_arity(codegen::KOp::Id), 1) << #Id;
+  KILN_VECMATH_OPS(X)
 #undef X
-  };
-  for (int i = 0; i <= int(codegen::KOp::Reduce); ++i) {
+  for (size_t i = 0; i < codegen::kNumKOps; ++i) {
     auto op = codegen::KOp(i);
-    bool in_libm = std::find(libm.begin(), libm.end(), op) != libm.end();
-    EXPECT_EQ(codegen::is_transcendental(op), in_libm || op == codegen::KOp::Sigmoid) << codegen::op_name(op);
+    bool in_list = std::find(listed.begin(), listed.end(), op) != listed.end();
+    EXPECT_EQ(codegen::is_transcendental(op), in_list) << codegen::op_name(op);
+  }
+  for (OpId id : all_ops()) {
+    if (!is_transcendental(id) || !lowering_expected(id)) continue;
+    EXPECT_NE(std::find(listed_ops.begin(), listed_ops.end(), id), listed_ops.end())
+        << op_info(id).mnemonic << " is a lowered transcendental missing from vecmath_list.h";
+  }
+}
+
+namespace {
+
+// One kernel of a single `op` node over float32 inputs in [0.05, 2.5] (int32 for the
+// bitwise ops, a bool condition for Select, a row sum for Reduce).
+codegen::KernelDesc one_op_kernel(codegen::KOp op) {
+  using namespace codegen;
+  const std::string name = op_name(op);
+  const bool bits = op == KOp::Not || op == KOp::And || op == KOp::Or || op == KOp::Xor;
+  KernelBuilder k({3, 37});
+  const DType t = bits ? DType::Int32 : DType::Float32;
+  Expr a = k.input(t), b = k.input(t), c = k.input(t);
+  if (op == KOp::Reduce) {
+    k.output_per_row(reduce_sum(a));
+    return k.build();
+  }
+  if (op == KOp::Select) {
+    k.output(k.select(k.binary(KOp::Lt, a, b), b, c));
+    return k.build();
+  }
+  if (op == KOp::Cast) {
+    k.output(k.cast(a, DType::Float64));
+    return k.build();
+  }
+  if (op == KOp::Const) {
+    k.output(a + k.constant(0.5, t));
+    return k.build();
+  }
+  switch (op == KOp::Load ? 1 : op_arity(op)) {
+  case 1: k.output(op == KOp::Load ? a : k.unary(op, a)); break;
+  case 2: k.output(k.binary(op, a, b)); break;
+  default: k.output(k.fma(a, b, c)); break;
+  }
+  return k.build();
+}
+
+} // namespace
+
+// Every kernel op (the core list and each vector-math entry) has a JIT lowering
+// and an interpreter case, and the two agree: a new KOp without either fails here
+// (by name), not inside some fused kernel later.
+TEST(OpTable, EveryKernelOpLowersAndInterprets) {
+  using namespace codegen;
+  for (size_t i = 0; i < kNumKOps; ++i) {
+    const KOp op = KOp(i);
+    SCOPED_TRACE(op_name(op));
+    KernelDesc d = one_op_kernel(op);
+    const int64_t n = d.numel();
+    std::vector<std::vector<char>> in(3, std::vector<char>(size_t(n) * 4));
+    for (int j = 0; j < 3; ++j)
+      for (int64_t e = 0; e < n; ++e) {
+        if (d.inputs[0].dtype == DType::Int32) reinterpret_cast<int32_t *>(in[j].data())[e] = int32_t(e * 7 + j * 3 - 50);
+        else reinterpret_cast<float *>(in[j].data())[e] = 0.05f + 2.45f * float((e * 13 + j * 5) % 97) / 96.0f;
+      }
+    const size_t out_bytes = size_t(n) * 8;
+    std::vector<char> jit_out(out_bytes, 0), ref_out(out_bytes, 0);
+    void *jit_buf[] = {in[0].data(), in[1].data(), in[2].data(), jit_out.data()};
+    void *ref_buf[] = {in[0].data(), in[1].data(), in[2].data(), ref_out.data()};
+    std::shared_ptr<const CompiledKernel> kernel;
+    try {
+      kernel = Jit::global().compile(d);
+    } catch (const Error &e) {
+      ADD_FAILURE() << "no JIT lowering: " << e.what();
+      continue;
+    }
+    kernel->run(jit_buf);
+    try {
+      interpret(d, ref_buf);
+    } catch (const Error &e) {
+      ADD_FAILURE() << "no interpreter case: " << e.what();
+      continue;
+    }
+    const DType ot = d.outputs[0].buffer.dtype;
+    const int64_t count = op == KOp::Reduce ? 3 : n;
+    for (int64_t e = 0; e < count; ++e) {
+      double x = 0, y = 0;
+      switch (ot) {
+      case DType::Float32: x = reinterpret_cast<float *>(jit_out.data())[e], y = reinterpret_cast<float *>(ref_out.data())[e]; break;
+      case DType::Float64: x = reinterpret_cast<double *>(jit_out.data())[e], y = reinterpret_cast<double *>(ref_out.data())[e]; break;
+      case DType::Int32: x = reinterpret_cast<int32_t *>(jit_out.data())[e], y = reinterpret_cast<int32_t *>(ref_out.data())[e]; break;
+      case DType::Bool: x = jit_out[size_t(e)], y = ref_out[size_t(e)]; break;
+      case DType::Int64: x = double(reinterpret_cast<int64_t *>(jit_out.data())[e]), y = double(reinterpret_cast<int64_t *>(ref_out.data())[e]); break;
+      }
+      ASSERT_NEAR(x, y, 1e-5 * std::max(1.0, std::fabs(y))) << "element " << e;
+    }
   }
 }
 
@@ -105,6 +207,53 @@ TEST(OpAttrs, ReadByName) {
   // Names agree with the registry's (the parser and printer use those).
   EXPECT_EQ(op_info(OpId::BatchNorm).attr_names, (std::vector<std::string_view>{"training", "momentum", "eps"}));
   EXPECT_EQ(op_info(OpId::BatchNorm).attr_types, (std::vector<std::string_view>{"bool", "float", "float"}));
+}
+
+// Built by name, read by name: the builders (attrs::BatchNormArgs, KILN_TRACE's
+// designated initializers) and the accessors agree, whatever the order in ops.def.
+TEST(OpAttrs, BuiltByNameReadByName) {
+  Attrs bn = attrs::BatchNormArgs{.training = true, .momentum = 0.25, .eps = 1e-3}.to_attrs();
+  EXPECT_EQ(attrs::BatchNorm{bn}.training(), true);
+  EXPECT_EQ(attrs::BatchNorm{bn}.momentum(), 0.25);
+  EXPECT_EQ(attrs::BatchNorm{bn}.eps(), 1e-3);
+  Attrs sl = attrs::Args<OpId::Slice>{.dim = 1, .start = std::nullopt, .end = 7, .step = 2}.to_attrs();
+  attrs::Slice s{sl};
+  EXPECT_EQ(s.dim(), 1);
+  EXPECT_FALSE(s.start().has_value());
+  EXPECT_EQ(s.end(), std::optional<int64_t>(7));
+  EXPECT_EQ(s.step(), 2);
+  Attrs none = attrs::ReluArgs{}.to_attrs();
+  EXPECT_TRUE(none.empty());
+}
+
+// Every op's generated position of each attribute is its position in the
+// registry (parser, printer), and its type's parser check is what its accessor
+// reads: the three views of ops.def's ATTR columns agree, for every op.
+TEST(OpAttrs, PositionsAndTypesAgreeWithTheRegistryForEveryOp) {
+  size_t checked = 0;
+#define ATTR(Type, Name)                                                                                   \
+  EXPECT_EQ(info.attr_names.at(Index::Name##_), #Name) << info.mnemonic;                                   \
+  EXPECT_EQ(info.attr_types.at(Index::Name##_), attr_type::Type::spelling) << info.mnemonic;               \
+  EXPECT_EQ(info.attr_accepts.at(Index::Name##_), attr_type::Type::accepts) << info.mnemonic;              \
+  ++checked;
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attr_list)                                               \
+  {                                                                                                        \
+    using Index = attrs::detail::Id##Index;                                                                \
+    const OpInfo &info = op_info(OpId::Id);                                                                \
+    EXPECT_EQ(info.attr_names.size(), size_t(Index::kCount));                                              \
+    attr_list                                                                                              \
+  }
+#include "runtime/ops.def"
+#undef ATTR
+  EXPECT_GT(checked, 50u);
+  // accepts is a mask over AttrValue's alternatives, in variant order.
+  EXPECT_EQ(1u << AttrValue(int64_t(3)).variant().index(), attr_kind::Int);
+  EXPECT_EQ(1u << AttrValue(2.5).variant().index(), attr_kind::Float);
+  EXPECT_EQ(1u << AttrValue(true).variant().index(), attr_kind::Bool);
+  EXPECT_EQ(1u << AttrValue().variant().index(), attr_kind::None);
+  EXPECT_EQ(1u << AttrValue(std::vector<int64_t>{1}).variant().index(), attr_kind::Ints);
+  EXPECT_EQ(1u << AttrValue("s").variant().index(), attr_kind::String);
+  EXPECT_EQ(1u << AttrValue(kFloat32).variant().index(), attr_kind::DType);
 }
 
 TEST(OpAttrs, WrongCountOrTypeIsAnErrorNamingTheOp) {
@@ -257,4 +406,57 @@ TEST(PointwiseSweep, EveryLoweredPointwiseOpIsTracedFusedLoweredAndEqualToEager)
     ++checked;
   }
   EXPECT_GE(checked, 40); // the table's elementwise ops, not an empty sweep
+}
+
+namespace {
+
+// Operands and attributes for each op with the EpilogueHead trait.
+std::optional<std::pair<std::vector<Tensor>, Attrs>> contraction_sample(OpId id) {
+  manual_seed(7);
+  switch (id) {
+  case OpId::Mm:
+  case OpId::Matmul: return std::pair{std::vector<Tensor>{randn({8, 16}), randn({16, 12})}, Attrs{}};
+  case OpId::Bmm: return std::pair{std::vector<Tensor>{randn({2, 8, 16}), randn({2, 16, 12})}, Attrs{}};
+  case OpId::Conv2d:
+    return std::pair{std::vector<Tensor>{randn({1, 3, 8, 8}), randn({4, 3, 3, 3})},
+                     attrs::Conv2dArgs{.stride = std::vector<int64_t>{1, 1}, .padding = std::vector<int64_t>{1, 1},
+                                       .dilation = std::vector<int64_t>{1, 1}, .groups = 1}
+                         .to_attrs()};
+  case OpId::Addmm:
+    return std::pair{std::vector<Tensor>{randn({12}), randn({8, 16}), randn({16, 12})},
+                     attrs::AddmmArgs{.beta = 1, .alpha = 1}.to_attrs()};
+  default: return std::nullopt;
+  }
+}
+
+} // namespace
+
+// The EpilogueHead trait is what fuse asks (passes/fuse.cpp): each op that has it
+// heads a fusion group with the relu after it (codegen/epilogue.cpp runs it) and
+// equals eager; a contraction without it (addmm) stays outside any group.
+TEST(OpTable, EpilogueHeadsAreTheContractionsThatHeadGroups) {
+  int heads = 0;
+  for (OpId id : all_ops()) {
+    if (op_kind(id) != OpKind::Contraction) continue;
+    SCOPED_TRACE(std::string(op_info(id).mnemonic));
+    auto sample = contraction_sample(id);
+    if (!sample) {
+      EXPECT_FALSE(heads_epilogue(id)) << "an EpilogueHead without a sample here: add one";
+      continue;
+    }
+    const Attrs a = sample->second;
+    ModelFn fn = [id, a](const std::vector<Tensor> &in) {
+      std::vector<Tensor> operands = in;
+      operands.resize(op_operands(id).max); // absent optional operands (conv2d's bias)
+      return std::vector<Tensor>{relu(run_op(id, operands, a).at(0))};
+    };
+    CompiledFunction f = compile(fn);
+    std::vector<Tensor> got = f(sample->first);
+    std::shared_ptr<const ir::Graph> g = f.graph_for(sample->first);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(node_in(*g, id, true), heads_epilogue(id)) << (heads_epilogue(id) ? "not heading a group" : "in a group");
+    EXPECT_EQ(mismatch(got.at(0), fn(sample->first).at(0)), "");
+    heads += heads_epilogue(id);
+  }
+  EXPECT_EQ(heads, 4); // mm, bmm, matmul, conv2d
 }
