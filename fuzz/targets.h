@@ -22,7 +22,9 @@ std::string ir_parser(const uint8_t *data, size_t size);
 // The bytes choose a random graph (test/util/random_graph.h); kiln::compile
 // (no eager fallback) must equal the interpreter on the traced graph, and on
 // permuted, sliced and expanded inputs it must equal eager (values, output
-// strides, and an error where eager throws one).
+// strides, and an error where eager throws one). Inputs whose last byte is a
+// multiple of 4 also drive a contraction-heavy graph (contraction_graph_options:
+// kiln's GEMM and conv kernels), with atol growing with the longest contraction.
 std::string random_graph(const uint8_t *data, size_t size);
 
 // The bytes as a safetensors file (in a memfd, read through /proc/self/fd):
