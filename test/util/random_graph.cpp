@@ -266,31 +266,46 @@ private:
     }
   }
 
+  // The products of a pool value with a weight parameter that both contraction
+  // generators draw (contract, contract_sized).
+  enum class WeightProduct { Linear, LinearNoBias, Matmul, MatmulTransposed };
+
+  bool fits(const Val &a, int64_t n) {
+    Shape out = shape(a);
+    out.back() = n;
+    return numel_of(out) <= o_.max_numel;
+  }
+
+  // a [.., K] times a K x n weight in the form `p`; unary() instead when the
+  // result would be too large.
+  void weight_product(const Val &a, WeightProduct p, int64_t n) {
+    if (!fits(a, n)) return unary();
+    const int64_t k = a.t.sizes().back();
+    const double bound = a.bound * double(k);
+    switch (p) {
+    case WeightProduct::Linear: return push(linear(a.t, param({n, k}), param({n})), bound + 1);
+    case WeightProduct::LinearNoBias: return push(linear(a.t, param({n, k})), bound);
+    case WeightProduct::Matmul: return push(matmul(a.t, param({k, n})), bound);
+    // A transposed operand (a view), as in attention's q @ k^T.
+    case WeightProduct::MatmulTransposed: return push(matmul(a.t, param({n, k}).transpose(0, 1)), bound);
+    }
+  }
+
   void contract() {
     Val a = pick();
     if (a.t.dim() == 0) return unary();
-    Shape s = shape(a);
-    int64_t k = s.back();
-    int64_t n = 1 + int64_t(c_.below(uint64_t(o_.max_dim)));
-    Shape out = s;
-    out.back() = n;
-    double bound = a.bound * double(k);
+    const int64_t n = 1 + int64_t(c_.below(uint64_t(o_.max_dim)));
     switch (c_.below(4)) {
-    case 0:
-      if (numel_of(out) > o_.max_numel) return unary();
-      return push(linear(a.t, param({n, k}), param({n})), bound + 1);
-    case 1:
-      if (numel_of(out) > o_.max_numel) return unary();
-      return push(matmul(a.t, param({k, n})), bound);
-    case 2:
-      // A transposed operand (a view), as in attention's q @ k^T.
-      if (numel_of(out) > o_.max_numel) return unary();
-      return push(matmul(a.t, param({n, k}).transpose(0, 1)), bound);
+    case 0: return weight_product(a, WeightProduct::Linear, n);
+    case 1: return weight_product(a, WeightProduct::Matmul, n);
+    case 2: return weight_product(a, WeightProduct::MatmulTransposed, n);
     default: {
       if (a.t.dim() < 2) return unary();
+      Shape s = shape(a);
+      Shape out = s;
       out.back() = s[s.size() - 2];
       if (numel_of(out) > o_.max_numel) return unary();
-      return push(matmul(a.t, a.t.transpose(-1, -2)), a.bound * bound);
+      return push(matmul(a.t, a.t.transpose(-1, -2)), a.bound * (a.bound * double(s.back())));
     }
     }
   }
@@ -316,15 +331,10 @@ private:
     const double bound = a.bound * double(k);
     switch (c_.below(7)) {
     case 0:
-      if (numel_of(out) > o_.max_numel) return unary();
-      if (c_.chance(50)) return push(linear(a.t, param({n, k})), bound);
-      return push(linear(a.t, param({n, k}), param({n})), bound + 1);
-    case 1:
-      if (numel_of(out) > o_.max_numel) return unary();
-      return push(matmul(a.t, param({k, n})), bound);
-    case 2:
-      if (numel_of(out) > o_.max_numel) return unary();
-      return push(matmul(a.t, param({n, k}).transpose(0, 1)), bound);
+      if (!fits(a, n)) return unary();
+      return weight_product(a, c_.chance(50) ? WeightProduct::LinearNoBias : WeightProduct::Linear, n);
+    case 1: return weight_product(a, WeightProduct::Matmul, n);
+    case 2: return weight_product(a, WeightProduct::MatmulTransposed, n);
     case 3: { // a broadcast batch on the right: [.., M, K] @ [B, K, N]
       if (a.t.dim() > 2) return push(matmul(a.t, param({k, n})), bound);
       int64_t b = 1 + int64_t(c_.below(3));
