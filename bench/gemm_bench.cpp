@@ -7,21 +7,37 @@
 //
 // Shapes: 2048^3 (issue 15's gemm-2048), W5's four linear layers (GPT-2 block,
 // M = 128 tokens, y = x W^T: B transposed), 512^3, and W6's 1 x 64 x 64.
+//
+// W5's four linears with their epilogues (`w5post_*`): kiln's compiled linear +
+// epilogue through the public API (compile a traced function, call it: packed
+// weights, the epilogue fused, a fresh output per call) against oneDNN's matmul
+// primitive with the same post-ops (bias; binary_add of the residual for proj
+// and fc2; eltwise_gelu_tanh for fc, as W5's gelu(..., "tanh")), its weights
+// reordered once to the primitive's preferred format. The oneDNN row's label is
+// the implementation oneDNN chose; `max_diff` is max |oneDNN - kiln| on the same data.
+// Run: build/bench/kiln_bench_gemm --benchmark_filter=w5post
 // Run: build/bench/kiln_bench_gemm --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <random>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
 #ifdef KILN_HAVE_DNNL
 #include <dnnl.h>
+#include <dnnl.hpp>
 #include <omp.h>
 #endif
+
+#include <kiln/kiln.h>
 
 #include "codegen/gemm/gemm.h"
 #include "runtime/ops.h"
@@ -111,6 +127,117 @@ void onednn(benchmark::State &state, Shape s, int threads) {
 }
 #endif
 
+// ---- W5's linears with their epilogues: kiln compiled vs oneDNN's matmul primitive
+
+struct PostShape {
+  const char *name;
+  int64_t N, K;
+  bool gelu, residual; // y = [residual +] [gelu_tanh](x W^T + b)
+};
+
+const PostShape kPostShapes[] = {
+    {"w5post_qkv_bias", 2304, 768, false, false},
+    {"w5post_proj_bias_residual", 768, 768, false, true},
+    {"w5post_fc_bias_gelu", 3072, 768, true, false},
+    {"w5post_fc2_bias_residual", 768, 3072, false, true},
+};
+constexpr int64_t kPostM = 128;
+
+// The same operands for both rows (x [M, K], W [N, K], b [N], residual [M, N]),
+// and kiln's result, which the oneDNN row compares with.
+struct PostData {
+  kiln::Tensor x, w, b, r, y_kiln;
+};
+
+std::map<std::string, PostData> &post_data() {
+  static std::map<std::string, PostData> m;
+  return m;
+}
+
+PostData &post_operands(const PostShape &p) {
+  PostData &d = post_data()[p.name];
+  if (d.x.defined()) return d;
+  kiln::manual_seed(7);
+  d.x = kiln::randn({kPostM, p.K});
+  d.w = kiln::randn({p.N, p.K}).mul_(0.02);
+  d.b = kiln::randn({p.N}).mul_(0.1);
+  d.r = kiln::randn({kPostM, p.N});
+  return d;
+}
+
+kiln::CompiledFunction compile_post(const PostShape &p, const PostData &d) {
+  const kiln::Tensor w = d.w, b = d.b;
+  const bool gelu = p.gelu, residual = p.residual;
+  return kiln::compile([w, b, gelu, residual](const std::vector<kiln::Tensor> &in) {
+    kiln::Tensor y = kiln::linear(in[0], w, b);
+    if (gelu) y = kiln::gelu(y, "tanh");
+    if (residual) y = in[1] + y;
+    return std::vector<kiln::Tensor>{y};
+  });
+}
+
+void set_post_counters(benchmark::State &state, const PostShape &p, int threads) {
+  set_counters(state, Shape{p.name, kPostM, p.N, p.K, true}, threads);
+}
+
+void kiln_compiled_post(benchmark::State &state, PostShape p, int threads) {
+  kiln::set_num_threads(threads);
+  PostData &d = post_operands(p);
+  kiln::CompiledFunction f = compile_post(p, d);
+  std::vector<kiln::Tensor> in{d.x};
+  if (p.residual) in.push_back(d.r);
+  d.y_kiln = f(in).at(0); // the specialization is built here, outside the timing
+  for (auto _ : state) benchmark::DoNotOptimize(f(in));
+  set_post_counters(state, p, threads);
+}
+
+#ifdef KILN_HAVE_DNNL
+void onednn_matmul_post(benchmark::State &state, PostShape p, int threads) {
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  using dt = memory::data_type;
+  omp_set_num_threads(threads);
+  PostData &d = post_operands(p);
+  const int64_t M = kPostM, N = p.N, K = p.K;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const memory::desc src_md({M, K}, dt::f32, tag::ab), wei_any({K, N}, dt::f32, tag::any),
+      bias_md({1, N}, dt::f32, tag::ab), dst_md({M, N}, dt::f32, tag::ab);
+  post_ops po;
+  if (p.gelu) po.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+  if (p.residual) po.append_binary(algorithm::binary_add, dst_md);
+  primitive_attr attr;
+  attr.set_post_ops(po);
+  const matmul::primitive_desc pd(matmul::desc(src_md, wei_any, bias_md, dst_md), attr, eng);
+  // W [N, K] row-major is W^T [K, N] in format `ba`: reordered once to the primitive's choice.
+  memory w_user({{K, N}, dt::f32, tag::ba}, eng, d.w.raw_data());
+  memory w_mem(pd.weights_desc(), eng);
+  reorder(w_user, w_mem).execute(s, w_user, w_mem);
+  s.wait();
+  std::vector<float> y(size_t(M * N));
+  memory src(src_md, eng, d.x.raw_data()), bias(bias_md, eng, d.b.raw_data()), dst(dst_md, eng, y.data()),
+      res(dst_md, eng, d.r.raw_data());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}};
+  if (p.residual) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(p.gelu ? 1 : 0) | DNNL_ARG_SRC_1] = res;
+  const matmul prim(pd);
+  prim.execute(s, args);
+  s.wait();
+  for (auto _ : state) {
+    prim.execute(s, args);
+    s.wait();
+  }
+  set_post_counters(state, p, threads);
+  state.SetLabel(pd.impl_info_str());
+  if (d.y_kiln.defined()) { // the kiln row ran first: same data, same post-ops
+    const float *k = static_cast<const float *>(d.y_kiln.raw_data());
+    double diff = 0;
+    for (size_t i = 0; i < y.size(); ++i) diff = std::max(diff, double(std::fabs(y[i] - k[i])));
+    state.counters["max_diff"] = diff;
+  }
+}
+#endif
+
 // The micro-kernel alone (1 thread, L1-resident panels) at the default kc.
 void ukernel(benchmark::State &state) {
   const gemm::Config cfg = gemm::default_config<float>();
@@ -138,6 +265,19 @@ void register_all() {
       reg("openblas", openblas);
 #ifdef KILN_HAVE_DNNL
       reg("onednn", onednn);
+#endif
+    }
+  for (const PostShape &p : kPostShapes)
+    for (int t : {1, 2}) {
+      auto reg = [&](const char *impl, void (*fn)(benchmark::State &, PostShape, int)) {
+        std::string name = std::string(p.name) + "/" + impl + "/threads:" + std::to_string(t);
+        auto *b = benchmark::RegisterBenchmark(name.c_str(), fn, p, t)->Unit(benchmark::kMicrosecond);
+        if (std::getenv("KILN_BENCH_CPU")) b->MeasureProcessCPUTime();
+        else b->UseRealTime();
+      };
+      reg("kiln_compiled", kiln_compiled_post);
+#ifdef KILN_HAVE_DNNL
+      reg("onednn_matmul", onednn_matmul_post);
 #endif
     }
 }

@@ -348,15 +348,23 @@ private:
   // operand in W4/W5, is packed once per call rather than once per row block;
   // enough tiles to keep every thread busy.
   void choose_tiles() {
+    // A contraction alone writing a result of its own: no epilogue wants
+    // L2-hot tiles, so one tile, which kiln's GEMM splits over the threads
+    // itself. 256 x 1024 tiles of 2048^3 packed each block of B once per row
+    // tile, 8 times per call (gemm-2048: 0.75 -> ~0.80 of the FMA peak).
+    if (jit_ && epilogue_.empty() && c_result_ >= 0 && nb_ == 1) {
+      tm_ = M_, tn_ = N_;
+      return;
+    }
     tm_ = std::min(M_, kMaxTileRows);
     tn_ = N_;
     // Columns in multiples of the JIT GEMM's panel width nr (packed B is
     // addressed by whole panels), else of 16.
     const int64_t g = granule_;
     auto round16 = [g](int64_t v) { return (v + g - 1) / g * g; };
-    // kiln's GEMM packs A again for every tile: it takes one tile per thread
-    // (as its own N split would), C tiles up to L2's size, where BLAS calls
-    // take two per thread of a quarter of it.
+    // kiln's GEMM takes one tile per thread (as its own N split would), C
+    // tiles up to L2's size, where BLAS calls take two per thread of a quarter
+    // of it (A is packed once per call for all column tiles: shares_a).
     const int64_t max_elems = jit_ ? kJitTileElems : kTileElems;
     const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? 1 : 2);
     while (tm_ * tn_ > max_elems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
@@ -447,6 +455,14 @@ private:
     repacks_.fetch_add(1, std::memory_order_relaxed);
     kiln::log()->debug("epilogue: %{}: B was updated, packed again", group_.result()->name());
     return p;
+  }
+
+  // Whether a call packs A once for its tiles (gemm::pack_a_shared): kiln's
+  // GEMM, one batch, several column tiles over the same rows, row tiles that
+  // start on micro-tile rows, and A within the shared scratch's bound.
+  template <class T> bool shares_a() const {
+    return jit_ && nb_ == 1 && col_tiles() > 1 && (row_tiles() == 1 || tm_ % ks_.config.mr == 0) &&
+           M_ * K_ * int64_t(sizeof(T)) <= gemm::kSharedABytes;
   }
 
   int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
@@ -685,6 +701,10 @@ private:
     std::shared_ptr<const PackedWeight> pw;
     if (pack_) pw = packed<T>(ins[operand_of(contraction_->operand(1))]);
     int threads = 0;
+    // Column tiles of the same rows read the same A: pack it once per call,
+    // split over the threads, rather than once per tile (per thread).
+    gemm::PackedARef<T> ap;
+    if (shares_a<T>()) ap = {gemm::pack_a_shared<T>(M_, K_, A + a_.off[0], a_.rs, a_.cs, ks_.config, 0), M_, 0};
     auto work = [&](int64_t lo, int64_t hi) {
       // A tile of C that is no result lives in the running thread's reusable scratch.
       T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm_ * tn_) * sizeof(T)));
@@ -694,11 +714,12 @@ private:
         T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : tile;
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
         const T *a = A + a_.off[size_t(b)] + r0 * a_.rs;
+        const gemm::PackedARef<T> apt{ap.data, ap.M, r0};
         if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
-          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads);
+          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads, apt);
         else if (jit_)
           gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
-                                T(0), ct_ptr, ldc, ks_, threads);
+                                T(0), ct_ptr, ldc, ks_, threads, apt);
         else
           kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs,
                                     b_.cs, T(0), ct_ptr, ldc);

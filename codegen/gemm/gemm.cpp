@@ -10,9 +10,14 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 #include "codegen/gemm/ukernel.h"
 #include "codegen/jit.h"
@@ -148,8 +153,52 @@ struct Scratch {
 };
 
 thread_local Scratch t_scratch;
+// op(A) packed once for all the threads of a call (pack_a_shared): its own
+// buffer, since the calling thread also runs a share and packs B into t_scratch.
+thread_local Scratch t_shared_a;
 
 // ------------------------------------------------------------------ packing
+
+#ifdef __AVX__
+// 8 rows of 8 contiguous floats (src, row stride rs) stored transposed: d[j * 8 + i] = src[i * rs + j].
+inline void transpose8x8(const float *src, int64_t rs, float *d) {
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + rs), r2 = _mm256_loadu_ps(src + 2 * rs),
+         r3 = _mm256_loadu_ps(src + 3 * rs), r4 = _mm256_loadu_ps(src + 4 * rs), r5 = _mm256_loadu_ps(src + 5 * rs),
+         r6 = _mm256_loadu_ps(src + 6 * rs), r7 = _mm256_loadu_ps(src + 7 * rs);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 24, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 32, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 40, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 48, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 56, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+// One panel: `rows` rows of op(A) from src, k [0, kc), stored kc x rows, k-major.
+template <class T> void pack_a_panel(const T *src, int64_t rs, int64_t cs, int64_t rows, int64_t kc, T *d) {
+  int64_t p = 0;
+#ifdef __AVX__
+  // Row-major f32 A (W4/W5's activations), full 8-row panels: 8 x 8 register
+  // transposes, ~6x the elements per second of the scalar gather below.
+  if constexpr (std::is_same_v<T, float>)
+    if (cs == 1 && rows == 8)
+      for (; p + 8 <= kc; p += 8) transpose8x8(src + p, rs, d + p * 8);
+#endif
+  // k outer: the writes stay contiguous and each row's cache line is read
+  // across 16 consecutive k; row outer (contiguous reads, writes strided by
+  // `rows`) measured 5-10x slower per element (2048 x 2048, kc 256).
+  for (; p < kc; ++p)
+    for (int64_t i = 0; i < rows; ++i) d[p * rows + i] = src[i * rs + p * cs];
+}
 
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) into panels of mr rows (the last one
 // of mc % mr rows), each kc x rows, k-major. op(A)[i, p] = A[i * rs + p * cs].
@@ -157,13 +206,7 @@ template <class T>
 void pack_a(const T *A, int64_t rs, int64_t cs, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr, T *dst) {
   for (int64_t ir = 0; ir < mc; ir += mr) {
     const int64_t rows = std::min<int64_t>(mr, mc - ir);
-    const T *src = A + (i0 + ir) * rs + p0 * cs;
-    T *d = dst + ir * kc;
-    // k outer: the writes stay contiguous and each row's cache line is read
-    // across 16 consecutive k; row outer (contiguous reads, writes strided by
-    // `rows`) measured 5-10x slower per element (2048 x 2048, kc 256).
-    for (int64_t p = 0; p < kc; ++p)
-      for (int64_t i = 0; i < rows; ++i) d[p * rows + i] = src[i * rs + p * cs];
+    pack_a_panel(A + (i0 + ir) * rs + p0 * cs, rs, cs, rows, kc, dst + ir * kc);
   }
 }
 
@@ -190,6 +233,35 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
   }
 }
 
+// op(A) (M x K) packed whole, in PackedARef's layout, into the calling
+// thread's t_shared_a: row panels split over `threads` threads (each packs all
+// k blocks of its rows), joined before returning.
+template <class T>
+const T *pack_a_rows(int64_t M, int64_t K, const T *A, int64_t rs, int64_t cs, const Config &c, int threads) {
+  T *dst = static_cast<T *>(t_shared_a.get(size_t(std::max<int64_t>(1, M * K)) * sizeof(T)));
+  const int64_t mblocks = (M + c.mr - 1) / c.mr;
+  auto rows = [&](int64_t b0, int64_t b1) {
+    const int64_t i0 = b0 * c.mr, i1 = std::min(M, b1 * c.mr);
+    for (int64_t pc = 0; pc < K; pc += c.kc) {
+      const int64_t kc = std::min(c.kc, K - pc);
+      pack_a(A, rs, cs, i0, i1 - i0, pc, kc, c.mr, dst + pc * M + i0 * kc);
+    }
+  };
+  if (threads <= 0) threads = get_num_threads();
+  const int64_t parts = std::min<int64_t>(mblocks, in_parallel_region() ? 1 : threads);
+  if (parts <= 1) {
+    rows(0, mblocks);
+    return dst;
+  }
+  parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) rows(mblocks * t / parts, mblocks * (t + 1) / parts);
+  });
+  return dst;
+}
+
+// Whether op(A) is small enough to be packed whole for a call (its scratch is kept per thread).
+template <class T> bool shares_a(int64_t M, int64_t K) { return M * K * int64_t(sizeof(T)) <= kSharedABytes; }
+
 // ------------------------------------------------------------------ driver
 
 template <class T> struct Problem {
@@ -205,6 +277,7 @@ template <class T> struct Problem {
   Config cfg;
   const void *const *kern; // [r]: the r-row micro-kernel
   int64_t q0 = 0;          // first panel of B (C's column 0 is B's column q0 * nr)
+  PackedARef<T> ap = {};   // op(A) packed already (rows [ap.r0, ap.r0 + M) of it), else null
 };
 
 // C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product.
@@ -230,7 +303,8 @@ template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, 
   const int64_t nr = c.nr(), kcmax = std::min(c.kc, pr.K), mcmax = std::min(c.mc, m1 - m0);
   const int64_t qstep = pr.packed ? q1 - q0 : c.nc / nr;
   const int64_t b_elems = pr.packed ? 0 : kcmax * std::min(qstep, q1 - q0) * nr;
-  T *scratch = static_cast<T *>(t_scratch.get(size_t(b_elems + mcmax * kcmax) * sizeof(T)));
+  const int64_t a_elems = pr.ap.data ? 0 : mcmax * kcmax;
+  T *scratch = static_cast<T *>(t_scratch.get(size_t(std::max<int64_t>(1, b_elems + a_elems)) * sizeof(T)));
   T *Ap = scratch + b_elems;
   for (int64_t jq = q0; jq < q1; jq += qstep) {
     const int64_t jq1 = std::min(q1, jq + qstep);
@@ -242,6 +316,10 @@ template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, 
       const T beta = pc == 0 ? pr.beta : T(1);
       for (int64_t ic = m0; ic < m1; ic += c.mc) {
         const int64_t mc = std::min(c.mc, m1 - ic);
+        if (pr.ap.data) { // block pc at pc * ap.M, row i's panel at i * kc (see PackedARef)
+          macro_kernel(pr, pr.ap.data + pc * pr.ap.M + (pr.ap.r0 + ic) * kc, Bp, ic, mc, jq, jq1, kc, beta);
+          continue;
+        }
         pack_a(pr.A, pr.ars, pr.acs, ic, mc, pc, kc, c.mr, Ap);
         macro_kernel(pr, Ap, Bp, ic, mc, jq, jq1, kc, beta);
       }
@@ -275,10 +353,15 @@ template <class T> void run(const Problem<T> &pr, int threads) {
   parts = std::min(parts, by_n ? panels : mblocks);
   if (parts <= 1) return run_range(pr, 0, pr.M, pr.q0, pr.q0 + panels);
   const int64_t units = by_n ? panels : mblocks;
+  // An N split needs all of op(A) on every thread: pack it once, each thread
+  // its share of the rows, instead of every thread packing all of it.
+  Problem<T> shared = pr;
+  if (by_n && !pr.ap.data && shares_a<T>(pr.M, pr.K))
+    shared.ap = {pack_a_rows<T>(pr.M, pr.K, pr.A, pr.ars, pr.acs, pr.cfg, int(parts)), pr.M, 0};
   parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t u0 = units * t / parts, u1 = units * (t + 1) / parts;
-      if (by_n) run_range(pr, 0, pr.M, pr.q0 + u0, pr.q0 + u1);
+      if (by_n) run_range(shared, 0, pr.M, pr.q0 + u0, pr.q0 + u1);
       else run_range(pr, u0 * mr, std::min(pr.M, u1 * mr), pr.q0, pr.q0 + panels);
     }
   });
@@ -414,22 +497,42 @@ template <class T> void check_kernels(const char *op, const KernelSet &ks, int64
 }
 } // namespace
 
+namespace {
+// A packed op(A) reference that covers rows [ap.r0, ap.r0 + M) of a K-deep operand for `config`.
+template <class T> void check_ap(const char *op, const PackedARef<T> &ap, int64_t M, const Config &config) {
+  KILN_CHECK(ap.r0 >= 0 && ap.r0 % config.mr == 0 && ap.r0 + M <= ap.M, op, ": rows [", ap.r0, ", ", ap.r0 + M,
+             ") are not an mr-aligned range of the ", ap.M, " packed rows of A (mr = ", config.mr, ")");
+}
+} // namespace
+
+template <class T>
+const T *pack_a_shared(int64_t M, int64_t K, const T *A, int64_t ars, int64_t acs, const Config &config, int threads) {
+  check_dims("gemm pack_a_shared", M, 1, K);
+  check_config<T>(config);
+  KILN_CHECK(ars >= 0 && acs >= 0, "gemm pack_a_shared: expected non-negative strides, got (", ars, ", ", acs, ")");
+  KILN_CHECK(shares_a<T>(M, K), "gemm pack_a_shared: A [", M, ", ", K, "] is larger than ", kSharedABytes, " bytes");
+  return pack_a_rows<T>(M, K, A, ars, acs, config, threads);
+}
+
 template <class T>
 void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
-                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads) {
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads,
+                  const PackedARef<T> &ap) {
   check_dims("gemm_strided", M, N, K);
   KILN_CHECK(ars >= 0 && acs >= 0 && brs >= 0 && bcs >= 0, "gemm_strided: expected non-negative strides, got A (",
              ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
   check_ld("gemm_strided", "ldc", ldc, M, N);
   if (quick_return(M, N, K, alpha, beta, C, ldc)) return;
   check_kernels<T>("gemm_strided", ks, M);
-  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, ks.config, ks.by_rows.data()};
+  if (ap.data) check_ap("gemm_strided", ap, M, ks.config);
+  Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, ks.config, ks.by_rows.data(), 0, ap};
   run(pr, threads);
 }
 
 template <class T>
 void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
-                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads) {
+                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads,
+                      const PackedARef<T> &ap) {
   const int64_t K = B.K, nr = B.config.nr();
   check_dims("gemm_packed_cols", M, n, K);
   KILN_CHECK(j0 >= 0 && j0 % nr == 0 && j0 + n <= B.N, "gemm_packed_cols: columns [", j0, ", ", j0 + n,
@@ -440,8 +543,9 @@ void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, 
   check_ld("gemm_packed_cols", "ldc", ldc, M, n);
   if (quick_return(M, n, K, alpha, beta, C, ldc)) return;
   check_kernels<T>("gemm_packed_cols", ks, M);
+  if (ap.data) check_ap("gemm_packed_cols", ap, M, B.config);
   Problem<T> pr{M, j0 + n, K, alpha, beta, A, ars, acs, nullptr, 0, 0, &B, C, ldc, B.config, ks.by_rows.data(),
-                j0 / nr};
+                j0 / nr, ap};
   run(pr, threads);
 }
 
@@ -555,9 +659,10 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
   template int warm_up<T>(const Config &);                                                                     \
   template KernelSet resolve_kernels<T>(const Config &, const std::vector<int64_t> &);                         \
   template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
-                                int64_t, T, T *, int64_t, const KernelSet &, int);                            \
+                                int64_t, T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &);     \
   template void gemm_packed_cols<T>(int64_t, T, const T *, int64_t, int64_t, const PackedB<T> &, int64_t, int64_t, \
-                                    T, T *, int64_t, const KernelSet &, int);                                 \
+                                    T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &);          \
+  template const T *pack_a_shared<T>(int64_t, int64_t, const T *, int64_t, int64_t, const Config &, int);       \
   template MicroKernel<T> micro_kernel<T>(const Config &, int);                                                \
   template double ukernel_gflops<T>(const Config &, int64_t, double);
 KILN_GEMM_INSTANTIATE(float)

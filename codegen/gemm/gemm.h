@@ -22,7 +22,9 @@
 //   L2), jr over NR panels (B micro-panel in L1), ir over MR rows.
 // - threads: the N panels (or, when there are fewer of them than row blocks,
 //   the M rows in MR multiples) are split into one contiguous range per thread;
-//   each thread packs its own A and B blocks into thread-local scratch.
+//   each thread packs its own B blocks into thread-local scratch; A is packed
+//   per thread on an M split, and once for all threads on an N split (each
+//   thread packs its share of the rows, see PackedARef).
 #pragma once
 
 #include <cstdint>
@@ -70,6 +72,31 @@ template <class T>
 PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t cs,
                           const Config &config = default_config<T>());
 
+// op(A) packed once for several products over the same rows (the column
+// tiles of a compiled contraction, the threads of an N split), instead of once
+// per product: every k block's row panels, block pc (a multiple of config.kc)
+// at data + pc * M, the panel of row i (a multiple of config.mr) at
+// + i * min(kc, K - pc), each as pack_a lays out one block. A product of m rows
+// reads rows [r0, r0 + m) of it (r0 a multiple of config.mr).
+template <class T> struct PackedARef {
+  const T *data = nullptr;
+  int64_t M = 0;  // rows packed
+  int64_t r0 = 0; // first row of the product
+};
+
+// The most op(A) bytes pack_a_shared takes (its buffer stays with the thread).
+constexpr int64_t kSharedABytes = int64_t(8) << 20;
+
+// Packs op(A) (M x K, op(A)[i, p] = A[i * ars + p * acs]) as PackedARef lays it
+// out into the calling thread's reusable scratch (grown on demand and kept: a
+// steady-state call allocates nothing), row panels split over `threads`
+// threads (0: kiln::get_num_threads(); 1 inside a parallel region), joined
+// before returning. The data stays valid until this thread's next
+// pack_a_shared (or an N-split gemm call, which packs through it).
+// M * K * sizeof(T) must be at most kSharedABytes.
+template <class T>
+const T *pack_a_shared(int64_t M, int64_t K, const T *A, int64_t ars, int64_t acs, const Config &config, int threads);
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
           int64_t ldb, T beta, T *C, int64_t ldc, const Config &config = default_config<T>());
@@ -106,16 +133,19 @@ template <class T> KernelSet resolve_kernels(const Config &config, const std::ve
 
 // gemm_strided with resolved kernels (config = kernels.config) and `threads`
 // (0: kiln::get_num_threads(); 1 inside a parallel region in any case).
+// `ap`, when set: op(A) packed by pack_a_shared (A, ars and acs are then not read).
 template <class T>
 void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
-                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads);
+                  int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads,
+                  const PackedARef<T> &ap = PackedARef<T>{});
 
 // C[:, 0, n) = alpha * op(A) * B[:, j0, j0 + n) + beta * C over packed columns
 // [j0, j0 + n) of B (j0 a multiple of B.config.nr(), j0 + n <= B.N); op(A) with
 // any element strides as in gemm_strided. kernels.config must be B.config.
 template <class T>
 void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
-                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads);
+                      int64_t n, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads,
+                      const PackedARef<T> &ap = PackedARef<T>{});
 
 inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {

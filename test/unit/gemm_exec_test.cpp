@@ -211,6 +211,33 @@ TEST(GemmExec, TransposedStridedAndBatchedOperands) {
   }
 }
 
+// A contraction alone that writes its own result runs as one tile that kiln's
+// GEMM splits over the threads itself (M split for many rows, N split with A
+// packed once for few): lone matmuls of inputs and of a captured (packed)
+// weight, against the naive loop, with M above the epilogue tiles' 256 rows,
+// M tails and N tails, 1 and 2 threads, f32 and f64.
+void lone(DType dt, int threads) {
+  ThreadsGuard tg(threads);
+  PathGuard pg(gemm::Path::Jit);
+  uint64_t seed = 500;
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1000, 65, 33}, {300, 257, 129}, {129, 1000, 17}, {7, 100, 300}}) {
+    SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) + " " +
+                 std::string(kiln::name(dt)) + " threads=" + std::to_string(threads));
+    Tensor w = rnd({K, N}, seed++, dt, -1, 1), x = rnd({M, K}, seed++, dt, -1, 1), y = rnd({K, N}, seed++, dt, -1, 1);
+    CompiledFunction f = compile([w](const std::vector<Tensor> &in) {
+      return std::vector<Tensor>{matmul(in[0], in[1]), matmul(in[0], w)};
+    });
+    std::vector<Tensor> got = f({x, y});
+    const Tensor zero = zeros({N}, TensorOptions(dt));
+    EXPECT_TRUE(within(got[0], reference(x, y, zero, false)));
+    EXPECT_TRUE(within(got[1], reference(x, w, zero, false)));
+    EXPECT_EQ(count(categories(f, {x, y}), "gemm-jit"), 2);
+  }
+}
+TEST(GemmExec, LoneContractionsF32OneThread) { lone(kFloat32, 1); }
+TEST(GemmExec, LoneContractionsF64TwoThreads) { lone(kFloat64, 2); }
+TEST(GemmExec, LoneContractionsF32TwoThreads) { lone(kFloat32, 2); }
+
 // NaN and inf in A and in a packed B propagate as in BLAS (eager).
 TEST(GemmExec, NanAndInfPropagate) {
   PathGuard pg(gemm::Path::Jit);

@@ -229,6 +229,84 @@ TEST(GemmJit, PackedEqualsUnpackedF32OneThread) { packed_equals_unpacked<float>(
 TEST(GemmJit, PackedEqualsUnpackedF32TwoThreads) { packed_equals_unpacked<float>(2); }
 TEST(GemmJit, PackedEqualsUnpackedF64TwoThreads) { packed_equals_unpacked<double>(2); }
 
+// op(A) packed once (pack_a_shared, 1 and 2 packing threads) and read by
+// products over row tiles x column tiles, as the executor's contraction steps
+// do: each tile against the naive loop. M tails (M % mr), row tiles from mr-
+// aligned r0, K across kc blocks with a short last block, row-major A (the
+// transposing f32 pack) and transposed A (ta: the scalar pack), 1 and 2 threads
+// inside each product, both the unpacked-B (gemm_strided) and packed-B entries.
+template <class T> void shared_a_tiles(int threads) {
+  set_num_threads(2);
+  for (gemm::Config cfg : isa_configs<T>()) {
+    const int64_t mr = cfg.mr, nr = cfg.nr();
+    const gemm::KernelSet ks = gemm::resolve_kernels<T>(cfg, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13});
+    for (auto [M, N, K] : {std::tuple{128, 2304 / 8, 768}, {129, 100, 300}, {7, 3 * nr + 5, 777}, {17, 2 * nr, 9},
+                           {3 * mr + 5, nr + 1, 1}})
+      for (bool ta : {false, true}) {
+        Case<T> c = make_case<T>(ta, true, M, N, K, 2, T(1), T(0), uint32_t(7 * M + N + K));
+        const Ref r = reference(c);
+        const int64_t ars = ta ? 1 : c.lda, acs = ta ? c.lda : 1;
+        const T *ap = gemm::pack_a_shared<T>(M, K, c.A.data(), ars, acs, cfg, threads);
+        const auto packed = gemm::pack_b<T>(true, K, N, c.B.data(), c.ldb, cfg);
+        // Row tiles of 2 * mr rows (the last one the M tail), column tiles of nr.
+        for (bool use_packed_b : {false, true}) {
+          std::vector<T> C = c.C0;
+          for (int64_t r0 = 0; r0 < M; r0 += 2 * mr)
+            for (int64_t j0 = 0; j0 < N; j0 += nr) {
+              const int64_t m = std::min(2 * mr, M - r0), n = std::min(nr, N - j0);
+              const gemm::PackedARef<T> ref{ap, M, r0};
+              T *ct = C.data() + r0 * c.ldc + j0;
+              if (use_packed_b)
+                gemm::gemm_packed_cols<T>(m, T(1), nullptr, 0, 0, packed, j0, n, T(0), ct, c.ldc, ks, threads, ref);
+              else
+                gemm::gemm_strided<T>(m, n, K, T(1), nullptr, 0, 0, c.B.data() + j0 * c.ldb, 1, c.ldb, T(0), ct,
+                                      c.ldc, ks, threads, ref);
+            }
+          expect_matches(c, C, r, std::string("shared A, packed B ") + std::to_string(use_packed_b) + " " +
+                                      describe(c, cfg) + " packing threads " + std::to_string(threads));
+        }
+      }
+  }
+}
+TEST(GemmJit, SharedAOverTilesF32OneThread) { shared_a_tiles<float>(1); }
+TEST(GemmJit, SharedAOverTilesF32TwoThreads) { shared_a_tiles<float>(2); }
+TEST(GemmJit, SharedAOverTilesF64TwoThreads) { shared_a_tiles<double>(2); }
+
+// The N split inside one call (M below 16 row blocks per thread, many panels)
+// packs A once for both threads: every row of the 2-thread result equals the
+// 1-thread one bit for bit (same kernels, same k order) and the naive loop.
+TEST(GemmJit, NSplitSharesASameBitsTwoThreads) {
+  set_num_threads(2);
+  for (gemm::Config cfg : isa_configs<float>())
+    for (auto [M, N, K] : {std::tuple{128, 2304, 768}, {13, 1000, 1000}, {129, 480, 33}}) {
+      Case<float> c = make_case<float>(false, true, M, N, K, 0, 1.f, 0.f, uint32_t(M + K));
+      cfg.threads = 1;
+      const std::vector<float> one = run_gemm(c, cfg);
+      cfg.threads = 2;
+      const std::vector<float> two = run_gemm(c, cfg);
+      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << describe(c, cfg);
+      expect_matches(c, two, reference(c), describe(c, cfg));
+    }
+}
+
+TEST(GemmJit, SharedABadArgumentsThrow) {
+  const gemm::Config cfg = gemm::default_config<float>();
+  std::vector<float> a(64 * 64), c(64 * 64);
+  // Larger than the shared scratch's bound.
+  const int64_t big = gemm::kSharedABytes / int64_t(sizeof(float)) / 64 + 1;
+  EXPECT_THROW(gemm::pack_a_shared<float>(64, big, a.data(), big, 1, cfg, 1), Error);
+  EXPECT_THROW(gemm::pack_a_shared<float>(8, 8, a.data(), -1, 1, cfg, 1), Error);
+  const float *ap = gemm::pack_a_shared<float>(64, 64, a.data(), 64, 1, cfg, 1);
+  const gemm::KernelSet ks = gemm::resolve_kernels<float>(cfg, {64, 3});
+  auto run = [&](int64_t m, int64_t r0) {
+    gemm::gemm_strided<float>(m, 64, 64, 1.f, nullptr, 0, 0, a.data(), 64, 1, 0.f, c.data(), 64, ks, 1,
+                              gemm::PackedARef<float>{ap, 64, r0});
+  };
+  EXPECT_THROW(run(3, 1), Error);           // r0 not a multiple of mr
+  EXPECT_THROW(run(3, 64 - cfg.mr + 8), Error); // rows past the packed ones
+  EXPECT_NO_THROW(run(3, 64 - cfg.mr));
+}
+
 // Any element strides (the executor's strided views): A and B read through
 // non-unit strides on both axes, and a broadcast (stride 0) operand.
 template <class T> void strided_operands(int threads) {
