@@ -7,8 +7,16 @@
 // backend folds into the FMA's memory operand ({1to16} broadcast), so a step
 // is nv loads + MR * nv FMAs. The loop is unrolled `unroll` times with a
 // one-step tail loop, because kc is a run-time value.
+//
+// With an epilogue (gemm.h, Epilogue), each store variant evaluates the
+// expression on the final values of the tile, vector by vector, before the
+// stores: a value that does not vary along the rows (a bias, or anything
+// computed from per-column vectors only) is loaded or computed once per
+// column vector, one that does not vary along the columns once per row.
 #include "codegen/gemm/ukernel.h"
 
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include <llvm/IR/IRBuilder.h>
@@ -17,7 +25,9 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "codegen/gemm/gemm.h"
 #include "codegen/lower.h"
+#include "codegen/lower_vector.h"
 #include "codegen/module_flags.h"
 #include "runtime/error.h"
 
@@ -30,12 +40,29 @@ std::string TileConfig::key() const {
 
 namespace {
 
+// What the generator takes: elementwise nodes over inputs and outputs of C's type.
+void check_epilogue(const TileConfig &cfg, const Epilogue &epi) {
+  const KernelDesc &k = epi.expr;
+  const DType t = cfg.f64 ? DType::Float64 : DType::Float32;
+  KILN_CHECK(epi.inputs.size() == k.inputs.size(), "gemm epilogue: ", epi.inputs.size(), " operand kinds for ",
+             k.inputs.size(), " inputs");
+  for (const BufferSpec &b : k.inputs) KILN_CHECK(b.dtype == t, "gemm epilogue: a ", b.dtype, " input");
+  for (const OutputSpec &o : k.outputs) {
+    KILN_CHECK(o.buffer.dtype == t, "gemm epilogue: a ", o.buffer.dtype, " output");
+    KILN_CHECK(o.value >= 0 && size_t(o.value) < k.nodes.size(), "gemm epilogue: output of a bad node");
+  }
+  for (const Node &n : k.nodes) {
+    KILN_CHECK(n.op != KOp::Reduce, "gemm epilogue: a reduction");
+    KILN_CHECK(n.op != KOp::Load || (n.input >= 0 && size_t(n.input) < k.inputs.size()), "gemm epilogue: bad load");
+  }
+}
+
 using Acc = std::vector<llvm::Value *>; // row-major: acc[i * nv + j]
 
 class UkernelBuilder {
 public:
-  UkernelBuilder(const TileConfig &cfg, llvm::Module &m, const LowerTarget &target)
-      : cfg_(cfg), c_(m.getContext()), m_(m), b_(c_), target_(target) {
+  UkernelBuilder(const TileConfig &cfg, llvm::Module &m, const LowerTarget &target, const Epilogue *epi)
+      : cfg_(cfg), c_(m.getContext()), m_(m), b_(c_), target_(target), epi_(epi) {
     elt_ = cfg.f64 ? b_.getDoubleTy() : b_.getFloatTy();
     vec_ = llvm::FixedVectorType::get(elt_, cfg.lanes);
     vec_align_ = llvm::Align(std::min<uint64_t>(64, cfg.lanes * (cfg.f64 ? 8 : 4)));
@@ -45,7 +72,9 @@ public:
   void build(const std::string &symbol) {
     auto *ptr = b_.getPtrTy();
     auto *i64 = b_.getInt64Ty();
-    auto *fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64, i64, i64, elt_, elt_}, false);
+    std::vector<llvm::Type *> params = {ptr, ptr, ptr, i64, i64, i64, elt_, elt_};
+    if (epi_) params.insert(params.end(), {ptr, ptr, i64, i64});
+    auto *fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     f_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m_);
     f_->addFnAttr(llvm::Attribute::NoUnwind);
     if (!target_.cpu.empty()) f_->addFnAttr("target-cpu", target_.cpu);
@@ -54,6 +83,10 @@ public:
     a_ = f_->getArg(0), bp_ = f_->getArg(1), cp_ = f_->getArg(2);
     kc_ = f_->getArg(3), ldc_ = f_->getArg(4), n_ = f_->getArg(5);
     alpha_ = f_->getArg(6), beta_ = f_->getArg(7);
+    if (epi_) {
+      eptrs_ = f_->getArg(8), elds_ = f_->getArg(9), erow_ = f_->getArg(10), ecol_ = f_->getArg(11);
+      expr_ = std::make_unique<VectorExpr>(epi_->expr, m_, target_);
+    }
     fma_ = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::fmuladd, {vec_});
     emit_body();
   }
@@ -178,9 +211,11 @@ private:
   }
 
   // Stores alpha * acc (+ beta * C) into rows i < MR, columns < n (all NR
-  // columns when `full`); `with_beta` false never reads C.
+  // columns when `full`); `with_beta` false never reads C. With an epilogue,
+  // those values go through it (and into C only when it says so).
   void store_tile(const Acc &scaled, bool full, bool with_beta) {
     llvm::Value *beta = splat(beta_);
+    Acc final_values(scaled.size());
     for (int i = 0; i < cfg_.mr; ++i) {
       llvm::Value *row = b_.CreateGEP(elt_, cp_, b_.CreateMul(b_.getInt64(i), ldc_));
       for (int j = 0; j < cfg_.nv; ++j) {
@@ -192,11 +227,97 @@ private:
                                   : b_.CreateMaskedLoad(vec_, at, elt_align_, mask, llvm::Constant::getNullValue(vec_));
           v = b_.CreateCall(fma_, {old, beta, v});
         }
+        final_values[i * cfg_.nv + j] = v;
+        if (epi_ && !epi_->store_c) continue;
         if (full) b_.CreateAlignedStore(v, at, elt_align_);
         else b_.CreateMaskedStore(v, at, elt_align_, mask);
       }
     }
+    if (epi_) emit_epilogue(final_values, full);
     b_.CreateRetVoid();
+  }
+
+  // ---- the epilogue (epi_)
+  // Dependence of a node's value on the tile position: bit 0 rows, bit 1 columns.
+  std::vector<uint8_t> dependences() const {
+    const KernelDesc &k = epi_->expr;
+    std::vector<uint8_t> dep(k.nodes.size(), 0);
+    for (size_t id = 0; id < k.nodes.size(); ++id) {
+      const Node &n = k.nodes[id];
+      if (n.op == KOp::Load) {
+        switch (epi_->inputs.at(size_t(n.input))) {
+        case Epilogue::Operand::Acc: case Epilogue::Operand::Tile: dep[id] = 3; break;
+        case Epilogue::Operand::Row: dep[id] = 1; break;
+        case Epilogue::Operand::Col: dep[id] = 2; break;
+        case Epilogue::Operand::Scalar: dep[id] = 0; break;
+        }
+        continue;
+      }
+      for (int32_t a : n.args)
+        if (a >= 0) dep[id] |= dep[size_t(a)];
+    }
+    return dep;
+  }
+
+  // Buffer q's element at tile row i, column vector j: row (row + i) unless
+  // `rows` is false, column col + j * lanes unless `cols` is false.
+  llvm::Value *epi_address(size_t q, int i, int j, bool rows, bool cols) {
+    llvm::Value *p = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateGEP(b_.getPtrTy(), eptrs_, b_.getInt64(int64_t(q))),
+                                          llvm::Align(8));
+    llvm::Value *off = b_.getInt64(0);
+    if (rows) {
+      llvm::Value *ld = b_.CreateAlignedLoad(b_.getInt64Ty(), b_.CreateGEP(b_.getInt64Ty(), elds_, b_.getInt64(int64_t(q))),
+                                             llvm::Align(8));
+      off = b_.CreateMul(b_.CreateAdd(erow_, b_.getInt64(i)), ld);
+    }
+    if (cols) off = b_.CreateAdd(off, b_.CreateAdd(ecol_, b_.getInt64(int64_t(j) * cfg_.lanes)));
+    return b_.CreateGEP(elt_, p, off);
+  }
+
+  llvm::Value *epi_vector_load(llvm::Value *at, bool full, int j) {
+    if (full) return b_.CreateAlignedLoad(vec_, at, elt_align_);
+    return b_.CreateMaskedLoad(vec_, at, elt_align_, lane_mask(j), llvm::Constant::getNullValue(vec_));
+  }
+
+  llvm::Value *epi_load(const Node &n, int i, int j, bool full, const Acc &acc) {
+    const size_t q = size_t(n.input);
+    switch (epi_->inputs.at(q)) {
+    case Epilogue::Operand::Acc: return acc[size_t(i * cfg_.nv + j)];
+    case Epilogue::Operand::Scalar: return splat(b_.CreateAlignedLoad(elt_, epi_address(q, 0, 0, false, false), elt_align_));
+    case Epilogue::Operand::Row: return splat(b_.CreateAlignedLoad(elt_, epi_address(q, i, 0, true, false), elt_align_));
+    case Epilogue::Operand::Col: return epi_vector_load(epi_address(q, 0, j, false, true), full, j);
+    case Epilogue::Operand::Tile: return epi_vector_load(epi_address(q, i, j, true, true), full, j);
+    }
+    KILN_FAIL("internal: bad epilogue operand");
+  }
+
+  // Evaluates the expression on every vector (i, j) of the tile and stores its outputs.
+  void emit_epilogue(const Acc &acc, bool full) {
+    const KernelDesc &k = epi_->expr;
+    const std::vector<uint8_t> dep = dependences();
+    std::map<std::tuple<size_t, int, int>, llvm::Value *> memo; // (node, i or 0, j or 0)
+    std::vector<llvm::Value *> cur(k.nodes.size(), nullptr);
+    for (int i = 0; i < cfg_.mr; ++i)
+      for (int j = 0; j < cfg_.nv; ++j) {
+        for (size_t id = 0; id < k.nodes.size(); ++id) {
+          const auto key = std::make_tuple(id, dep[id] & 1 ? i : 0, dep[id] & 2 ? j : 0);
+          auto it = memo.find(key);
+          if (it != memo.end()) {
+            cur[id] = it->second;
+            continue;
+          }
+          const Node &n = k.nodes[id];
+          cur[id] = n.op == KOp::Load ? epi_load(n, i, j, full, acc)
+                                      : expr_->emit(b_, id, cur, unsigned(cfg_.lanes));
+          memo[key] = cur[id];
+        }
+        for (size_t o = 0; o < k.outputs.size(); ++o) {
+          llvm::Value *at = epi_address(k.inputs.size() + o, i, j, true, true);
+          llvm::Value *v = cur[size_t(k.outputs[o].value)];
+          if (full) b_.CreateAlignedStore(v, at, elt_align_);
+          else b_.CreateMaskedStore(v, at, elt_align_, lane_mask(j));
+        }
+      }
   }
 
   // Four store variants (full or masked columns x beta zero or not), chosen
@@ -225,6 +346,9 @@ private:
   llvm::Module &m_;
   llvm::IRBuilder<> b_;
   const LowerTarget &target_;
+  const Epilogue *epi_ = nullptr;
+  std::unique_ptr<VectorExpr> expr_;
+  llvm::Value *eptrs_ = nullptr, *elds_ = nullptr, *erow_ = nullptr, *ecol_ = nullptr;
   llvm::Type *elt_ = nullptr;
   llvm::FixedVectorType *vec_ = nullptr;
   llvm::Align vec_align_, elt_align_;
@@ -236,12 +360,13 @@ private:
 } // namespace
 
 std::unique_ptr<llvm::Module> build_ukernel(const TileConfig &cfg, const std::string &symbol,
-                                            const LowerTarget &target, llvm::LLVMContext &ctx) {
+                                            const LowerTarget &target, llvm::LLVMContext &ctx, const Epilogue *epi) {
   KILN_CHECK(cfg.mr >= 1 && cfg.nv >= 1 && cfg.lanes >= 1 && cfg.unroll >= 1, "gemm: invalid tile ", cfg.key());
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  UkernelBuilder(cfg, *m, target).build(symbol);
+  if (epi) check_epilogue(cfg, *epi);
+  UkernelBuilder(cfg, *m, target, epi).build(symbol);
   m->addModuleFlag(llvm::Module::Warning, kSkipOptimizerFlag, 1);
   std::string problems;
   llvm::raw_string_ostream os(problems);
@@ -301,6 +426,18 @@ ModuleBuilder ukernel_builder(const TileConfig &cfg) {
   return [cfg](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
     return build_ukernel(cfg, symbol, target, ctx);
   };
+}
+
+ModuleBuilder ukernel_builder(const TileConfig &cfg, const Epilogue &epi) {
+  return [cfg, epi](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
+    return build_ukernel(cfg, symbol, target, ctx, &epi);
+  };
+}
+
+std::string Epilogue::key() const {
+  std::string s = "epi-v1;c=" + std::to_string(int(store_c)) + ";in=";
+  for (Operand o : inputs) s += char('0' + int(o));
+  return s + ";" + expr.key();
 }
 
 ModuleBuilder fma_probe_builder(int lanes, int accs) {
