@@ -615,7 +615,6 @@ private:
       if (a >= 0) return "an output overwrites an input in place";
     for (size_t q = 0; q < k.inputs.size(); ++q) {
       const Source &s = sources_[buffer_sources_[q]];
-      if (k.inputs[q].dtype != dtype_) return std::string("a ") + std::string(kiln::name(k.inputs[q].dtype)) + " operand";
       if (s.kind == Source::Kind::Contraction) {
         epi.inputs.push_back(gemm::Epilogue::Operand::Acc);
         continue;

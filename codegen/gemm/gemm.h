@@ -123,7 +123,8 @@ struct Epilogue {
   };
   // Inputs (Loads) and outputs of the expression; its shape and strides are
   // not used (key() wants them canonical: shape {1, 1}, strides {0, 0}).
-  // Every input and output has C's element type; outputs are Tile-addressed.
+  // Outputs have C's element type and are Tile-addressed; inputs any dtype
+  // (bool as one byte, as in kiln's tensors), the Acc one C's type.
   KernelDesc expr;
   std::vector<Operand> inputs; // one per expr.inputs
   bool store_c = true;         // also store the contraction's value into C

@@ -46,7 +46,9 @@ void check_epilogue(const TileConfig &cfg, const Epilogue &epi) {
   const DType t = cfg.f64 ? DType::Float64 : DType::Float32;
   KILN_CHECK(epi.inputs.size() == k.inputs.size(), "gemm epilogue: ", epi.inputs.size(), " operand kinds for ",
              k.inputs.size(), " inputs");
-  for (const BufferSpec &b : k.inputs) KILN_CHECK(b.dtype == t, "gemm epilogue: a ", b.dtype, " input");
+  for (size_t q = 0; q < k.inputs.size(); ++q)
+    KILN_CHECK(epi.inputs[q] != Epilogue::Operand::Acc || k.inputs[q].dtype == t, "gemm epilogue: a ",
+               k.inputs[q].dtype, " contraction value in a ", t, " kernel");
   for (const OutputSpec &o : k.outputs) {
     KILN_CHECK(o.buffer.dtype == t, "gemm epilogue: a ", o.buffer.dtype, " output");
     KILN_CHECK(o.value >= 0 && size_t(o.value) < k.nodes.size(), "gemm epilogue: output of a bad node");
@@ -275,13 +277,43 @@ private:
       off = b_.CreateMul(b_.CreateAdd(erow_, i), ld);
     }
     if (j >= 0) off = b_.CreateAdd(off, b_.CreateAdd(ecol_, b_.getInt64(int64_t(j) * cfg_.lanes)));
-    return b_.CreateGEP(elt_, p, off);
+    return b_.CreateGEP(memory_type(buffer_dtype(q)), p, off);
+  }
+
+  DType buffer_dtype(size_t q) const {
+    const KernelDesc &k = epi_->expr;
+    return q < k.inputs.size() ? k.inputs[q].dtype : k.outputs[q - k.inputs.size()].buffer.dtype;
+  }
+
+  // As codegen/lower_expr.cpp's memory_type: bool is one byte in memory (0 or 1).
+  llvm::Type *memory_type(DType t) {
+    switch (t) {
+    case DType::Bool: return b_.getInt8Ty();
+    case DType::Int32: return b_.getInt32Ty();
+    case DType::Int64: return b_.getInt64Ty();
+    case DType::Float32: return b_.getFloatTy();
+    case DType::Float64: return b_.getDoubleTy();
+    }
+    KILN_FAIL("internal: bad dtype");
+  }
+
+  // A loaded value as the expression sees it (lower_common.cpp's load_element: bool != 0).
+  llvm::Value *as_value(llvm::Value *v, DType t) {
+    if (t != DType::Bool) return v;
+    return b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
   }
 
   // Masked: one copy serves full and edge tiles (a mask of all ones costs a
   // full tile nothing measurable).
-  llvm::Value *epi_vector_load(llvm::Value *at, int j) {
-    return b_.CreateMaskedLoad(vec_, at, elt_align_, epi_masks_[size_t(j)], llvm::Constant::getNullValue(vec_));
+  llvm::Value *epi_vector_load(llvm::Value *at, int j, DType t) {
+    llvm::Type *vt = llvm::FixedVectorType::get(memory_type(t), unsigned(cfg_.lanes));
+    return as_value(b_.CreateMaskedLoad(vt, at, llvm::Align(itemsize(t)), epi_masks_[size_t(j)],
+                                        llvm::Constant::getNullValue(vt)),
+                    t);
+  }
+
+  llvm::Value *epi_scalar_load(llvm::Value *at, DType t) {
+    return splat(as_value(b_.CreateAlignedLoad(memory_type(t), at, llvm::Align(itemsize(t))), t));
   }
 
   // Load node n at row i, column vector j; `acc` is C's value there.
@@ -289,10 +321,10 @@ private:
     const size_t q = size_t(n.input);
     switch (epi_->inputs.at(q)) {
     case Epilogue::Operand::Acc: return acc;
-    case Epilogue::Operand::Scalar: return splat(b_.CreateAlignedLoad(elt_, epi_address(q, nullptr, -1), elt_align_));
-    case Epilogue::Operand::Row: return splat(b_.CreateAlignedLoad(elt_, epi_address(q, i, -1), elt_align_));
-    case Epilogue::Operand::Col: return epi_vector_load(epi_address(q, nullptr, j), j);
-    case Epilogue::Operand::Tile: return epi_vector_load(epi_address(q, i, j), j);
+    case Epilogue::Operand::Scalar: return epi_scalar_load(epi_address(q, nullptr, -1), buffer_dtype(q));
+    case Epilogue::Operand::Row: return epi_scalar_load(epi_address(q, i, -1), buffer_dtype(q));
+    case Epilogue::Operand::Col: return epi_vector_load(epi_address(q, nullptr, j), j, buffer_dtype(q));
+    case Epilogue::Operand::Tile: return epi_vector_load(epi_address(q, i, j), j, buffer_dtype(q));
     }
     KILN_FAIL("internal: bad epilogue operand");
   }
@@ -511,7 +543,7 @@ ModuleBuilder ukernel_builder(const TileConfig &cfg, const Epilogue &epi) {
 }
 
 std::string Epilogue::key() const {
-  std::string s = "epi-v3;c=" + std::to_string(int(store_c)) + ";in=";
+  std::string s = "epi-v4;c=" + std::to_string(int(store_c)) + ";in=";
   for (Operand o : inputs) s += char('0' + int(o));
   return s + ";" + expr.key();
 }

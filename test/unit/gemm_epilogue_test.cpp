@@ -222,6 +222,23 @@ TEST(GemmEpilogue, BatchedAndScalarOperands) {
   }
 }
 
+// Operands of other dtypes: a bool mask (attention's causal mask: a
+// masked_fill after q k^T), per row and as a full tile, read as bytes.
+TEST(GemmEpilogue, BoolMaskOperands) {
+  for (DType dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(std::string(kiln::name(dt)));
+    const int64_t M = 70, N = 53, K = 64;
+    Tensor q = rnd({M, K}, 80, dt), k = rnd({N, K}, 81, dt);
+    Tensor causal = rnd({M, N}, 82, kFloat32) > 0.0, rows = rnd({M, 1}, 83, kFloat32) > 0.5;
+    Fn fn = [](const std::vector<Tensor> &in) {
+      Tensor s = matmul(in[0], in[1].transpose(0, 1)) * 0.125;
+      return std::vector<Tensor>{masked_fill(s, in[2], -std::numeric_limits<double>::infinity()),
+                                 where(in[3], relu(matmul(in[0], in[1].transpose(0, 1))), 2.0)};
+    };
+    EXPECT_GE(check_case(fn, {q, k, causal, rows}, K), 1);
+  }
+}
+
 // NaN and inf in A, in the (packed) weight and in the residual reach the
 // results as eagerly, through every activation.
 TEST(GemmEpilogue, NanAndInf) {
