@@ -8,7 +8,10 @@
 // leading dimensions and transpose flags, as in eager), then the JIT-compiled
 // epilogue kernel, lowered for the tile's shape and called with per-tile base
 // pointers, applies bias / activation / residual / scale while the tile is in
-// cache. conv2d: im2col + GEMM per block of output rows whose im2col buffer
+// cache. On kiln's GEMM (KILN_GEMM=jit) the epilogue instead runs inside the
+// micro-kernels, on the accumulator tile of the last k block before the store
+// (gemm::Epilogue; the same lowered expression), when its operands allow
+// (see docs/performance.md); otherwise the per-tile kernel runs as above. conv2d: im2col + GEMM per block of output rows whose im2col buffer
 // stays in cache, the epilogue run on each block right after its GEMM
 // (detail::nn::conv2d_into).
 //
