@@ -53,7 +53,10 @@ std::atomic<int64_t> g_register_epilogues_built{0};
 std::atomic<bool> &register_epilogues_flag() {
   static std::atomic<bool> flag{[] {
     const char *e = std::getenv("KILN_GEMM_EPILOGUE");
-    return !(e && std::string_view(e) == "tile");
+    if (!e || !*e || std::string_view(e) == "registers") return true;
+    if (std::string_view(e) == "tile") return false;
+    kiln::log()->warn("KILN_GEMM_EPILOGUE='{}' is not registers or tile: using registers", e);
+    return true;
   }()};
   return flag;
 }

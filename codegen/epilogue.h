@@ -84,7 +84,7 @@ int64_t gemm_jit_steps_built();
 int64_t register_epilogues_built();
 
 // Whether steps built from now on may run their epilogue in registers (default
-// true; KILN_GEMM_EPILOGUE=tile at startup sets false): false keeps the second
+// true; KILN_GEMM_EPILOGUE=tile at startup sets false, =registers true): false keeps the second
 // pass over each C tile, for comparisons in one process (tests, kiln bench).
 void set_register_epilogues(bool enabled);
 bool register_epilogues();
