@@ -28,6 +28,7 @@
 #include <kiln/kiln.h>
 
 #include "codegen/epilogue.h"
+#include "codegen/jit.h"
 #include "codegen/gemm/path.h"
 #include "frontend/compile.h"
 #include "runtime/log.h"
@@ -282,4 +283,28 @@ TEST(GemmEpilogue, FallbackIsLoggedAndCorrect) {
   EXPECT_NE(log.find("not in the micro-kernel's registers: an operand's columns are neither contiguous nor broadcast"),
             std::string::npos)
       << log;
+}
+
+// The variant's key is the tile configuration + expression + operand kinds,
+// not the shapes: a second model with other linear shapes and the same
+// epilogue compiles nothing new (the tile path compiled a kernel per tile shape).
+TEST(GemmEpilogue, SameExpressionSharesTheKernel) {
+  PathGuard pg(gemm::Path::Jit);
+  RegisterGuard rg(true);
+  codegen::Jit jit; // fresh, no disk cache
+  codegen::ScopedJit scope(jit);
+  auto model = [](int64_t N, int64_t K, uint64_t seed) {
+    Tensor w = rnd({N, K}, seed, kFloat32), b = rnd({N}, seed + 1, kFloat32);
+    return compile([w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{gelu(linear(in[0], w, b))}; });
+  };
+  Tensor x1 = rnd({64, 80}, 90), x2 = rnd({64, 200}, 91);
+  const int64_t before = codegen::register_epilogues_built();
+  CompiledFunction f1 = model(96, 80, 92);
+  f1({x1});
+  const int64_t after_first = jit.stats().compiles;
+  CompiledFunction f2 = model(144, 200, 94);
+  Tensor got = f2({x2})[0];
+  EXPECT_EQ(jit.stats().compiles, after_first);
+  EXPECT_EQ(codegen::register_epilogues_built() - before, 2);
+  EXPECT_GT(after_first, 0);
 }
