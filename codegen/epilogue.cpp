@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,21 @@ constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kMinTileCols = 64;
 
 std::atomic<int64_t> g_jit_steps_built{0};
+std::atomic<int64_t> g_register_epilogues_built{0};
+
+std::atomic<bool> &register_epilogues_flag() {
+  static std::atomic<bool> flag{[] {
+    const char *e = std::getenv("KILN_GEMM_EPILOGUE");
+    if (!e || !*e || std::string_view(e) == "registers") return true;
+    if (std::string_view(e) == "tile") return false;
+    kiln::log()->warn("KILN_GEMM_EPILOGUE='{}' is not registers or tile: using registers", e);
+    return true;
+  }()};
+  return flag;
+}
+
+// Buffers of one epilogue (a tile kernel's, or one in registers): run_tile's array.
+constexpr size_t kMaxEpilogueBuffers = 64;
 
 bool is_contraction(const ir::Node &n) {
   return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::Contraction;
@@ -197,7 +213,8 @@ public:
   int64_t packed_weight_bytes() const override { return packed_bytes_; }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }
-  int64_t num_kernels() const override { return int64_t(kernels_.size()); }
+  int64_t num_kernels() const override { return int64_t(kernels_.size() + eks_.keep.size()); }
+  bool epilogue_in_registers() const override { return in_registers_; }
 
   std::vector<Tensor> run(const std::vector<Tensor> &operands) const override {
     std::vector<Tensor> outs;
@@ -585,9 +602,82 @@ private:
     for (size_t i = 0; i < group_.body()->outputs().size(); ++i)
       if (int(i) != c_result_) kernel_outputs_.push_back(i);
     if (epilogue_.empty()) return;
+    if (jit_ && contraction_->op() != OpId::Conv2d && !register_epilogues()) {
+      kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile: register epilogues "
+                         "are off (KILN_GEMM_EPILOGUE=tile)", group_.result()->name());
+    } else if (jit_ && contraction_->op() != OpId::Conv2d) {
+      const std::string why = dtype_ == kFloat64 ? set_up_registers<double>(operands) : set_up_registers<float>(operands);
+      if (why.empty()) return;
+      kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile, not in the "
+                         "micro-kernel's registers: {}", group_.result()->name(), why);
+    }
     for (int64_t mb : {tm_, M_ % tm_})
       for (int64_t nc : {tn_, N_ % tn_})
         if (mb > 0 && nc > 0 && !find_kernel(mb, nc)) kernels_.push_back({mb, nc, compile_tile(operands, mb, nc)});
+  }
+
+  // ---- the epilogue in the micro-kernels' registers (kiln's GEMM, matmul
+  // family): the tile kernel's expression (same lowering, same constants
+  // folded), its buffers addressed per micro-tile. Returns why not, or "".
+  template <class T> std::string set_up_registers(const std::vector<Tensor> &operands) {
+    if (K_ == 0) return "K = 0 (no micro-kernel runs)";
+    gemm::Epilogue epi;
+    try {
+      epi.expr = tile_desc(operands, tm_, tn_);
+    } catch (const Error &e) {
+      return std::string("the epilogue does not lower: ") + e.what();
+    }
+    KernelDesc &k = epi.expr;
+    if (k.has_reductions()) return "it has a reduction";
+    if (k.num_buffers() > kMaxEpilogueBuffers) return "too many buffers";
+    for (int32_t a : k.output_aliases_input)
+      if (a >= 0) return "an output overwrites an input in place";
+    for (size_t q = 0; q < k.inputs.size(); ++q) {
+      const Source &s = sources_[buffer_sources_[q]];
+      if (s.kind == Source::Kind::Contraction) {
+        epi.inputs.push_back(gemm::Epilogue::Operand::Acc);
+        continue;
+      }
+      std::optional<gemm::Epilogue::Operand> kind = operand_kind(s.view);
+      if (!kind) return "an operand's columns are neither contiguous nor broadcast";
+      epi.inputs.push_back(*kind);
+    }
+    for (size_t o = 0; o < kernel_outputs_.size(); ++o) {
+      if (k.outputs[o].buffer.dtype != dtype_)
+        return std::string("a ") + std::string(kiln::name(k.outputs[o].buffer.dtype)) + " result";
+      const MatView &r = results_[kernel_outputs_[o]];
+      if (r.cs != 1 && N_ > 1) return "a result's columns are not contiguous";
+    }
+    // Canonical: the code depends on the expression and the operand kinds only.
+    k.shape = {1, 1};
+    for (BufferSpec &b : k.inputs) b.strides = {0, 0};
+    for (OutputSpec &o : k.outputs) o.buffer.strides = {0, 0};
+    k.grain = 0, k.stream_stores = false, k.output_aliases_input.clear();
+    epi.store_c = c_result_ >= 0;
+    try {
+      eks_ = gemm::resolve_epilogue_kernels<T>(ks_.config, epi, {tm_, M_ % tm_});
+    } catch (const Error &e) {
+      return std::string("its micro-kernel variant does not compile: ") + e.what();
+    }
+    in_registers_ = true;
+    g_register_epilogues_built.fetch_add(1, std::memory_order_relaxed);
+    static const char *const kKinds[] = {"acc", "scalar", "row", "col", "tile"};
+    std::string kinds;
+    for (gemm::Epilogue::Operand o : epi.inputs) kinds += std::string(kinds.empty() ? "" : ",") + kKinds[int(o)];
+    kiln::log()->debug("epilogue: %{}: the epilogue ({} nodes, inputs {}, {} outputs{}) runs in the micro-kernel's "
+                       "registers on the last k block", group_.result()->name(), k.nodes.size(), kinds,
+                       k.outputs.size(), epi.store_c ? ", C stored too" : "");
+    return "";
+  }
+
+  // How a buffer with view `v` is addressed from C's (i, j), or nothing when
+  // its columns are strided (a transposed residual).
+  std::optional<gemm::Epilogue::Operand> operand_kind(const MatView &v) const {
+    using O = gemm::Epilogue::Operand;
+    const bool rows = v.rs != 0 && M_ > 1, cols = v.cs != 0 && N_ > 1;
+    if (cols && v.cs != 1) return std::nullopt;
+    if (rows) return cols ? O::Tile : O::Row;
+    return cols ? O::Col : O::Scalar;
   }
 
   const CompiledKernel *find_kernel(int64_t mb, int64_t nc) const {
@@ -597,6 +687,14 @@ private:
   }
 
   std::shared_ptr<const CompiledKernel> compile_tile(const std::vector<Tensor> &operands, int64_t mb, int64_t nc) {
+    // Default grain: tiles run inside a parallel region (the kernel's own
+    // parallel_for is then serial); a lone tile or image on the calling thread
+    // still spreads over the pool.
+    return Jit::current().compile(tile_desc(operands, mb, nc));
+  }
+
+  // The epilogue's kernel for one tile [mb, nc]; sets buffer_sources_.
+  KernelDesc tile_desc(const std::vector<Tensor> &operands, int64_t mb, int64_t nc) {
     ir::Graph g("epilogue");
     std::vector<ir::Value *> ops;
     std::vector<Tensor> metas;
@@ -642,11 +740,8 @@ private:
       const auto [rs, cs] = tile_strides(results_[kernel_outputs_[k]]);
       desc.outputs[k].buffer.strides = {rs, cs};
     }
-    // Default grain: tiles run inside a parallel region (the kernel's own
-    // parallel_for is then serial); a lone tile or image on the calling thread
-    // still spreads over the pool.
     buffer_sources_ = buffers;
-    return Jit::current().compile(desc);
+    return desc;
   }
 
   // The kernel's tile is [mb, nc] over (rows, cols) of the partition, or for a
@@ -690,6 +785,32 @@ private:
     k->run(bufs);
   }
 
+  // The register epilogue's buffers at tile (b, r0, c0): run_tile's pointers,
+  // with each buffer's row stride; the contraction's value needs none.
+  void epilogue_pointers(int64_t b, int64_t r0, int64_t c0, const std::vector<Tensor> &ins,
+                         const std::vector<Tensor> &outs, const void **ptrs, int64_t *lds, size_t nbuf) const {
+    size_t n = 0;
+    for (size_t i : buffer_sources_) {
+      const Source &s = sources_[i];
+      if (s.kind == Source::Kind::Contraction) {
+        ptrs[n] = nullptr, lds[n++] = 0;
+        continue;
+      }
+      const Tensor &t = ins[s.index];
+      const int64_t off = s.view.off[size_t(b)] + r0 * s.view.rs + c0 * s.view.cs;
+      ptrs[n] = static_cast<const char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
+      lds[n++] = s.view.rs;
+    }
+    for (size_t o : kernel_outputs_) {
+      const MatView &r = results_[o];
+      const Tensor &t = outs[o];
+      const int64_t off = r.off[size_t(b)] + r0 * r.rs + c0 * r.cs;
+      ptrs[n] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
+      lds[n++] = r.rs;
+    }
+    KILN_CHECK(n == nbuf, "internal: epilogue buffers ", n, " != ", nbuf);
+  }
+
   template <class T>
   void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
     if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs, scratch);
@@ -705,7 +826,12 @@ private:
     // split over the threads, rather than once per tile (per thread).
     gemm::PackedARef<T> ap;
     if (shares_a<T>()) ap = {gemm::pack_a_shared<T>(M_, K_, A + a_.off[0], a_.rs, a_.cs, ks_.config, 0), M_, 0};
+    const size_t nbuf = in_registers_ ? buffer_sources_.size() + kernel_outputs_.size() : 0;
     auto work = [&](int64_t lo, int64_t hi) {
+      std::array<const void *, kMaxEpilogueBuffers> eptrs;
+      std::array<int64_t, kMaxEpilogueBuffers> elds;
+      const gemm::EpilogueArgs ea{eptrs.data(), elds.data(), &eks_};
+      const gemm::EpilogueArgs *epi = in_registers_ ? &ea : nullptr;
       // A tile of C that is no result lives in the running thread's reusable scratch.
       T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm_ * tn_) * sizeof(T)));
       for (int64_t it = lo; it < hi; ++it) {
@@ -715,15 +841,17 @@ private:
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
         const T *a = A + a_.off[size_t(b)] + r0 * a_.rs;
         const gemm::PackedARef<T> apt{ap.data, ap.M, r0};
+        if (epi) epilogue_pointers(b, r0, c0, ins, outs, eptrs.data(), elds.data(), nbuf);
         if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
-          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads, apt);
+          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads,
+                                   apt, epi);
         else if (jit_)
           gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
-                                T(0), ct_ptr, ldc, ks_, threads, apt);
+                                T(0), ct_ptr, ldc, ks_, threads, apt, epi);
         else
           kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs,
                                     b_.cs, T(0), ct_ptr, ldc);
-        run_tile<T>(b, r0, c0, mb, nc, ct_ptr, ins, outs);
+        if (!epi) run_tile<T>(b, r0, c0, mb, nc, ct_ptr, ins, outs);
       }
     };
     const int64_t n = items();
@@ -810,6 +938,8 @@ private:
 
   // kiln's GEMM (set_up_jit)
   bool jit_ = false, pack_ = false;
+  bool in_registers_ = false; // the epilogue runs in the micro-kernels (set_up_registers)
+  gemm::KernelSet eks_;       // their epilogue variants
   int64_t granule_ = 16;
   gemm::KernelSet ks_;
   int64_t packed_bytes_ = 0;
@@ -849,5 +979,10 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op,
 }
 
 int64_t gemm_jit_steps_built() { return g_jit_steps_built.load(std::memory_order_relaxed); }
+
+void set_register_epilogues(bool enabled) { register_epilogues_flag().store(enabled); }
+bool register_epilogues() { return register_epilogues_flag().load(); }
+
+int64_t register_epilogues_built() { return g_register_epilogues_built.load(std::memory_order_relaxed); }
 
 } // namespace kiln::codegen

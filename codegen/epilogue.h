@@ -8,7 +8,10 @@
 // leading dimensions and transpose flags, as in eager), then the JIT-compiled
 // epilogue kernel, lowered for the tile's shape and called with per-tile base
 // pointers, applies bias / activation / residual / scale while the tile is in
-// cache. conv2d: im2col + GEMM per block of output rows whose im2col buffer
+// cache. On kiln's GEMM (KILN_GEMM=jit) the epilogue instead runs inside the
+// micro-kernels, on the accumulator tile of the last k block before the store
+// (gemm::Epilogue; the same lowered expression), when its operands allow
+// (see docs/performance.md); otherwise the per-tile kernel runs as above. conv2d: im2col + GEMM per block of output rows whose im2col buffer
 // stays in cache, the epilogue run on each block right after its GEMM
 // (detail::nn::conv2d_into).
 //
@@ -53,8 +56,14 @@ public:
 
   // META tensors of the group's results, with the strides run() gives them.
   virtual const std::vector<Tensor> &result_metas() const = 0;
-  // JIT kernels compiled for the epilogue (one per distinct tile shape).
+  // JIT kernels compiled for the epilogue (one per distinct tile shape, or the
+  // micro-kernel variants that apply it in registers).
   virtual int64_t num_kernels() const = 0;
+  // Whether the epilogue runs on the accumulators in the GEMM micro-kernels'
+  // registers (kiln's GEMM, matmul family) rather than as a second pass over
+  // each stored C tile (a JIT kernel per tile shape); the reason it does not
+  // is logged at debug level.
+  virtual bool epilogue_in_registers() const = 0;
   // Computes the group's results into fresh tensors. Thread-safe.
   virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
   // Bytes of per-call scratch the step needs (a conv2d output that is no group
@@ -71,5 +80,13 @@ public:
 // How many steps were built to run on kiln's GEMM in this process (tests
 // check that the path is taken).
 int64_t gemm_jit_steps_built();
+// How many of those run their epilogue in the micro-kernels' registers.
+int64_t register_epilogues_built();
+
+// Whether steps built from now on may run their epilogue in registers (default
+// true; KILN_GEMM_EPILOGUE=tile at startup sets false, =registers true): false keeps the second
+// pass over each C tile, for comparisons in one process (tests, kiln bench).
+void set_register_epilogues(bool enabled);
+bool register_epilogues();
 
 } // namespace kiln::codegen

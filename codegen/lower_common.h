@@ -68,6 +68,11 @@ class Lowering {
 public:
   Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t);
   void run(const std::string &symbol);
+  // Node n (not a Load or Reduce) on values of `width` lanes (1: scalars), its
+  // operands' values in vals: emit_node's arithmetic, with constants splat and
+  // what has no vector form (float64 transcendentals, casts) done lane by lane
+  // (codegen/lower_vector.h).
+  Value *emit_lanes(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals, unsigned width);
 
 private:
   // ---- shared core (lower_common.cpp): shape, buffers, entry point, loops.

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "codegen/lower_common.h"
+#include "codegen/lower_vector.h"
 #include "codegen/vecmath_ir.h"
 #include "runtime/error.h"
 
@@ -197,3 +198,37 @@ Value *Lowering::emit_node(IRBuilder<> &b, const Node &n, const std::vector<Valu
 }
 
 } // namespace kiln::codegen::lower_impl
+
+namespace kiln::codegen {
+namespace lower_impl {
+
+Value *Lowering::emit_lanes(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals, unsigned width) {
+  KILN_CHECK(n.op != KOp::Load && n.op != KOp::Reduce, "internal: emit_lanes of a ", op_name(n.op));
+  if (width <= 1) return emit_node(b, n, vals);
+  if (n.op == KOp::Const) return b.CreateVectorSplat(width, constant(n));
+  const bool scalar_only = n.op == KOp::Cast || (is_transcendental(n.op) && n.dtype == DType::Float64);
+  if (!scalar_only) return emit_node(b, n, vals);
+  // Lane by lane: cast_value and libm take scalars (the loop vectorizer
+  // scalarizes them the same way in a compiled kernel).
+  Value *out = llvm::PoisonValue::get(llvm::FixedVectorType::get(value_type(c_, n.dtype), width));
+  std::vector<Value *> lane(vals.size(), nullptr);
+  for (unsigned l = 0; l < width; ++l) {
+    for (int32_t a : n.args)
+      if (a >= 0) lane[size_t(a)] = b.CreateExtractElement(vals[size_t(a)], uint64_t(l));
+    out = b.CreateInsertElement(out, emit_node(b, n, lane), uint64_t(l));
+  }
+  return out;
+}
+
+} // namespace lower_impl
+
+VectorExpr::VectorExpr(const KernelDesc &desc, llvm::Module &m, const LowerTarget &target)
+    : desc_(desc), l_(std::make_unique<lower_impl::Lowering>(desc, m, target)) {}
+
+VectorExpr::~VectorExpr() = default;
+
+llvm::Value *VectorExpr::emit(llvm::IRBuilder<> &b, size_t id, const std::vector<llvm::Value *> &vals, unsigned width) {
+  return l_->emit_lanes(b, desc_.nodes.at(id), vals, width);
+}
+
+} // namespace kiln::codegen

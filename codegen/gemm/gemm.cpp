@@ -278,12 +278,28 @@ template <class T> struct Problem {
   const void *const *kern; // [r]: the r-row micro-kernel
   int64_t q0 = 0;          // first panel of B (C's column 0 is B's column q0 * nr)
   PackedARef<T> ap = {};   // op(A) packed already (rows [ap.r0, ap.r0 + M) of it), else null
+  const EpilogueArgs *epi = nullptr; // applied by the last k block's micro-kernels
 };
+
+// The epilogue hook: on the last k block, the micro-kernel variant that
+// applies pr.epi in registers (its buffers addressed from C's (0, 0) by the
+// tile's row and column), else the plain micro-kernel.
+template <class T>
+void call_micro_kernel(const Problem<T> &pr, bool last, int rows, const T *a, const T *b, int64_t row, int64_t col,
+                       int64_t kc, int64_t cols, T beta) {
+  T *c = pr.C + row * pr.ldc + col;
+  if (last && pr.epi) {
+    auto e = reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(pr.epi->kernels->by_rows[size_t(rows)]));
+    return e(a, b, c, kc, pr.ldc, cols, pr.alpha, beta, pr.epi->ptrs, pr.epi->lds, row, col);
+  }
+  auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(pr.kern[rows]));
+  k(a, b, c, kc, pr.ldc, cols, pr.alpha, beta);
+}
 
 // C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product.
 template <class T>
 void macro_kernel(const Problem<T> &pr, const T *Ap, const T *Bp, int64_t i0, int64_t mc, int64_t q0, int64_t q1,
-                  int64_t kc, T beta) {
+                  int64_t kc, T beta, bool last) {
   const int64_t nr = pr.cfg.nr();
   const int mr = pr.cfg.mr;
   for (int64_t q = q0; q < q1; ++q) {
@@ -291,8 +307,7 @@ void macro_kernel(const Problem<T> &pr, const T *Ap, const T *Bp, int64_t i0, in
     const T *b = Bp + (q - q0) * kc * nr;
     for (int64_t ir = 0; ir < mc; ir += mr) {
       const int rows = int(std::min<int64_t>(mr, mc - ir));
-      auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(pr.kern[rows]));
-      k(Ap + ir * kc, b, pr.C + (i0 + ir) * pr.ldc + (j0 - pr.q0 * nr), kc, pr.ldc, cols, pr.alpha, beta);
+      call_micro_kernel(pr, last, rows, Ap + ir * kc, b, i0 + ir, j0 - pr.q0 * nr, kc, cols, beta);
     }
   }
 }
@@ -317,11 +332,11 @@ template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, 
       for (int64_t ic = m0; ic < m1; ic += c.mc) {
         const int64_t mc = std::min(c.mc, m1 - ic);
         if (pr.ap.data) { // block pc at pc * ap.M, row i's panel at i * kc (see PackedARef)
-          macro_kernel(pr, pr.ap.data + pc * pr.ap.M + (pr.ap.r0 + ic) * kc, Bp, ic, mc, jq, jq1, kc, beta);
+          macro_kernel(pr, pr.ap.data + pc * pr.ap.M + (pr.ap.r0 + ic) * kc, Bp, ic, mc, jq, jq1, kc, beta, pc + kc >= pr.K);
           continue;
         }
         pack_a(pr.A, pr.ars, pr.acs, ic, mc, pc, kc, c.mr, Ap);
-        macro_kernel(pr, Ap, Bp, ic, mc, jq, jq1, kc, beta);
+        macro_kernel(pr, Ap, Bp, ic, mc, jq, jq1, kc, beta, pc + kc >= pr.K);
       }
     }
   }
@@ -490,10 +505,43 @@ template <class T> KernelSet resolve_kernels(const Config &config, const std::ve
   return ks;
 }
 
+template <class T>
+KernelSet resolve_epilogue_kernels(const Config &config, const Epilogue &epi, const std::vector<int64_t> &rows) {
+  check_config<T>(config);
+  KernelSet ks;
+  ks.config = config, ks.f64 = sizeof(T) == 8;
+  ks.by_rows.assign(size_t(config.mr) + 1, nullptr);
+  const std::string ekey = epi.key();
+  for (int64_t M : rows) {
+    if (M <= 0) continue;
+    for (int r : {M >= config.mr ? config.mr : 0, int(M % config.mr)}) {
+      if (r <= 0 || ks.by_rows[size_t(r)]) continue;
+      const TileConfig t = tile<T>(config, r);
+      auto k = Jit::current().compile_module(t.key() + ";" + ekey, ukernel_builder(t, epi));
+      ks.by_rows[size_t(r)] = reinterpret_cast<const void *>(k->fn());
+      ks.keep.push_back(std::move(k));
+    }
+  }
+  return ks;
+}
+
 namespace {
 template <class T> void check_kernels(const char *op, const KernelSet &ks, int64_t M) {
   KILN_CHECK(ks.f64 == (sizeof(T) == 8) && ks.covers(M), op, ": the resolved kernels (", ks.config.to_string(),
              ") do not cover ", M, " rows of ", sizeof(T) == 8 ? "f64" : "f32");
+}
+
+// An epilogue reaches the micro-kernels only when every C element goes
+// through one (K > 0, alpha != 0: no quick return) and its kernels match.
+template <class T>
+void check_epilogue_args(const char *op, const EpilogueArgs *epi, const KernelSet &ks, int64_t M, int64_t K, T alpha) {
+  if (!epi) return;
+  KILN_CHECK(K > 0 && alpha != T(0), op, ": an epilogue in registers needs K > 0 and alpha != 0, got K=", K);
+  KILN_CHECK(epi->kernels && epi->ptrs && epi->lds, op, ": incomplete epilogue arguments");
+  KILN_CHECK(epi->kernels->config.mr == ks.config.mr && epi->kernels->config.nr() == ks.config.nr(), op,
+             ": epilogue kernels for ", epi->kernels->config.to_string(), ", product kernels for ",
+             ks.config.to_string());
+  check_kernels<T>(op, *epi->kernels, M);
 }
 } // namespace
 
@@ -517,8 +565,9 @@ const T *pack_a_shared(int64_t M, int64_t K, const T *A, int64_t ars, int64_t ac
 template <class T>
 void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
                   int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads,
-                  const PackedARef<T> &ap) {
+                  const PackedARef<T> &ap, const EpilogueArgs *epi) {
   check_dims("gemm_strided", M, N, K);
+  check_epilogue_args<T>("gemm_strided", epi, ks, M, K, alpha);
   KILN_CHECK(ars >= 0 && acs >= 0 && brs >= 0 && bcs >= 0, "gemm_strided: expected non-negative strides, got A (",
              ars, ", ", acs, ") and B (", brs, ", ", bcs, ")");
   check_ld("gemm_strided", "ldc", ldc, M, N);
@@ -526,14 +575,16 @@ void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t 
   check_kernels<T>("gemm_strided", ks, M);
   if (ap.data) check_ap("gemm_strided", ap, M, ks.config);
   Problem<T> pr{M, N, K, alpha, beta, A, ars, acs, B, brs, bcs, nullptr, C, ldc, ks.config, ks.by_rows.data(), 0, ap};
+  pr.epi = epi;
   run(pr, threads);
 }
 
 template <class T>
 void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
                       int64_t n, T beta, T *C, int64_t ldc, const KernelSet &ks, int threads,
-                      const PackedARef<T> &ap) {
+                      const PackedARef<T> &ap, const EpilogueArgs *epi) {
   const int64_t K = B.K, nr = B.config.nr();
+  check_epilogue_args<T>("gemm_packed_cols", epi, ks, M, K, alpha);
   check_dims("gemm_packed_cols", M, n, K);
   KILN_CHECK(j0 >= 0 && j0 % nr == 0 && j0 + n <= B.N, "gemm_packed_cols: columns [", j0, ", ", j0 + n,
              ") are not a panel-aligned range of the ", B.N, " packed columns (nr = ", nr, ")");
@@ -546,6 +597,7 @@ void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, 
   if (ap.data) check_ap("gemm_packed_cols", ap, M, B.config);
   Problem<T> pr{M, j0 + n, K, alpha, beta, A, ars, acs, nullptr, 0, 0, &B, C, ldc, B.config, ks.by_rows.data(),
                 j0 / nr, ap};
+  pr.epi = epi;
   run(pr, threads);
 }
 
@@ -659,10 +711,13 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
   template int warm_up<T>(const Config &);                                                                     \
   template KernelSet resolve_kernels<T>(const Config &, const std::vector<int64_t> &);                         \
   template void gemm_strided<T>(int64_t, int64_t, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t,   \
-                                int64_t, T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &);     \
+                                int64_t, T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &,      \
+                                const EpilogueArgs *);                                                        \
   template void gemm_packed_cols<T>(int64_t, T, const T *, int64_t, int64_t, const PackedB<T> &, int64_t, int64_t, \
-                                    T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &);          \
+                                    T, T *, int64_t, const KernelSet &, int, const PackedARef<T> &,           \
+                                    const EpilogueArgs *);                                                    \
   template const T *pack_a_shared<T>(int64_t, int64_t, const T *, int64_t, int64_t, const Config &, int);       \
+  template KernelSet resolve_epilogue_kernels<T>(const Config &, const Epilogue &, const std::vector<int64_t> &); \
   template MicroKernel<T> micro_kernel<T>(const Config &, int);                                                \
   template double ukernel_gflops<T>(const Config &, int64_t, double);
 KILN_GEMM_INSTANTIATE(float)

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/kernel.h"
+
 namespace kiln::codegen::gemm {
 
 // Tile and blocking; defaults come from the host CPU (default_config<T>()).
@@ -131,21 +133,65 @@ struct KernelSet {
 // The kernels for products of each of `rows` rows (full tiles and the M % mr tail).
 template <class T> KernelSet resolve_kernels(const Config &config, const std::vector<int64_t> &rows);
 
+// ---- Epilogues in registers: an elementwise expression the micro-kernel
+// applies to the accumulator tile on the LAST k block, before the store
+// (earlier k blocks run the plain kernel). The expression is a KernelDesc's
+// node list (lowered by codegen/op_lowering.cpp's rules, emitted per vector by
+// codegen/lower_vector.h), so the values are those of the same epilogue run as
+// a compiled elementwise kernel over the stored C tile.
+struct Epilogue {
+  // How each input of `expr` is addressed, relative to C's element (i, j):
+  enum class Operand : uint8_t {
+    Acc,    // the contraction's value alpha * op(A) op(B) + beta * C itself
+    Scalar, // one element, broadcast
+    Row,    // p[i * ld]: a per-row value, broadcast along the row
+    Col,    // p[j]: a per-column vector (bias), loaded with the N edge mask
+    Tile,   // p[i * ld + j] (residual)
+  };
+  // Inputs (Loads) and outputs of the expression; its shape and strides are
+  // not used (key() wants them canonical: shape {1, 1}, strides {0, 0}).
+  // Outputs have C's element type and are Tile-addressed; inputs any dtype
+  // (bool as one byte, as in kiln's tensors), the Acc one C's type.
+  KernelDesc expr;
+  std::vector<Operand> inputs; // one per expr.inputs
+  bool store_c = true;         // also store the contraction's value into C
+  // Determines the generated code (with the tile configuration): the Jit key.
+  std::string key() const;
+};
+
+// Per call: for each buffer of the expression (its inputs, then its outputs)
+// the address of the element at C's (0, 0) and its row stride in elements;
+// `kernels` from resolve_epilogue_kernels (the same Config as the plain ones).
+struct EpilogueArgs {
+  const void *const *ptrs = nullptr;
+  const int64_t *lds = nullptr;
+  const KernelSet *kernels = nullptr;
+};
+
+// The epilogue variants of the micro-kernels for products of each of `rows`
+// rows, compiled through Jit::current().compile_module (memory and disk caches;
+// two models with the same expression share them). Throws kiln::Error when
+// the expression cannot be generated (the caller then runs its epilogue apart).
+template <class T>
+KernelSet resolve_epilogue_kernels(const Config &config, const Epilogue &epi, const std::vector<int64_t> &rows);
+
 // gemm_strided with resolved kernels (config = kernels.config) and `threads`
 // (0: kiln::get_num_threads(); 1 inside a parallel region in any case).
 // `ap`, when set: op(A) packed by pack_a_shared (A, ars and acs are then not read).
 template <class T>
 void gemm_strided(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
                   int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads,
-                  const PackedARef<T> &ap = PackedARef<T>{});
+                  const PackedARef<T> &ap = PackedARef<T>{}, const EpilogueArgs *epi = nullptr);
 
+// (Both: `epi`, when given, is applied in the micro-kernels' registers; it
+// needs K > 0 and alpha != 0, which reach every micro-kernel.)
 // C[:, 0, n) = alpha * op(A) * B[:, j0, j0 + n) + beta * C over packed columns
 // [j0, j0 + n) of B (j0 a multiple of B.config.nr(), j0 + n <= B.N); op(A) with
 // any element strides as in gemm_strided. kernels.config must be B.config.
 template <class T>
 void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, const PackedB<T> &B, int64_t j0,
                       int64_t n, T beta, T *C, int64_t ldc, const KernelSet &kernels, int threads,
-                      const PackedARef<T> &ap = PackedARef<T>{});
+                      const PackedARef<T> &ap = PackedARef<T>{}, const EpilogueArgs *epi = nullptr);
 
 inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {

@@ -30,9 +30,20 @@ struct TileConfig {
 template <class T>
 using MicroKernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta);
 
-// Throws kiln::Error if the IR does not verify.
+// The same with an epilogue in registers (gemm.h, Epilogue): on the tile it
+// computes, C's value v, it evaluates epi.expr per vector and stores its
+// outputs (and v into C only when epi.store_c). Extra arguments: per buffer of
+// epi.expr its pointer at C's (0, 0) of the whole block and its row stride,
+// and (row, col), this tile's offset in that block.
+template <class T>
+using EpilogueMicroKernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha,
+                                     T beta, const void *const *ptrs, const int64_t *lds, int64_t row, int64_t col);
+
+struct Epilogue;
+// Throws kiln::Error if the IR does not verify. `epi` null: the plain kernel.
 std::unique_ptr<llvm::Module> build_ukernel(const TileConfig &cfg, const std::string &symbol,
-                                            const LowerTarget &target, llvm::LLVMContext &ctx);
+                                            const LowerTarget &target, llvm::LLVMContext &ctx,
+                                            const Epilogue *epi = nullptr);
 
 // void fn(int64_t iters, float *io): `accs` independent chains of vector FMAs
 // (acc = acc * x + y) iterated `iters` times, x and y read from io[0], io[1], the
@@ -43,6 +54,7 @@ std::unique_ptr<llvm::Module> build_fma_probe(int lanes, int accs, const std::st
 // The two generators above as Jit::compile_module builders (for callers that
 // include no LLVM header).
 ModuleBuilder ukernel_builder(const TileConfig &cfg);
+ModuleBuilder ukernel_builder(const TileConfig &cfg, const Epilogue &epi);
 ModuleBuilder fma_probe_builder(int lanes, int accs);
 
 struct Config;
