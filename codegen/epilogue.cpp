@@ -14,7 +14,6 @@
 #include <atomic>
 #include <array>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -23,6 +22,7 @@
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
+#include "codegen/gemm/versioned_pack.h"
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
 #include "passes/group_geometry.h"
@@ -144,22 +144,21 @@ struct Source {
   MatView view;
 };
 
-// A captured tensor (or a view of one) used as B, packed into the GEMM's panel
-// layout: `live` keeps the storage (so no other tensor can take its address
-// while the packing claims to be of it), `version` is its counter's value when packed.
-struct PackedWeight {
-  gemm::PackedB<float> f32;
-  gemm::PackedB<double> f64;
-  Tensor live;
-  const void *src = nullptr;
-  kiln::detail::VersionCounter counter;
-  uint64_t version = 0;
-  bool current(const void *b) const { return b == src && counter->load(std::memory_order_acquire) == version; }
-  template <class T> const gemm::PackedB<T> &get() const {
+// One member per dtype (a step is built for one of them).
+template <template <class> class X> struct ByDType {
+  X<float> f32;
+  X<double> f64;
+  template <class T> X<T> &get() {
+    if constexpr (sizeof(T) == 8) return f64;
+    else return f32;
+  }
+  template <class T> const X<T> &get() const {
     if constexpr (sizeof(T) == 8) return f64;
     else return f32;
   }
 };
+template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
+template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 
 class Step final : public EpilogueStep {
 public:
@@ -386,11 +385,7 @@ private:
       return true;
     }
     pack_ = true;
-    auto p = make_packed<T>(*w);
-    packed_bytes_ = p->template get<T>().bytes();
-    packed_.store(std::move(p), std::memory_order_release);
-    kiln::log()->debug("epilogue: %{}: packed B [{}, {}] once ({} bytes)", group_.result()->name(), K_, N_,
-                       packed_bytes_);
+    packed_bytes_ = packed<T>(*w)->bytes();
     return true;
   }
 
@@ -417,36 +412,15 @@ private:
     return t;
   }
 
-  template <class T> std::shared_ptr<const PackedWeight> make_packed(const Tensor &b) const {
-    auto p = std::make_shared<PackedWeight>();
-    p->live = b;
-    p->src = b.raw_data();
-    p->counter = kiln::detail::watch_version(b);
-    // The version is read before the data: an update meanwhile shows as a
-    // newer version at the next call, which packs again.
-    p->version = p->counter->load(std::memory_order_acquire);
-    gemm::PackedB<T> pb =
-        gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(p->src), b_.rs, b_.cs, ks_.config);
-    if constexpr (sizeof(T) == 8) p->f64 = std::move(pb);
-    else p->f32 = std::move(pb);
-    return p;
-  }
-
-  // The packed B, packed again first when the tensor was written in place
-  // (its version moved) or B now lives elsewhere (the captured tensor was
-  // rebound). No lock unless packing.
-  template <class T> std::shared_ptr<const PackedWeight> packed(const Tensor &b) const {
-    std::shared_ptr<const PackedWeight> p = packed_.load(std::memory_order_acquire);
-    if (p->current(b.raw_data())) [[likely]]
-      return p;
-    std::lock_guard<std::mutex> lock(pack_mu_);
-    p = packed_.load(std::memory_order_acquire);
-    if (p->current(b.raw_data())) return p; // another caller packed it meanwhile
-    p = make_packed<T>(b);
-    packed_.store(p, std::memory_order_release);
-    repacks_.fetch_add(1, std::memory_order_relaxed);
-    kiln::log()->debug("epilogue: %{}: B was updated, packed again", group_.result()->name());
-    return p;
+  // The packed B (a captured tensor, codegen/gemm/versioned_pack.h): packed
+  // again first when the tensor was written in place (its version moved) or B
+  // now lives elsewhere (the captured tensor was rebound). No lock unless packing.
+  template <class T> typename PackedBCache<T>::Ref packed(const Tensor &b) const {
+    return b_packs_.template get<T>().get(b, [&](const Tensor &w) {
+      kiln::log()->debug("epilogue: %{}: packing B [{}, {}] (version {})", group_.result()->name(), K_, N_,
+                         tensor_version(w));
+      return gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(w.raw_data()), b_.rs, b_.cs, ks_.config);
+    });
   }
 
   int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
@@ -540,11 +514,17 @@ private:
   // Compiles the micro-kernels now; packs a parameter's (live) weight now too,
   // so that the first call finds it done.
   template <class T> void build_jit_conv(const Tensor &w, bool cached) {
-    kiln::gemm::conv_warm_up<T>(*jit_conv_);
-    if (!cached) return;
-    auto cache = std::make_shared<kiln::gemm::ConvWeightCache<T>>(*jit_conv_);
-    if (w.defined() && !w.is_meta()) cache->get(w);
-    jit_weights_ = cache;
+    conv_kernels_.template get<T>() = kiln::gemm::conv_kernels<T>(*jit_conv_);
+    conv_cached_ = cached;
+    if (cached && w.defined() && !w.is_meta()) conv_pack<T>(w);
+  }
+
+  // A parameter's packed conv weight, packed again when it moved (as packed()).
+  template <class T> typename ConvPackCache<T>::Ref conv_pack(const Tensor &w) const {
+    return conv_packs_.template get<T>().get(w, [&](const Tensor &w) {
+      const std::array<int64_t, 4> ws = strides4(w);
+      return *kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data());
+    });
   }
 
   static std::array<int64_t, 4> strides4(const Tensor &t) {
@@ -682,8 +662,8 @@ private:
     T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
     const MatView c = c_view();
     const int64_t rt = row_tiles(), ct = col_tiles();
-    std::shared_ptr<const PackedWeight> pw;
-    if (pack_) pw = packed<T>(ins[operand_of(contraction_->operand(1))]);
+    std::optional<typename PackedBCache<T>::Ref> pw;
+    if (pack_) pw.emplace(packed<T>(ins[operand_of(contraction_->operand(1))]));
     int threads = 0;
     auto work = [&](int64_t lo, int64_t hi) {
       // A tile of C that is no result lives in the running thread's reusable scratch.
@@ -695,7 +675,7 @@ private:
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
         const T *a = A + a_.off[size_t(b)] + r0 * a_.rs;
         if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
-          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads);
+          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, **pw, c0, nc, T(0), ct_ptr, ldc, ks_, threads);
         else if (jit_)
           gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
                                 T(0), ct_ptr, ldc, ks_, threads);
@@ -728,9 +708,16 @@ private:
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
                     kiln::detail::nn::BlockCallback after, void *ctx) const {
-    std::shared_ptr<const kiln::gemm::PackedConvWeight<T>> pw;
-    if (jit_weights_) pw = static_cast<const kiln::gemm::ConvWeightCache<T> *>(jit_weights_.get())->get(w);
-    else pw = kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), strides4(w).data());
+    std::optional<typename ConvPackCache<T>::Ref> cached;
+    std::shared_ptr<const kiln::gemm::PackedConvWeight<T>> fresh;
+    const kiln::gemm::PackedConvWeight<T> *pw;
+    if (conv_cached_) {
+      cached.emplace(conv_pack<T>(w));
+      pw = &**cached;
+    } else {
+      fresh = kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), strides4(w).data());
+      pw = fresh.get();
+    }
     const std::array<int64_t, 4> xs = strides4(x);
     kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                           b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
@@ -780,7 +767,9 @@ private:
   int64_t block_rows_ = 1; // conv2d: output rows per block
   bool channels_last_ = false; // conv2d computing C in NHWC
   std::optional<kiln::gemm::ConvShape> jit_conv_; // conv2d through codegen/gemm/conv.h
-  std::shared_ptr<const void> jit_weights_;       // its ConvWeightCache<T> when the weight is a parameter
+  bool conv_cached_ = false;                      // the weight is a parameter: packed once per version
+  ByDType<kiln::gemm::PackedConvWeight> conv_kernels_; // its config and micro-kernels (no panels)
+  ByDType<ConvPackCache> conv_packs_;                  // the parameter's packing
   int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
@@ -792,9 +781,7 @@ private:
   int64_t granule_ = 16;
   gemm::KernelSet ks_;
   int64_t packed_bytes_ = 0;
-  mutable std::atomic<std::shared_ptr<const PackedWeight>> packed_;
-  mutable std::mutex pack_mu_; // one packer at a time
-  mutable std::atomic<int64_t> repacks_{0};
+  ByDType<PackedBCache> b_packs_; // B when pack_
 };
 
 } // namespace
