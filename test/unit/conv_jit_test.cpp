@@ -13,9 +13,12 @@
 // eager (OpenBLAS, another order) allows twice that.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -389,16 +392,42 @@ TEST(ConvJitCompiled, MicroKernelsOutliveAScopedJit) {
 
 // The micro-kernels are kept in a process-wide table, so they compile in
 // Jit::global() (never destroyed), not in a ScopedJit that may be gone when the
-// table hands them out again (kiln bench crashed in W7 that way).
+// table hands them out again (kiln bench crashed in W7 that way). The global
+// Jit reads KILN_CACHE_DIR once per process: the check runs in a child (this
+// binary again, this test only) whose disk cache is an empty directory of its
+// own, so that it compiles whatever cache the user running it has (a kernel
+// found on disk counts no compile).
 TEST(ConvJit, MicroKernelsCompileInTheGlobalJit) {
-  gemm::Config c = gemm::default_config<float>();
-  c.mr = 5, c.unroll = 3, c.mc = 250; // a tile no other test uses
-  const int64_t before = codegen::Jit::global().stats().compiles;
-  {
-    codegen::Jit jit;
-    codegen::ScopedJit use(jit);
-    ASSERT_TRUE(gemm::micro_kernel<float>(c, 5));
-    EXPECT_EQ(jit.stats().compiles, 0);
+  if (std::getenv("KILN_CONV_JIT_TEST_CHILD")) {
+    const char *dir = std::getenv("KILN_CACHE_DIR");
+    ASSERT_TRUE(dir && *dir);
+    ASSERT_EQ(codegen::Jit::global().options().cache_dir, dir);
+    ASSERT_EQ(codegen::Jit::global().stats().disk_hits, 0);
+    gemm::Config c = gemm::default_config<float>();
+    c.mr = 5, c.unroll = 3, c.mc = 250; // a tile no other test uses
+    const int64_t before = codegen::Jit::global().stats().compiles;
+    {
+      codegen::Jit jit;
+      codegen::ScopedJit use(jit);
+      ASSERT_TRUE(gemm::micro_kernel<float>(c, 5));
+      EXPECT_EQ(jit.stats().requests, 0);
+    }
+    EXPECT_EQ(codegen::Jit::global().stats().compiles, before + 1);
+    return;
   }
-  EXPECT_EQ(codegen::Jit::global().stats().compiles, before + 1);
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-conv-jit-global-XXXXXX").string();
+  ASSERT_TRUE(::mkdtemp(tmpl.data())) << "mkdtemp " << tmpl;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "KILN_CONV_JIT_TEST_CHILD=1 KILN_CACHE_DIR='" + tmpl + "' '" + self +
+                          "' --gtest_filter=ConvJit.MicroKernelsCompileInTheGlobalJit 2>&1";
+  FILE *p = ::popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p) << cmd;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }
