@@ -215,8 +215,8 @@ private:
     const OpId op = n.op();
     if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm) {
       if (op == OpId::Addmm)
-        kiln::log()->debug("codegen: %{} (addmm) runs on BLAS: kiln's GEMM takes matmul, mm and bmm",
-                           n.result()->name());
+        kiln::log()->debug("codegen: %{} (addmm) runs on BLAS: alpha 0 or an integral dtype (others are "
+                           "decomposed into a matmul and its epilogue)", n.result()->name());
       return std::nullopt;
     }
     const DType t = n.result()->type().dtype;
