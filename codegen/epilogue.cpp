@@ -206,12 +206,9 @@ public:
     return outs;
   }
 
-  size_t scratch_bytes() const override {
-    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
-    size_t n = itemsize(dtype_);
-    for (int64_t d : domain_) n *= size_t(d);
-    return n;
-  }
+  // A conv output that is no group result (the epilogue reads it block by
+  // block), then a conv weight that is no parameter, packed for this call.
+  size_t scratch_bytes() const override { return c_scratch_bytes() + weight_scratch_bytes(); }
 
   void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
                 void *scratch) const override {
@@ -229,6 +226,11 @@ public:
 
 private:
   void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
+    Tensor owned; // no caller scratch (run()): this call's
+    if (!scratch && scratch_bytes() > 0) {
+      owned = kiln::detail::make_tensor({int64_t((scratch_bytes() + 7) / 8)}, kFloat64);
+      scratch = owned.raw_data();
+    }
     if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch);
     else run_typed<double>(operands, outs, scratch);
   }
@@ -481,7 +483,7 @@ private:
                                                     : kiln::gemm::conv_config<double>(*jit_conv_);
     kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h): {}, {}, weight {}",
                        group_.result()->name(), jit_conv_->str(), c.to_string(),
-                       cached ? "packed once per version" : "packed per call (not a parameter)");
+                       cached ? "packed once per version" : "packed per call into its scratch (not a parameter)");
   }
 
   // Why kiln's conv does not take this conv2d, or "".
@@ -515,6 +517,7 @@ private:
   // so that the first call finds it done.
   template <class T> void build_jit_conv(const Tensor &w, bool cached) {
     conv_kernels_.template get<T>() = kiln::gemm::conv_kernels<T>(*jit_conv_);
+    conv_weight_bytes_ = conv_kernels_.template get<T>().bytes();
     conv_cached_ = cached;
     if (cached && w.defined() && !w.is_meta()) conv_pack<T>(w);
   }
@@ -694,12 +697,20 @@ private:
     work(0, n);
   }
 
-  // The conv output C: a result, else the caller's scratch (or a fresh tensor).
-  // A channels-last C is the same bytes viewed with NHWC strides.
+  static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+  size_t c_scratch_bytes() const {
+    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
+    size_t n = itemsize(dtype_);
+    for (int64_t d : domain_) n *= size_t(d);
+    return round64(n);
+  }
+  size_t weight_scratch_bytes() const { return jit_conv_ && !conv_cached_ ? round64(size_t(conv_weight_bytes_)) : 0; }
+
+  // The conv output C: a result, else the call's scratch. A channels-last C
+  // is the same bytes viewed with NHWC strides.
   Tensor conv_output(const std::vector<Tensor> &outs, void *scratch) const {
     if (c_result_ >= 0) return outs[size_t(c_result_)];
-    Tensor c = scratch ? from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_))
-                       : kiln::detail::make_tensor(domain_, dtype_);
+    Tensor c = from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_));
     if (!channels_last_) return c;
     return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
   }
@@ -707,16 +718,17 @@ private:
   // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
-                    kiln::detail::nn::BlockCallback after, void *ctx) const {
+                    kiln::detail::nn::BlockCallback after, void *ctx, void *scratch) const {
     std::optional<typename ConvPackCache<T>::Ref> cached;
-    std::shared_ptr<const kiln::gemm::PackedConvWeight<T>> fresh;
-    const kiln::gemm::PackedConvWeight<T> *pw;
+    kiln::gemm::PackedConvWeight<T> per_call; // a weight that is no parameter: packed into the call's scratch
+    const kiln::gemm::PackedConvWeight<T> *pw = &per_call;
     if (conv_cached_) {
       cached.emplace(conv_pack<T>(w));
       pw = &**cached;
     } else {
-      fresh = kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), strides4(w).data());
-      pw = fresh.get();
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes());
+      per_call = kiln::gemm::pack_conv_weight_into<T>(conv_kernels_.template get<T>(),
+                                                      static_cast<const T *>(w.raw_data()), strides4(w).data(), dst);
     }
     const std::array<int64_t, 4> xs = strides4(x);
     kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
@@ -741,7 +753,8 @@ private:
       s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
-    if (jit_conv_) return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx);
+    if (jit_conv_)
+      return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch);
     attrs::Conv2d a{cv};
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.stride(), a.padding(), a.dilation(),
                                   a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
@@ -768,6 +781,7 @@ private:
   bool channels_last_ = false; // conv2d computing C in NHWC
   std::optional<kiln::gemm::ConvShape> jit_conv_; // conv2d through codegen/gemm/conv.h
   bool conv_cached_ = false;                      // the weight is a parameter: packed once per version
+  int64_t conv_weight_bytes_ = 0;                 // its packing's size
   ByDType<kiln::gemm::PackedConvWeight> conv_kernels_; // its config and micro-kernels (no panels)
   ByDType<ConvPackCache> conv_packs_;                  // the parameter's packing
   int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)

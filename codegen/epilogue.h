@@ -58,7 +58,8 @@ public:
   // Computes the group's results into fresh tensors. Thread-safe.
   virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
   // Bytes of per-call scratch the step needs (a conv2d output that is no group
-  // result: the epilogue reads it block by block); 0 when none.
+  // result: the epilogue reads it block by block; a conv2d weight that is no
+  // parameter, packed for the call); 0 when none.
   virtual size_t scratch_bytes() const = 0;
   // The same into caller-provided results (e.g. arena slices) with exactly the
   // dtypes, shapes and strides of result_metas(); throws kiln::Error otherwise.

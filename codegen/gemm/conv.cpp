@@ -42,6 +42,7 @@ std::optional<std::string> conv_unsupported(const ConvShape &s) {
 namespace {
 
 std::atomic<int64_t> g_conv_calls{0};
+std::atomic<int64_t> g_heap_packs{0};
 
 // Measurement knobs (bench only): KILN_CONV_TILE=panels[,kc[,order]] with
 // order 0 = channel panels outer (A panel in L1, B block streamed from L2),
@@ -275,6 +276,7 @@ std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, 
   KILN_CHECK(owned, "gemm conv2d: cannot allocate ", bytes, " bytes for the packed weight of ", s.str());
   auto pw = std::make_shared<PackedConvWeight<T>>(pack_conv_weight_into<T>(kernels, W, ws, owned.get()));
   pw->owned = std::move(owned);
+  g_heap_packs.fetch_add(1, std::memory_order_relaxed);
   return pw;
 }
 
@@ -317,6 +319,7 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 }
 
 int64_t conv_calls() { return g_conv_calls.load(std::memory_order_relaxed); }
+int64_t conv_weight_heap_packs() { return g_heap_packs.load(std::memory_order_relaxed); }
 
 #define KILN_CONV_INSTANTIATE(T)                                                                                  \
   template struct PackedConvWeight<T>;                                                                           \

@@ -105,5 +105,8 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 
 // How many conv2d calls ran since the process started (tests prove the path with it).
 int64_t conv_calls();
+// How many packings pack_conv_weight allocated since the process started (tests
+// check that a compiled call packs a weight that is no parameter into its scratch).
+int64_t conv_weight_heap_packs();
 
 } // namespace kiln::codegen::gemm

@@ -337,6 +337,24 @@ TEST(ConvJitCompiled, InPlaceWeightUpdateRepacks) {
   EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x})), fn(kiln::testing::copies({x}))));
 }
 
+// A weight that is a graph input (no parameter) is packed for each call into
+// the call's scratch (the plan's arena), not into a packing allocated per call;
+// every call sees its own weight.
+TEST(ConvJitCompiled, InputWeightIsPackedIntoTheCallsScratch) {
+  Fn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(conv2d(in[0], in[1], {}, 1, 1))}; };
+  Tensor x = rnd<float>({2, 8, 12, 12}, 200);
+  CompiledFunction f = compile_strict(fn);
+  Tensor w0 = 0.1 * rnd<float>({16, 8, 3, 3}, 201);
+  EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w0})), fn(kiln::testing::copies({x, w0}))));
+  EXPECT_GE(calls_of(f, {x, w0}), 1) << "the compiled conv did not run kiln's conv";
+  const int64_t before = gemm::conv_weight_heap_packs();
+  for (uint64_t i = 0; i < 3; ++i) {
+    Tensor w = 0.1 * rnd<float>({16, 8, 3, 3}, 202 + i);
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w})), fn(kiln::testing::copies({x, w}))));
+  }
+  EXPECT_EQ(gemm::conv_weight_heap_packs() - before, 0) << "a call allocated its weight's packing";
+}
+
 // Callers on several threads at once (each call also spreading over the pool),
 // while the weight stays the same: every result equals eager's.
 TEST(ConvJitCompiled, ConcurrentCallers) {
