@@ -190,7 +190,7 @@ public:
   }
 
   std::string_view contraction_kind() const override {
-    if (contraction_->op() == OpId::Conv2d) return "conv";
+    if (contraction_->op() == OpId::Conv2d) return jit_conv_ ? "conv-jit" : "conv";
     return jit_ ? "gemm-jit" : "blas";
   }
   int64_t packed_weight_bytes() const override { return packed_bytes_; }
@@ -464,12 +464,11 @@ private:
       kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), why);
       return;
     }
-    const size_t wi = operand_of(contraction_->operand(1));
-    const bool cached = group_.operand(wi)->kind() == ir::Value::Kind::Param ||
-                        group_.operand(wi)->kind() == ir::Value::Kind::Const;
+    const ir::Value *w = outer_.at(operand_of(contraction_->operand(1))); // the program graph's value
+    const bool cached = w->kind() == ir::Value::Kind::Param || w->kind() == ir::Value::Kind::Const;
     try {
-      if (dtype_ == kFloat32) build_jit_conv<float>(group_.operand(wi)->tensor(), cached);
-      else build_jit_conv<double>(group_.operand(wi)->tensor(), cached);
+      if (dtype_ == kFloat32) build_jit_conv<float>(cached ? w->tensor() : Tensor(), cached);
+      else build_jit_conv<double>(cached ? w->tensor() : Tensor(), cached);
     } catch (const Error &e) { // a micro-kernel that does not compile: the BLAS path
       jit_conv_.reset();
       kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), e.what());
@@ -519,7 +518,9 @@ private:
     conv_kernels_.template get<T>() = kiln::gemm::conv_kernels<T>(*jit_conv_);
     conv_weight_bytes_ = conv_kernels_.template get<T>().bytes();
     conv_cached_ = cached;
-    if (cached && w.defined() && !w.is_meta()) conv_pack<T>(w);
+    if (!cached || !w.defined() || w.is_meta()) return;
+    conv_pack<T>(w);
+    packed_bytes_ = conv_weight_bytes_;
   }
 
   // A parameter's packed conv weight, packed again when it moved (as packed()).
@@ -813,18 +814,30 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build(const ir::Node &group, c
 
 std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op, const std::vector<Tensor> &operands) {
   KILN_CHECK(op.kind() == ir::Node::Kind::Op &&
-                 (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm) && op.results().size() == 1,
-             "gemm step: ", op.mnemonic(), " is not a matmul, mm or bmm");
-  for (const ir::Value *v : op.operands())
-    KILN_CHECK(v && v->type().shape.size() >= 2, "gemm step: ", op.mnemonic(), " has an operand of fewer than 2 dims");
-  auto g = std::make_shared<ir::Graph>("gemm");
+                 (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm || op.op() == OpId::Conv2d) &&
+                 op.results().size() == 1,
+             "contraction step: ", op.mnemonic(), " is not a matmul, mm, bmm or conv2d");
+  if (op.op() != OpId::Conv2d)
+    for (const ir::Value *v : op.operands())
+      KILN_CHECK(v && v->type().shape.size() >= 2, "gemm step: ", op.mnemonic(), " has an operand of fewer than 2 dims");
+  // The wrapper group's operands are op's present ones, in order: an absent
+  // one (conv2d's bias) may only trail them, so that operand i of the step
+  // is still operand i of the node when the executor passes them.
+  auto g = std::make_shared<ir::Graph>("contraction");
   std::vector<ir::Value *> ins;
-  for (const ir::Value *v : op.operands()) ins.push_back(g->add_input(v->type()));
+  std::vector<const ir::Value *> outer;
+  for (size_t i = 0; i < op.operands().size(); ++i) {
+    const ir::Value *v = op.operand(i);
+    if (!v) continue;
+    KILN_CHECK(outer.size() == i, "contraction step: ", op.mnemonic(), " has a present operand after an absent one");
+    ins.push_back(g->add_input(v->type()));
+    outer.push_back(v);
+  }
   ir::Node *group = g->create_group(ins, {op.result()->type()});
   ir::Graph &body = *group->body();
   std::vector<ir::Value *> args(body.inputs().begin(), body.inputs().end());
+  args.resize(op.operands().size(), nullptr);
   body.set_outputs({body.create(op.op(), args, op.attrs(), {op.result()->type()})->result()});
-  std::vector<const ir::Value *> outer(op.operands().begin(), op.operands().end());
   return std::make_shared<Step>(*group, operands, g, std::move(outer));
 }
 

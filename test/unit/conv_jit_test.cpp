@@ -28,6 +28,7 @@
 
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/ukernel.h"
+#include "codegen/executable.h"
 #include "codegen/jit.h"
 #include "codegen/gemm/path.h"
 #include "frontend/compile.h"
@@ -248,6 +249,14 @@ int64_t calls_of(const CompiledFunction &f, const std::vector<Tensor> &in, int t
   return gemm::conv_calls() - before;
 }
 
+// The steps of one compiled call by category ("gemm-jit", "blas", "kernel", ...).
+std::vector<std::string> categories(const CompiledFunction &f, const std::vector<Tensor> &in) {
+  std::vector<std::string> cats;
+  codegen::ScopedStepObserver obs([&](const codegen::StepEvent &e) { cats.emplace_back(e.category); });
+  f(kiln::testing::copies(in));
+  return cats;
+}
+
 CompiledFunction compile_strict(const Fn &fn) {
   CompileOptions o;
   o.fallback = Fallback::Off;
@@ -353,6 +362,39 @@ TEST(ConvJitCompiled, InputWeightIsPackedIntoTheCallsScratch) {
     EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w})), fn(kiln::testing::copies({x, w}))));
   }
   EXPECT_EQ(gemm::conv_weight_heap_packs() - before, 0) << "a call allocated its weight's packing";
+}
+
+// A conv2d with no epilogue runs as the same step as the fused ones (not as an
+// eager op): kiln's conv with its weight packed once, a bias and stride 2
+// included, the step counted in CompileStats; a depthwise conv (not covered)
+// stays eager.
+TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
+  Tensor w = 0.1 * rnd<float>({24, 8, 3, 3}, 210), b = rnd<float>({24}, 211);
+  Tensor dw = 0.1 * rnd<float>({8, 1, 3, 3}, 212);
+  const std::vector<std::pair<const char *, Fn>> fns = {
+      {"plain", [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], w, {}, 1, 1)}; }},
+      {"bias, stride 2", [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], w, b, 2, 1)}; }},
+      {"weight an input", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], in[1], {}, 1)}; }},
+  };
+  Tensor x = rnd<float>({2, 8, 13, 11}, 213);
+  for (const auto &[name, fn] : fns) {
+    SCOPED_TRACE(name);
+    const std::vector<Tensor> in = {x, w};
+    CompiledFunction f = compile_strict(fn);
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies(in)), fn(kiln::testing::copies(in))));
+    EXPECT_EQ(calls_of(f, in, 2), 2) << "the lone conv did not run kiln's conv";
+    EXPECT_EQ(categories(f, in), std::vector<std::string>{"gemm-jit"});
+    EXPECT_EQ(f.stats().packed_weight_bytes > 0, std::string(name) != "weight an input");
+    w.mul_(-1); // a captured weight's update is seen
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies(in)), fn(kiln::testing::copies(in))));
+  }
+  Fn depthwise = [=](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{conv2d(in[0], dw, {}, 1, 1, 1, 8)};
+  };
+  CompiledFunction g = compile_strict(depthwise);
+  EXPECT_TRUE(close_to_eager(g(kiln::testing::copies({x})), depthwise(kiln::testing::copies({x}))));
+  EXPECT_EQ(calls_of(g, {x}), 0);
+  EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"blas"}); // eager's conv op
 }
 
 // Callers on several threads at once (each call also spreading over the pool),
