@@ -22,6 +22,7 @@
 
 #include "codegen/executable.h"
 #include "codegen/gemm/path.h"
+#include "codegen/jit.h"
 #include "frontend/compile.h"
 
 #include "concurrency_test_util.h"
@@ -336,4 +337,28 @@ TEST(GemmExec, ConcurrentCallersOfTwoFunctionsSharingAWeight) {
     return t % 2 ? bool(same_or_close(f1({x})[0], want1b, 1e-5)) : bool(same_or_close(f2({x})[0], want2b, 1e-5));
   });
   EXPECT_EQ(bad, 0);
+}
+
+// The micro-kernels are generic over shapes (compiled per tile configuration
+// and row count): once those of a configuration exist, a second model with
+// other linear shapes (the same row tail: M a multiple of mr) compiles no new
+// kernel, it finds them in the Jit's memory cache. A fresh Jit without disk
+// cache, so that nothing comes from disk or from earlier tests.
+TEST(GemmExec, SecondModelWithOtherShapesCompilesNoMicroKernel) {
+  PathGuard pg(gemm::Path::Jit);
+  codegen::Jit jit;
+  codegen::ScopedJit use(jit);
+  Tensor w1 = rnd({96, 80}, 90), w2 = rnd({200, 304}, 91), x1 = rnd({128, 96}, 92), x2 = rnd({64, 200}, 93);
+  auto fn1 = [w1](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w1)}; };
+  auto fn2 = [w2](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w2)}; };
+  CompiledFunction f1 = compile(fn1);
+  EXPECT_TRUE(same_or_close(f1({x1})[0], fn1({x1})[0], 1e-5));
+  const codegen::JitStats first = jit.stats();
+  EXPECT_GT(first.compiles, 0) << "the first model compiled no micro-kernel";
+  CompiledFunction f2 = compile(fn2);
+  EXPECT_TRUE(same_or_close(f2({x2})[0], fn2({x2})[0], 1e-5));
+  EXPECT_EQ(count(categories(f2, {x2}), "gemm-jit"), 1);
+  const codegen::JitStats second = jit.stats();
+  EXPECT_EQ(second.compiles, first.compiles) << "the second model compiled a micro-kernel";
+  EXPECT_GT(second.memory_hits, first.memory_hits);
 }
