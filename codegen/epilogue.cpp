@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <array>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -24,6 +23,7 @@
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
+#include "codegen/gemm/versioned_pack.h"
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
 #include "passes/group_geometry.h"
@@ -160,22 +160,21 @@ struct Source {
   MatView view;
 };
 
-// A captured tensor (or a view of one) used as B, packed into the GEMM's panel
-// layout: `live` keeps the storage (so no other tensor can take its address
-// while the packing claims to be of it), `version` is its counter's value when packed.
-struct PackedWeight {
-  gemm::PackedB<float> f32;
-  gemm::PackedB<double> f64;
-  Tensor live;
-  const void *src = nullptr;
-  kiln::detail::VersionCounter counter;
-  uint64_t version = 0;
-  bool current(const void *b) const { return b == src && counter->load(std::memory_order_acquire) == version; }
-  template <class T> const gemm::PackedB<T> &get() const {
+// One member per dtype (a step is built for one of them).
+template <template <class> class X> struct ByDType {
+  X<float> f32;
+  X<double> f64;
+  template <class T> X<T> &get() {
+    if constexpr (sizeof(T) == 8) return f64;
+    else return f32;
+  }
+  template <class T> const X<T> &get() const {
     if constexpr (sizeof(T) == 8) return f64;
     else return f32;
   }
 };
+template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
+template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 
 class Step final : public EpilogueStep {
 public:
@@ -207,7 +206,7 @@ public:
   }
 
   std::string_view contraction_kind() const override {
-    if (contraction_->op() == OpId::Conv2d) return "conv";
+    if (contraction_->op() == OpId::Conv2d) return jit_conv_ ? "conv-jit" : "conv";
     return jit_ ? "gemm-jit" : "blas";
   }
   int64_t packed_weight_bytes() const override { return packed_bytes_; }
@@ -224,12 +223,9 @@ public:
     return outs;
   }
 
-  size_t scratch_bytes() const override {
-    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
-    size_t n = itemsize(dtype_);
-    for (int64_t d : domain_) n *= size_t(d);
-    return n;
-  }
+  // A conv output that is no group result (the epilogue reads it block by
+  // block), then a conv weight that is no parameter, packed for this call.
+  size_t scratch_bytes() const override { return c_scratch_bytes() + weight_scratch_bytes(); }
 
   void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
                 void *scratch) const override {
@@ -247,6 +243,11 @@ public:
 
 private:
   void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
+    Tensor owned; // no caller scratch (run()): this call's
+    if (!scratch && scratch_bytes() > 0) {
+      owned = kiln::detail::make_tensor({int64_t((scratch_bytes() + 7) / 8)}, kFloat64);
+      scratch = owned.raw_data();
+    }
     if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch);
     else run_typed<double>(operands, outs, scratch);
   }
@@ -411,11 +412,7 @@ private:
       return true;
     }
     pack_ = true;
-    auto p = make_packed<T>(*w);
-    packed_bytes_ = p->template get<T>().bytes();
-    packed_.store(std::move(p), std::memory_order_release);
-    kiln::log()->debug("epilogue: %{}: packed B [{}, {}] once ({} bytes)", group_.result()->name(), K_, N_,
-                       packed_bytes_);
+    packed_bytes_ = packed<T>(*w)->bytes();
     return true;
   }
 
@@ -442,36 +439,15 @@ private:
     return t;
   }
 
-  template <class T> std::shared_ptr<const PackedWeight> make_packed(const Tensor &b) const {
-    auto p = std::make_shared<PackedWeight>();
-    p->live = b;
-    p->src = b.raw_data();
-    p->counter = kiln::detail::watch_version(b);
-    // The version is read before the data: an update meanwhile shows as a
-    // newer version at the next call, which packs again.
-    p->version = p->counter->load(std::memory_order_acquire);
-    gemm::PackedB<T> pb =
-        gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(p->src), b_.rs, b_.cs, ks_.config);
-    if constexpr (sizeof(T) == 8) p->f64 = std::move(pb);
-    else p->f32 = std::move(pb);
-    return p;
-  }
-
-  // The packed B, packed again first when the tensor was written in place
-  // (its version moved) or B now lives elsewhere (the captured tensor was
-  // rebound). No lock unless packing.
-  template <class T> std::shared_ptr<const PackedWeight> packed(const Tensor &b) const {
-    std::shared_ptr<const PackedWeight> p = packed_.load(std::memory_order_acquire);
-    if (p->current(b.raw_data())) [[likely]]
-      return p;
-    std::lock_guard<std::mutex> lock(pack_mu_);
-    p = packed_.load(std::memory_order_acquire);
-    if (p->current(b.raw_data())) return p; // another caller packed it meanwhile
-    p = make_packed<T>(b);
-    packed_.store(p, std::memory_order_release);
-    repacks_.fetch_add(1, std::memory_order_relaxed);
-    kiln::log()->debug("epilogue: %{}: B was updated, packed again", group_.result()->name());
-    return p;
+  // The packed B (a captured tensor, codegen/gemm/versioned_pack.h): packed
+  // again first when the tensor was written in place (its version moved) or B
+  // now lives elsewhere (the captured tensor was rebound). No lock unless packing.
+  template <class T> typename PackedBCache<T>::Ref packed(const Tensor &b) const {
+    return b_packs_.template get<T>().get(b, [&](const Tensor &w) {
+      kiln::log()->debug("epilogue: %{}: packing B [{}, {}] (version {})", group_.result()->name(), K_, N_,
+                         tensor_version(w));
+      return gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(w.raw_data()), b_.rs, b_.cs, ks_.config);
+    });
   }
 
   // Whether a call packs A once for its tiles (gemm::pack_a_shared): kiln's
@@ -521,12 +497,11 @@ private:
       kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), why);
       return;
     }
-    const size_t wi = operand_of(contraction_->operand(1));
-    const bool cached = group_.operand(wi)->kind() == ir::Value::Kind::Param ||
-                        group_.operand(wi)->kind() == ir::Value::Kind::Const;
+    const ir::Value *w = outer_.at(operand_of(contraction_->operand(1))); // the program graph's value
+    const bool cached = w->kind() == ir::Value::Kind::Param || w->kind() == ir::Value::Kind::Const;
     try {
-      if (dtype_ == kFloat32) build_jit_conv<float>(group_.operand(wi)->tensor(), cached);
-      else build_jit_conv<double>(group_.operand(wi)->tensor(), cached);
+      if (dtype_ == kFloat32) build_jit_conv<float>(cached ? w->tensor() : Tensor(), cached);
+      else build_jit_conv<double>(cached ? w->tensor() : Tensor(), cached);
     } catch (const Error &e) { // a micro-kernel that does not compile: the BLAS path
       jit_conv_.reset();
       kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), e.what());
@@ -540,7 +515,7 @@ private:
                                                     : kiln::gemm::conv_config<double>(*jit_conv_);
     kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h): {}, {}, weight {}",
                        group_.result()->name(), jit_conv_->str(), c.to_string(),
-                       cached ? "packed once per version" : "packed per call (not a parameter)");
+                       cached ? "packed once per version" : "packed per call into its scratch (not a parameter)");
   }
 
   // Why kiln's conv does not take this conv2d, or "".
@@ -573,11 +548,20 @@ private:
   // Compiles the micro-kernels now; packs a parameter's (live) weight now too,
   // so that the first call finds it done.
   template <class T> void build_jit_conv(const Tensor &w, bool cached) {
-    kiln::gemm::conv_warm_up<T>(*jit_conv_);
-    if (!cached) return;
-    auto cache = std::make_shared<kiln::gemm::ConvWeightCache<T>>(*jit_conv_);
-    if (w.defined() && !w.is_meta()) cache->get(w);
-    jit_weights_ = cache;
+    conv_kernels_.template get<T>() = kiln::gemm::conv_kernels<T>(*jit_conv_);
+    conv_weight_bytes_ = conv_kernels_.template get<T>().bytes();
+    conv_cached_ = cached;
+    if (!cached || !w.defined() || w.is_meta()) return;
+    conv_pack<T>(w);
+    packed_bytes_ = conv_weight_bytes_;
+  }
+
+  // A parameter's packed conv weight, packed again when it moved (as packed()).
+  template <class T> typename ConvPackCache<T>::Ref conv_pack(const Tensor &w) const {
+    return conv_packs_.template get<T>().get(w, [&](const Tensor &w) {
+      const std::array<int64_t, 4> ws = strides4(w);
+      return *kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data());
+    });
   }
 
   static std::array<int64_t, 4> strides4(const Tensor &t) {
@@ -819,8 +803,8 @@ private:
     T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
     const MatView c = c_view();
     const int64_t rt = row_tiles(), ct = col_tiles();
-    std::shared_ptr<const PackedWeight> pw;
-    if (pack_) pw = packed<T>(ins[operand_of(contraction_->operand(1))]);
+    std::optional<typename PackedBCache<T>::Ref> pw;
+    if (pack_) pw.emplace(packed<T>(ins[operand_of(contraction_->operand(1))]));
     int threads = 0;
     // Column tiles of the same rows read the same A: pack it once per call,
     // split over the threads, rather than once per tile (per thread).
@@ -843,8 +827,7 @@ private:
         const gemm::PackedARef<T> apt{ap.data, ap.M, r0};
         if (epi) epilogue_pointers(b, r0, c0, ins, outs, eptrs.data(), elds.data(), nbuf);
         if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
-          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, pw->template get<T>(), c0, nc, T(0), ct_ptr, ldc, ks_, threads,
-                                   apt, epi);
+          gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, **pw, c0, nc, T(0), ct_ptr, ldc, ks_, threads, apt, epi);
         else if (jit_)
           gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
                                 T(0), ct_ptr, ldc, ks_, threads, apt, epi);
@@ -863,12 +846,20 @@ private:
     work(0, n);
   }
 
-  // The conv output C: a result, else the caller's scratch (or a fresh tensor).
-  // A channels-last C is the same bytes viewed with NHWC strides.
+  static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+  size_t c_scratch_bytes() const {
+    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
+    size_t n = itemsize(dtype_);
+    for (int64_t d : domain_) n *= size_t(d);
+    return round64(n);
+  }
+  size_t weight_scratch_bytes() const { return jit_conv_ && !conv_cached_ ? round64(size_t(conv_weight_bytes_)) : 0; }
+
+  // The conv output C: a result, else the call's scratch. A channels-last C
+  // is the same bytes viewed with NHWC strides.
   Tensor conv_output(const std::vector<Tensor> &outs, void *scratch) const {
     if (c_result_ >= 0) return outs[size_t(c_result_)];
-    Tensor c = scratch ? from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_))
-                       : kiln::detail::make_tensor(domain_, dtype_);
+    Tensor c = from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_));
     if (!channels_last_) return c;
     return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
   }
@@ -876,10 +867,18 @@ private:
   // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
-                    kiln::detail::nn::BlockCallback after, void *ctx) const {
-    std::shared_ptr<const kiln::gemm::PackedConvWeight<T>> pw;
-    if (jit_weights_) pw = static_cast<const kiln::gemm::ConvWeightCache<T> *>(jit_weights_.get())->get(w);
-    else pw = kiln::gemm::pack_conv_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), strides4(w).data());
+                    kiln::detail::nn::BlockCallback after, void *ctx, void *scratch) const {
+    std::optional<typename ConvPackCache<T>::Ref> cached;
+    kiln::gemm::PackedConvWeight<T> per_call; // a weight that is no parameter: packed into the call's scratch
+    const kiln::gemm::PackedConvWeight<T> *pw = &per_call;
+    if (conv_cached_) {
+      cached.emplace(conv_pack<T>(w));
+      pw = &**cached;
+    } else {
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes());
+      per_call = kiln::gemm::pack_conv_weight_into<T>(conv_kernels_.template get<T>(),
+                                                      static_cast<const T *>(w.raw_data()), strides4(w).data(), dst);
+    }
     const std::array<int64_t, 4> xs = strides4(x);
     kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                           b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
@@ -903,7 +902,8 @@ private:
       s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
-    if (jit_conv_) return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx);
+    if (jit_conv_)
+      return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch);
     attrs::Conv2d a{cv};
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.stride(), a.padding(), a.dilation(),
                                   a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
@@ -929,7 +929,10 @@ private:
   int64_t block_rows_ = 1; // conv2d: output rows per block
   bool channels_last_ = false; // conv2d computing C in NHWC
   std::optional<kiln::gemm::ConvShape> jit_conv_; // conv2d through codegen/gemm/conv.h
-  std::shared_ptr<const void> jit_weights_;       // its ConvWeightCache<T> when the weight is a parameter
+  bool conv_cached_ = false;                      // the weight is a parameter: packed once per version
+  int64_t conv_weight_bytes_ = 0;                 // its packing's size
+  ByDType<kiln::gemm::PackedConvWeight> conv_kernels_; // its config and micro-kernels (no panels)
+  ByDType<ConvPackCache> conv_packs_;                  // the parameter's packing
   int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
@@ -943,9 +946,7 @@ private:
   int64_t granule_ = 16;
   gemm::KernelSet ks_;
   int64_t packed_bytes_ = 0;
-  mutable std::atomic<std::shared_ptr<const PackedWeight>> packed_;
-  mutable std::mutex pack_mu_; // one packer at a time
-  mutable std::atomic<int64_t> repacks_{0};
+  ByDType<PackedBCache> b_packs_; // B when pack_
 };
 
 } // namespace
@@ -963,18 +964,30 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build(const ir::Node &group, c
 
 std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op, const std::vector<Tensor> &operands) {
   KILN_CHECK(op.kind() == ir::Node::Kind::Op &&
-                 (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm) && op.results().size() == 1,
-             "gemm step: ", op.mnemonic(), " is not a matmul, mm or bmm");
-  for (const ir::Value *v : op.operands())
-    KILN_CHECK(v && v->type().shape.size() >= 2, "gemm step: ", op.mnemonic(), " has an operand of fewer than 2 dims");
-  auto g = std::make_shared<ir::Graph>("gemm");
+                 (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm || op.op() == OpId::Conv2d) &&
+                 op.results().size() == 1,
+             "contraction step: ", op.mnemonic(), " is not a matmul, mm, bmm or conv2d");
+  if (op.op() != OpId::Conv2d)
+    for (const ir::Value *v : op.operands())
+      KILN_CHECK(v && v->type().shape.size() >= 2, "gemm step: ", op.mnemonic(), " has an operand of fewer than 2 dims");
+  // The wrapper group's operands are op's present ones, in order: an absent
+  // one (conv2d's bias) may only trail them, so that operand i of the step
+  // is still operand i of the node when the executor passes them.
+  auto g = std::make_shared<ir::Graph>("contraction");
   std::vector<ir::Value *> ins;
-  for (const ir::Value *v : op.operands()) ins.push_back(g->add_input(v->type()));
+  std::vector<const ir::Value *> outer;
+  for (size_t i = 0; i < op.operands().size(); ++i) {
+    const ir::Value *v = op.operand(i);
+    if (!v) continue;
+    KILN_CHECK(outer.size() == i, "contraction step: ", op.mnemonic(), " has a present operand after an absent one");
+    ins.push_back(g->add_input(v->type()));
+    outer.push_back(v);
+  }
   ir::Node *group = g->create_group(ins, {op.result()->type()});
   ir::Graph &body = *group->body();
   std::vector<ir::Value *> args(body.inputs().begin(), body.inputs().end());
+  args.resize(op.operands().size(), nullptr);
   body.set_outputs({body.create(op.op(), args, op.attrs(), {op.result()->type()})->result()});
-  std::vector<const ir::Value *> outer(op.operands().begin(), op.operands().end());
   return std::make_shared<Step>(*group, operands, g, std::move(outer));
 }
 

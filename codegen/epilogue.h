@@ -43,15 +43,17 @@ public:
   // Throws kiln::Error when the group cannot run this way; the caller then runs
   // it eagerly (ir::interpret).
   static std::shared_ptr<const EpilogueStep> build(const ir::Node &group, const std::vector<Tensor> &operands);
-  // A lone matmul, mm or bmm (no epilogue) as the same step, so that it runs
-  // on the same GEMM as the fused ones; `operands` as above, for op's operands.
+  // A lone matmul, mm, bmm or conv2d (no epilogue) as the same step, so that
+  // it runs on the same kernels (and packed weights) as the fused ones;
+  // `operands` as above, for op's operands.
   static std::shared_ptr<const EpilogueStep> build_lone(const ir::Node &op, const std::vector<Tensor> &operands);
   virtual ~EpilogueStep() = default;
 
   // What computes the contraction: "gemm-jit" (kiln's GEMM, codegen/gemm),
-  // "blas" (OpenBLAS, as eager) or "conv" (detail::nn::conv2d_into).
+  // "blas" (OpenBLAS, as eager), "conv-jit" (kiln's conv, codegen/gemm/conv.h)
+  // or "conv" (detail::nn::conv2d_into).
   virtual std::string_view contraction_kind() const = 0;
-  // Bytes of B packed once for kiln's GEMM (a captured weight), 0 if none.
+  // Bytes of a captured weight packed once for kiln's GEMM or conv, 0 if none.
   virtual int64_t packed_weight_bytes() const = 0;
 
   // META tensors of the group's results, with the strides run() gives them.
@@ -67,7 +69,8 @@ public:
   // Computes the group's results into fresh tensors. Thread-safe.
   virtual std::vector<Tensor> run(const std::vector<Tensor> &operands) const = 0;
   // Bytes of per-call scratch the step needs (a conv2d output that is no group
-  // result: the epilogue reads it block by block); 0 when none.
+  // result: the epilogue reads it block by block; a conv2d weight that is no
+  // parameter, packed for the call); 0 when none.
   virtual size_t scratch_bytes() const = 0;
   // The same into caller-provided results (e.g. arena slices) with exactly the
   // dtypes, shapes and strides of result_metas(); throws kiln::Error otherwise.

@@ -55,8 +55,8 @@ public:
 // One step of a compiled call, as `kiln bench --trace` shows it.
 struct StepEvent {
   // "kernel" (a JIT kernel), "blas" (a contraction: BLAS call, with its fused
-  // epilogue if any), "gemm-jit" (a contraction on kiln's GEMM, with its fused
-  // epilogue if any), "eager" (an eager op; views included) or "eager-group"
+  // epilogue if any), "gemm-jit" (a contraction on kiln's GEMM or conv
+  // micro-kernels, with its fused epilogue if any), "eager" (an eager op; views included) or "eager-group"
   // (a fusion group codegen could not lower, interpreted).
   std::string_view category;
   // The value it computes as the IR dump names it, then the kernel symbol or

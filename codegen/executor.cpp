@@ -255,7 +255,9 @@ private:
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
     case Step::Kind::Epilogue: // its epilogue kernel runs inside, per tile
-      return s.epilogue->contraction_kind() == "gemm-jit" ? "gemm-jit" : "blas";
+      // kiln's micro-kernels (GEMM or conv) or BLAS
+      return s.epilogue->contraction_kind() == "gemm-jit" || s.epilogue->contraction_kind() == "conv-jit" ? "gemm-jit"
+                                                                                                         : "blas";
     case Step::Kind::Skip:
     case Step::Kind::Eager: break;
     }

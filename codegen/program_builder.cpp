@@ -95,7 +95,7 @@ private:
     case Step::Kind::EagerGroup: what = "fusion_group (eager)"; break;
     case Step::Kind::Epilogue:
       what = s.node->kind() == ir::Node::Kind::FusionGroup ? "contraction+epilogue" : "contraction";
-      if (s.epilogue->contraction_kind() == "gemm-jit") what += " (gemm-jit)";
+      if (on_kilns_kernels(*s.epilogue)) what += " (" + std::string(s.epilogue->contraction_kind()) + ")";
       break;
     case Step::Kind::Skip:
     case Step::Kind::Eager: what = std::string(op_info(s.node->op()).mnemonic); break;
@@ -202,28 +202,35 @@ private:
     }
   }
 
+  static bool on_kilns_kernels(const EpilogueStep &e) {
+    return e.contraction_kind() == "gemm-jit" || e.contraction_kind() == "conv-jit";
+  }
+
   void count_gemm(const EpilogueStep &e) {
-    if (e.contraction_kind() != "gemm-jit") return;
+    if (!on_kilns_kernels(e)) return;
     ++stats_.gemm_jit_steps;
     stats_.packed_weight_bytes += e.packed_weight_bytes();
   }
 
-  // Under KILN_GEMM=jit a lone matmul, mm or bmm runs on kiln's GEMM as an
-  // epilogue step without epilogue; nothing (an eager step) otherwise.
+  // Under KILN_GEMM=jit a lone matmul, mm, bmm or conv2d runs on kiln's GEMM
+  // or conv kernels (packed weights) as an epilogue step without epilogue;
+  // nothing (an eager step) otherwise: a conv2d kiln's conv does not cover
+  // (depthwise, channels-last) keeps eager's kernels.
   std::optional<std::vector<Tensor>> build_lone_gemm(const ir::Node &n, const std::vector<Tensor> &ins, Step &s) {
     if (gemm::path() != gemm::Path::Jit || n.kind() != ir::Node::Kind::Op) return std::nullopt;
     const OpId op = n.op();
-    if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm) {
+    const bool conv = op == OpId::Conv2d;
+    if (op != OpId::Matmul && op != OpId::Mm && op != OpId::Bmm && !conv) {
       if (op == OpId::Addmm)
-        kiln::log()->debug("codegen: %{} (addmm) runs on BLAS: kiln's GEMM takes matmul, mm and bmm",
-                           n.result()->name());
+        kiln::log()->debug("codegen: %{} (addmm) runs on BLAS: alpha 0 or an integral dtype (others are "
+                           "decomposed into a matmul and its epilogue)", n.result()->name());
       return std::nullopt;
     }
     const DType t = n.result()->type().dtype;
     std::string why;
     if (t != kFloat32 && t != kFloat64) why = "not f32 or f64";
     for (const ir::Value *v : n.operands())
-      if (why.empty() && (!v || v->type().shape.size() < 2)) why = "an operand has fewer than 2 dims";
+      if (why.empty() && !conv && (!v || v->type().shape.size() < 2)) why = "an operand has fewer than 2 dims";
     for (int64_t d : n.result()->type().shape)
       if (why.empty() && d == 0) why = "an empty result";
     if (!why.empty()) {
@@ -232,7 +239,7 @@ private:
     }
     try {
       std::shared_ptr<const EpilogueStep> e = EpilogueStep::build_lone(n, ins);
-      if (e->contraction_kind() != "gemm-jit") return std::nullopt; // it logged why
+      if (!on_kilns_kernels(*e)) return std::nullopt; // it logged why
       s.epilogue = std::move(e);
       s.kind = Step::Kind::Epilogue;
       count_gemm(*s.epilogue);

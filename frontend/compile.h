@@ -55,8 +55,9 @@ struct CompileStats {
   // The largest arena (memory plan, bytes) of the specializations built; each
   // running call of a specialization holds one.
   int64_t peak_arena_bytes = 0;
-  // Weights (captured tensors used as a GEMM's B) packed once for kiln's GEMM
-  // (KILN_GEMM=jit), summed over the specializations cached now.
+  // Weights (captured tensors used as a GEMM's B or a conv2d's weight) packed
+  // once for kiln's GEMM and conv kernels (KILN_GEMM=jit), summed over the
+  // specializations cached now.
   int64_t packed_weight_bytes = 0;
   std::string last_fallback_reason;
   std::string last_recompile_reason;

@@ -162,6 +162,22 @@ Values linear(Emit e, const Node &n) {
   return {y};
 }
 
+// beta * input + alpha * (mat1 @ mat2), floating dtypes: a matmul and its
+// epilogue, which fuse hands to kiln's GEMM (codegen/epilogue.cpp) as linear's,
+// input broadcast as add broadcasts it. As eager: beta == 0 ignores input
+// (NaN included). alpha == 0 stays addmm: BLAS then reads neither matrix, so
+// their inf and NaN must not show.
+Values addmm(Emit e, const Node &n) {
+  if (!is_floating(n.result()->type().dtype)) return {};
+  attrs::Addmm a{n};
+  const double alpha = a.alpha().toDouble();
+  if (alpha == 0) return {};
+  Value *y = e.matmul(n.operand(1), n.operand(2));
+  if (alpha != 1) y = e.mul(y, alpha);
+  if (a.beta().toDouble() == 0) return {y};
+  return {e.b.op<OpId::Add>({y, n.operand(0)}, {.alpha = a.beta()})};
+}
+
 // sum((x - mean)^2) / (N - correction) over dims (all when empty). A: the
 // attributes of var or std (the same ones).
 template <class A> Value *variance(Emit e, const Node &n, A a) {
@@ -230,6 +246,7 @@ struct Decomposition {
 const Decomposition kRules[] = {
     {OpId::Softmax, softmax}, {OpId::LogSoftmax, log_softmax}, {OpId::LayerNorm, layer_norm},
     {OpId::BatchNorm, batch_norm}, {OpId::Gelu, gelu}, {OpId::Silu, silu}, {OpId::Linear, linear},
+    {OpId::Addmm, addmm},
     {OpId::Var, var}, {OpId::Std, std_}, {OpId::Sdpa, sdpa}, {OpId::Dropout, dropout},
 };
 

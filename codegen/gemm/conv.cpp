@@ -42,6 +42,7 @@ std::optional<std::string> conv_unsupported(const ConvShape &s) {
 namespace {
 
 std::atomic<int64_t> g_conv_calls{0};
+std::atomic<int64_t> g_heap_packs{0};
 
 // Measurement knobs (bench only): KILN_CONV_TILE=panels[,kc[,order]] with
 // order 0 = channel panels outer (A panel in L1, B block streamed from L2),
@@ -232,24 +233,31 @@ template <class T> int64_t PackedConvWeight<T>::bytes() const {
   return shape.groups * shape.Og() * shape.K() * int64_t(sizeof(T));
 }
 
-template <class T>
-std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]) {
+template <class T> PackedConvWeight<T> conv_kernels(const ConvShape &s) {
   if (std::optional<std::string> why = conv_unsupported(s))
     throw Error("gemm conv2d: " + s.str() + " is not covered: " + *why);
-  auto pw = std::make_shared<PackedConvWeight<T>>();
-  pw->shape = s;
-  pw->config = conv_config<T>(s);
-  const Config &c = pw->config;
+  PackedConvWeight<T> w;
+  w.shape = s;
+  w.config = conv_config<T>(s);
+  const int mr = w.config.mr;
+  w.full = s.Og() >= mr ? micro_kernel<T>(w.config, mr) : nullptr;
+  w.tail = s.Og() % mr ? micro_kernel<T>(w.config, int(s.Og() % mr)) : nullptr;
+  return w;
+}
+
+template <class T>
+PackedConvWeight<T> pack_conv_weight_into(const PackedConvWeight<T> &kernels, const T *W, const int64_t ws[4], T *dst) {
+  PackedConvWeight<T> pw = kernels;
+  pw.data = dst;
+  const ConvShape &s = pw.shape;
+  const Config &c = pw.config;
   const int64_t Og = s.Og(), K = s.K(), taps = s.kH * s.kW, mr = c.mr;
-  const size_t bytes = (size_t(std::max<int64_t>(1, pw->bytes())) + 63) & ~size_t(63);
-  pw->data = {static_cast<T *>(std::aligned_alloc(64, bytes)), std::free};
-  KILN_CHECK(pw->data, "gemm conv2d: cannot allocate ", bytes, " bytes for the packed weight of ", s.str());
   for (int64_t g = 0; g < s.groups; ++g)
     for (int64_t pc = 0; pc < K; pc += c.kc) {
       const int64_t kc = std::min(c.kc, K - pc);
       for (int64_t i0 = 0; i0 < Og; i0 += mr) {
         const int64_t rows = std::min(mr, Og - i0);
-        T *d = const_cast<T *>(pw->panel(g, pc, i0));
+        T *d = dst + (pw.panel(g, pc, i0) - pw.data);
         for (int64_t p = 0; p < kc; ++p) {
           const int64_t k = pc + p, ci = k / taps, kh = k % taps / s.kW, kw = k % s.kW;
           for (int64_t i = 0; i < rows; ++i)
@@ -257,17 +265,19 @@ std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, 
         }
       }
     }
-  pw->full = Og >= mr ? micro_kernel<T>(c, int(mr)) : nullptr;
-  pw->tail = Og % mr ? micro_kernel<T>(c, int(Og % mr)) : nullptr;
   return pw;
 }
 
-template <class T> void conv_warm_up(const ConvShape &s) {
-  if (std::optional<std::string> why = conv_unsupported(s))
-    throw Error("gemm conv2d: " + s.str() + " is not covered: " + *why);
-  const Config c = conv_config<T>(s);
-  if (s.Og() >= c.mr) micro_kernel<T>(c, c.mr);
-  if (s.Og() % c.mr) micro_kernel<T>(c, int(s.Og() % c.mr));
+template <class T>
+std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]) {
+  const PackedConvWeight<T> kernels = conv_kernels<T>(s);
+  const size_t bytes = (size_t(std::max<int64_t>(1, kernels.bytes())) + 63) & ~size_t(63);
+  std::shared_ptr<T> owned(static_cast<T *>(std::aligned_alloc(64, bytes)), std::free);
+  KILN_CHECK(owned, "gemm conv2d: cannot allocate ", bytes, " bytes for the packed weight of ", s.str());
+  auto pw = std::make_shared<PackedConvWeight<T>>(pack_conv_weight_into<T>(kernels, W, ws, owned.get()));
+  pw->owned = std::move(owned);
+  g_heap_packs.fetch_add(1, std::memory_order_relaxed);
+  return pw;
 }
 
 template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads) {
@@ -309,32 +319,19 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 }
 
 int64_t conv_calls() { return g_conv_calls.load(std::memory_order_relaxed); }
-
-template <class T> std::shared_ptr<const PackedConvWeight<T>> ConvWeightCache<T>::get(const Tensor &weight) const {
-  const void *src = weight.raw_data();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (packed_ && src == src_ && version_ && version_->load(std::memory_order_acquire) == seen_) return packed_;
-  kiln::detail::VersionCounter v = kiln::detail::is_borrowed(weight) ? nullptr : kiln::detail::watch_version(weight);
-  // Read before packing: a write while packing moves it past `seen`, and the next get() repacks.
-  const uint64_t seen = v ? v->load(std::memory_order_acquire) : 0;
-  const IntArrayRef st = weight.strides();
-  const int64_t ws[4] = {st[0], st[1], st[2], st[3]};
-  packed_ = pack_conv_weight<T>(shape_, static_cast<const T *>(src), ws);
-  src_ = src, version_ = std::move(v), seen_ = seen;
-  packs_.fetch_add(1, std::memory_order_relaxed);
-  return packed_;
-}
+int64_t conv_weight_heap_packs() { return g_heap_packs.load(std::memory_order_relaxed); }
 
 #define KILN_CONV_INSTANTIATE(T)                                                                                  \
   template struct PackedConvWeight<T>;                                                                           \
   template Config conv_config<T>(const ConvShape &);                                                             \
-  template void conv_warm_up<T>(const ConvShape &);                                                             \
+  template PackedConvWeight<T> conv_kernels<T>(const ConvShape &);                                              \
+  template PackedConvWeight<T> pack_conv_weight_into<T>(const PackedConvWeight<T> &, const T *, const int64_t[4], \
+                                                        T *);                                                    \
   template std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight<T>(const ConvShape &, const T *,          \
                                                                           const int64_t[4]);                     \
   template void conv2d<T>(const ConvShape &, const T *, const int64_t[4], const PackedConvWeight<T> &, const T *, \
                           T *, ConvBlockCallback, void *, int64_t, int);                                         \
-  template int64_t conv_block_pixels<T>(const ConvShape &, int);                                               \
-  template class ConvWeightCache<T>;
+  template int64_t conv_block_pixels<T>(const ConvShape &, int);
 KILN_CONV_INSTANTIATE(float)
 KILN_CONV_INSTANTIATE(double)
 

@@ -3,6 +3,7 @@
 //
 //   ConvShape s = ...;                                   // NCHW geometry
 //   auto w = kiln::gemm::pack_conv_weight<float>(s, W, wst);   // once per weight version
+//                                                        // (codegen/gemm/versioned_pack.h)
 //   kiln::gemm::conv2d<float>(s, x, xst, *w, bias, y, after, ctx);
 //
 // Per group, out[O/g, Ho*Wo] = W_g[O/g, C/g*kH*kW] @ col[C/g*kH*kW, Ho*Wo] is a
@@ -24,15 +25,12 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "codegen/gemm/gemm.h"
-#include "runtime/version.h"
 
 namespace kiln::codegen::gemm {
 
@@ -54,11 +52,13 @@ std::optional<std::string> conv_unsupported(const ConvShape &s);
 
 // The weight as per-group A panels: for group g and k block pc (kc rows, the
 // last one shorter), row panels of mr output channels (the last one shorter),
-// each kc x rows, k-major, as the micro-kernels read them.
+// each kc x rows, k-major, as the micro-kernels read them. Copies share the
+// panels.
 template <class T> struct PackedConvWeight {
   ConvShape shape;
   Config config;
-  std::unique_ptr<T, void (*)(void *)> data{nullptr, nullptr};
+  const T *data = nullptr;  // the panels: `owned`'s, or a caller's buffer (pack_conv_weight_into)
+  std::shared_ptr<T> owned; // null when the panels are the caller's
   // The micro-kernels (codegen/gemm/ukernel.h's MicroKernel<T>) for mr rows and
   // for the last O/groups % mr rows; null when not needed.
   using Kernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta);
@@ -66,20 +66,27 @@ template <class T> struct PackedConvWeight {
   int64_t bytes() const;
   const T *panel(int64_t g, int64_t pc, int64_t row0) const {
     const int64_t kc = std::min(config.kc, shape.K() - pc);
-    return data.get() + g * shape.Og() * shape.K() + pc * shape.Og() + row0 * kc;
+    return data + g * shape.Og() * shape.K() + pc * shape.Og() + row0 * kc;
   }
 };
 
 // The config conv2d uses for `s`: the host's tile, kc balanced over K.
 template <class T> Config conv_config(const ConvShape &s);
 
-// Packs W (element (o, c, kh, kw) at W[o*ws[0] + c*ws[1] + kh*ws[2] + kw*ws[3]]).
+// Packs W (element (o, c, kh, kw) at W[o*ws[0] + c*ws[1] + kh*ws[2] + kw*ws[3]])
+// into panels it allocates.
 template <class T>
 std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]);
 
-// Compiles (or finds) the micro-kernels conv2d needs for `s`: kiln::Error if
-// they cannot be (the callers then take the BLAS path).
-template <class T> void conv_warm_up(const ConvShape &s);
+// The config and micro-kernels of `s` with no panels: compiles (or finds) the
+// micro-kernels conv2d needs; kiln::Error if they cannot be (the callers then
+// take the BLAS path). Resolved once, then given to pack_conv_weight_into.
+template <class T> PackedConvWeight<T> conv_kernels(const ConvShape &s);
+
+// Packs W as pack_conv_weight does into `dst` (kernels.bytes() bytes, 64-byte
+// aligned; a per-call scratch): no allocation, no lock. `kernels` from conv_kernels.
+template <class T>
+PackedConvWeight<T> pack_conv_weight_into(const PackedConvWeight<T> &kernels, const T *W, const int64_t ws[4], T *dst);
 
 using ConvBlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
 
@@ -98,27 +105,8 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 
 // How many conv2d calls ran since the process started (tests prove the path with it).
 int64_t conv_calls();
-
-// A weight's packing, kept while the weight's memory and version stay the same
-// (runtime/version.h: any in-place op on it, or data_ptr(), moves the version):
-// get() repacks before handing out a packing of an older version. Thread-safe;
-// a packing handed out stays valid for its holder while another thread repacks.
-// A weight with no version (from_blob memory the user writes without ops) is
-// repacked on every get().
-template <class T> class ConvWeightCache {
-public:
-  explicit ConvWeightCache(const ConvShape &s) : shape_(s) {}
-  std::shared_ptr<const PackedConvWeight<T>> get(const Tensor &weight) const;
-  int64_t packs() const { return packs_.load(std::memory_order_relaxed); }
-
-private:
-  ConvShape shape_;
-  mutable std::mutex mu_;
-  mutable std::shared_ptr<const PackedConvWeight<T>> packed_;
-  mutable const void *src_ = nullptr;
-  mutable kiln::detail::VersionCounter version_;
-  mutable uint64_t seen_ = 0;
-  mutable std::atomic<int64_t> packs_{0};
-};
+// How many packings pack_conv_weight allocated since the process started (tests
+// check that a compiled call packs a weight that is no parameter into its scratch).
+int64_t conv_weight_heap_packs();
 
 } // namespace kiln::codegen::gemm

@@ -13,9 +13,12 @@
 // eager (OpenBLAS, another order) allows twice that.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -25,6 +28,7 @@
 
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/ukernel.h"
+#include "codegen/executable.h"
 #include "codegen/jit.h"
 #include "codegen/gemm/path.h"
 #include "frontend/compile.h"
@@ -245,6 +249,14 @@ int64_t calls_of(const CompiledFunction &f, const std::vector<Tensor> &in, int t
   return gemm::conv_calls() - before;
 }
 
+// The steps of one compiled call by category ("gemm-jit", "blas", "kernel", ...).
+std::vector<std::string> categories(const CompiledFunction &f, const std::vector<Tensor> &in) {
+  std::vector<std::string> cats;
+  codegen::ScopedStepObserver obs([&](const codegen::StepEvent &e) { cats.emplace_back(e.category); });
+  f(kiln::testing::copies(in));
+  return cats;
+}
+
 CompiledFunction compile_strict(const Fn &fn) {
   CompileOptions o;
   o.fallback = Fallback::Off;
@@ -334,6 +346,57 @@ TEST(ConvJitCompiled, InPlaceWeightUpdateRepacks) {
   EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x})), fn(kiln::testing::copies({x}))));
 }
 
+// A weight that is a graph input (no parameter) is packed for each call into
+// the call's scratch (the plan's arena), not into a packing allocated per call;
+// every call sees its own weight.
+TEST(ConvJitCompiled, InputWeightIsPackedIntoTheCallsScratch) {
+  Fn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(conv2d(in[0], in[1], {}, 1, 1))}; };
+  Tensor x = rnd<float>({2, 8, 12, 12}, 200);
+  CompiledFunction f = compile_strict(fn);
+  Tensor w0 = 0.1 * rnd<float>({16, 8, 3, 3}, 201);
+  EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w0})), fn(kiln::testing::copies({x, w0}))));
+  EXPECT_GE(calls_of(f, {x, w0}), 1) << "the compiled conv did not run kiln's conv";
+  const int64_t before = gemm::conv_weight_heap_packs();
+  for (uint64_t i = 0; i < 3; ++i) {
+    Tensor w = 0.1 * rnd<float>({16, 8, 3, 3}, 202 + i);
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w})), fn(kiln::testing::copies({x, w}))));
+  }
+  EXPECT_EQ(gemm::conv_weight_heap_packs() - before, 0) << "a call allocated its weight's packing";
+}
+
+// A conv2d with no epilogue runs as the same step as the fused ones (not as an
+// eager op): kiln's conv with its weight packed once, a bias and stride 2
+// included, the step counted in CompileStats; a depthwise conv (not covered)
+// stays eager.
+TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
+  Tensor w = 0.1 * rnd<float>({24, 8, 3, 3}, 210), b = rnd<float>({24}, 211);
+  Tensor dw = 0.1 * rnd<float>({8, 1, 3, 3}, 212);
+  const std::vector<std::pair<const char *, Fn>> fns = {
+      {"plain", [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], w, {}, 1, 1)}; }},
+      {"bias, stride 2", [=](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], w, b, 2, 1)}; }},
+      {"weight an input", [](const std::vector<Tensor> &in) { return std::vector<Tensor>{conv2d(in[0], in[1], {}, 1)}; }},
+  };
+  Tensor x = rnd<float>({2, 8, 13, 11}, 213);
+  for (const auto &[name, fn] : fns) {
+    SCOPED_TRACE(name);
+    const std::vector<Tensor> in = {x, w};
+    CompiledFunction f = compile_strict(fn);
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies(in)), fn(kiln::testing::copies(in))));
+    EXPECT_EQ(calls_of(f, in, 2), 2) << "the lone conv did not run kiln's conv";
+    EXPECT_EQ(categories(f, in), std::vector<std::string>{"gemm-jit"});
+    EXPECT_EQ(f.stats().packed_weight_bytes > 0, std::string(name) != "weight an input");
+    w.mul_(-1); // a captured weight's update is seen
+    EXPECT_TRUE(close_to_eager(f(kiln::testing::copies(in)), fn(kiln::testing::copies(in))));
+  }
+  Fn depthwise = [=](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{conv2d(in[0], dw, {}, 1, 1, 1, 8)};
+  };
+  CompiledFunction g = compile_strict(depthwise);
+  EXPECT_TRUE(close_to_eager(g(kiln::testing::copies({x})), depthwise(kiln::testing::copies({x}))));
+  EXPECT_EQ(calls_of(g, {x}), 0);
+  EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"blas"}); // eager's conv op
+}
+
 // Callers on several threads at once (each call also spreading over the pool),
 // while the weight stays the same: every result equals eager's.
 TEST(ConvJitCompiled, ConcurrentCallers) {
@@ -389,16 +452,42 @@ TEST(ConvJitCompiled, MicroKernelsOutliveAScopedJit) {
 
 // The micro-kernels are kept in a process-wide table, so they compile in
 // Jit::global() (never destroyed), not in a ScopedJit that may be gone when the
-// table hands them out again (kiln bench crashed in W7 that way).
+// table hands them out again (kiln bench crashed in W7 that way). The global
+// Jit reads KILN_CACHE_DIR once per process: the check runs in a child (this
+// binary again, this test only) whose disk cache is an empty directory of its
+// own, so that it compiles whatever cache the user running it has (a kernel
+// found on disk counts no compile).
 TEST(ConvJit, MicroKernelsCompileInTheGlobalJit) {
-  gemm::Config c = gemm::default_config<float>();
-  c.mr = 5, c.unroll = 3, c.mc = 250; // a tile no other test uses
-  const int64_t before = codegen::Jit::global().stats().compiles;
-  {
-    codegen::Jit jit;
-    codegen::ScopedJit use(jit);
-    ASSERT_TRUE(gemm::micro_kernel<float>(c, 5));
-    EXPECT_EQ(jit.stats().compiles, 0);
+  if (std::getenv("KILN_CONV_JIT_TEST_CHILD")) {
+    const char *dir = std::getenv("KILN_CACHE_DIR");
+    ASSERT_TRUE(dir && *dir);
+    ASSERT_EQ(codegen::Jit::global().options().cache_dir, dir);
+    ASSERT_EQ(codegen::Jit::global().stats().disk_hits, 0);
+    gemm::Config c = gemm::default_config<float>();
+    c.mr = 5, c.unroll = 3, c.mc = 250; // a tile no other test uses
+    const int64_t before = codegen::Jit::global().stats().compiles;
+    {
+      codegen::Jit jit;
+      codegen::ScopedJit use(jit);
+      ASSERT_TRUE(gemm::micro_kernel<float>(c, 5));
+      EXPECT_EQ(jit.stats().requests, 0);
+    }
+    EXPECT_EQ(codegen::Jit::global().stats().compiles, before + 1);
+    return;
   }
-  EXPECT_EQ(codegen::Jit::global().stats().compiles, before + 1);
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-conv-jit-global-XXXXXX").string();
+  ASSERT_TRUE(::mkdtemp(tmpl.data())) << "mkdtemp " << tmpl;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "KILN_CONV_JIT_TEST_CHILD=1 KILN_CACHE_DIR='" + tmpl + "' '" + self +
+                          "' --gtest_filter=ConvJit.MicroKernelsCompileInTheGlobalJit 2>&1";
+  FILE *p = ::popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p) << cmd;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }

@@ -22,6 +22,7 @@
 
 #include "codegen/executable.h"
 #include "codegen/gemm/path.h"
+#include "codegen/jit.h"
 #include "frontend/compile.h"
 
 #include "concurrency_test_util.h"
@@ -258,13 +259,48 @@ TEST(GemmExec, NanAndInfPropagate) {
   }
 }
 
-// addmm stays on BLAS (logged) with eager's alpha / beta semantics.
+// addmm runs on kiln's GEMM (decomposed into a matmul with the epilogue
+// beta * input + alpha * product) with eager's semantics: input broadcast from
+// every shape addmm takes, beta 0 ignoring input (its NaN too), f32 and f64;
+// mat2 a parameter is packed. alpha 0 stays on BLAS (neither matrix is read,
+// so their inf does not show). Tolerance: same_or_close's, as the tests above.
 TEST(GemmExec, AddmmAlphaBetaMatchEager) {
   PathGuard pg(gemm::Path::Jit);
-  Tensor c = rnd({30, 40}, 40), a = rnd({30, 50}, 41), m = rnd({50, 40}, 42);
-  auto fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{addmm(in[0], in[1], in[2], 0.5, -2.0)}; };
-  CompiledFunction f = compile(fn);
-  EXPECT_TRUE(same_or_close(f({c, a, m})[0], fn({c, a, m})[0], 1e-5));
+  const std::vector<std::vector<int64_t>> inputs = {{30, 40}, {40}, {1, 40}, {30, 1}, {}};
+  const std::vector<std::pair<double, double>> alpha_beta = {{1, 1}, {0.5, -2}, {2, 0}, {-1.5, 1}};
+  for (DType dt : {kFloat32, kFloat64})
+    for (const std::vector<int64_t> &shape : inputs)
+      for (auto [alpha, beta] : alpha_beta) {
+        SCOPED_TRACE(std::string(kiln::name(dt)) + " input " + shape_str(shape) + " alpha " + std::to_string(alpha) +
+                     " beta " + std::to_string(beta));
+        Tensor c = rnd(shape, 40, dt), a = rnd({30, 50}, 41, dt), m = rnd({50, 40}, 42, dt);
+        if (beta == 0 && dt == kFloat32) c.data_ptr<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+        if (beta == 0 && dt == kFloat64) c.data_ptr<double>()[0] = std::numeric_limits<double>::quiet_NaN();
+        auto fn = [alpha, beta](const std::vector<Tensor> &in) {
+          return std::vector<Tensor>{addmm(in[0], in[1], in[2], beta, alpha)};
+        };
+        CompiledFunction f = compile(fn);
+        EXPECT_TRUE(same_or_close(f({c, a, m})[0], fn({c, a, m})[0], 1e-5));
+        const std::vector<std::string> cats = categories(f, {c, a, m});
+        EXPECT_EQ(count(cats, "gemm-jit"), 1);
+        EXPECT_EQ(count(cats, "blas"), 0);
+      }
+  // mat2 a parameter: packed once, and an in-place update is seen.
+  Tensor w = rnd({50, 40}, 43), bias = rnd({40}, 44), x = rnd({30, 50}, 45);
+  auto lin = [w, bias](const std::vector<Tensor> &in) { return std::vector<Tensor>{addmm(bias, in[0], w, 0.5, 2)}; };
+  CompiledFunction g = compile(lin);
+  EXPECT_TRUE(same_or_close(g({x})[0], lin({x})[0], 1e-5));
+  EXPECT_GT(g.stats().packed_weight_bytes, 0);
+  w.mul_(-1);
+  EXPECT_TRUE(same_or_close(g({x})[0], lin({x})[0], 1e-5));
+  // alpha 0: inf in a matrix does not reach the result (BLAS semantics, as eager).
+  Tensor c = rnd({30, 40}, 46), a = rnd({30, 50}, 47), m = rnd({50, 40}, 48);
+  static_cast<float *>(a.data_ptr())[3] = std::numeric_limits<float>::infinity();
+  auto zero = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{addmm(in[0], in[1], in[2], 1.5, 0)}; };
+  CompiledFunction h = compile(zero);
+  const Tensor want = zero({c, a, m})[0];
+  for (double v : vals(want)) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_TRUE(same_or_close(h({c, a, m})[0], want, 1e-6));
 }
 
 // An in-place update of a packed weight (add_, copy_, a write through
@@ -328,4 +364,28 @@ TEST(GemmExec, ConcurrentCallersOfTwoFunctionsSharingAWeight) {
     return t % 2 ? bool(same_or_close(f1({x})[0], want1b, 1e-5)) : bool(same_or_close(f2({x})[0], want2b, 1e-5));
   });
   EXPECT_EQ(bad, 0);
+}
+
+// The micro-kernels are generic over shapes (compiled per tile configuration
+// and row count): once those of a configuration exist, a second model with
+// other linear shapes (the same row tail: M a multiple of mr) compiles no new
+// kernel, it finds them in the Jit's memory cache. A fresh Jit without disk
+// cache, so that nothing comes from disk or from earlier tests.
+TEST(GemmExec, SecondModelWithOtherShapesCompilesNoMicroKernel) {
+  PathGuard pg(gemm::Path::Jit);
+  codegen::Jit jit;
+  codegen::ScopedJit use(jit);
+  Tensor w1 = rnd({96, 80}, 90), w2 = rnd({200, 304}, 91), x1 = rnd({128, 96}, 92), x2 = rnd({64, 200}, 93);
+  auto fn1 = [w1](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w1)}; };
+  auto fn2 = [w2](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w2)}; };
+  CompiledFunction f1 = compile(fn1);
+  EXPECT_TRUE(same_or_close(f1({x1})[0], fn1({x1})[0], 1e-5));
+  const codegen::JitStats first = jit.stats();
+  EXPECT_GT(first.compiles, 0) << "the first model compiled no micro-kernel";
+  CompiledFunction f2 = compile(fn2);
+  EXPECT_TRUE(same_or_close(f2({x2})[0], fn2({x2})[0], 1e-5));
+  EXPECT_EQ(count(categories(f2, {x2}), "gemm-jit"), 1);
+  const codegen::JitStats second = jit.stats();
+  EXPECT_EQ(second.compiles, first.compiles) << "the second model compiled a micro-kernel";
+  EXPECT_GT(second.memory_hits, first.memory_hits);
 }
