@@ -46,9 +46,9 @@ using ir::Graph;
 using ir::Node;
 using ir::Value;
 
-bool is_matmul(const Node &n) {
-  return n.kind() == Node::Kind::Op && (n.op() == OpId::Matmul || n.op() == OpId::Bmm);
-}
+// A contraction whose result may take permuted batch strides (the BatchStrided
+// trait of ops.def: matmul, bmm).
+bool is_batched_gemm(const Node &n) { return n.kind() == Node::Kind::Op && writes_strided_batches(n.op()); }
 
 Dims contiguous(IntArrayRef shape) {
   Dims s;
@@ -265,7 +265,7 @@ public:
   bool run(Graph &g) override {
     bool changed = layout_conv_chains(g, force_);
     for (Node *n : g.nodes()) {
-      if (!is_matmul(*n) || n->results().size() != 1) continue;
+      if (!is_batched_gemm(*n) || n->results().size() != 1) continue;
       std::optional<Dims> st = merged_strides(g, *n);
       if (!st) continue;
       ir::TensorType t = n->result()->type();

@@ -85,9 +85,14 @@ template <class T> using Field = Required<std::remove_cvref_t<typename T::type>>
   };
 #include "runtime/ops.def"
 #undef ATTR
-#define ATTR(Type, Name) AttrValue(Name.value),
+// Appended one by one, not as Attrs{...}: GCC 12 reports -Wmaybe-uninitialized,
+// a false positive, for the variant copies out of an initializer_list (as_strided, sum).
+#define ATTR(Type, Name) out.emplace_back(Name.value);
 #define KILN_OP(Id, mnemonic, kind, operands, traits, attr_list)                                               \
-  inline Attrs Id##Args::to_attrs() const { return Attrs{attr_list}; }
+  inline Attrs Id##Args::to_attrs() const {                                                                \
+    Attrs out;                                                                                             \
+    attr_list return out;                                                                                  \
+  }
 #include "runtime/ops.def"
 #undef ATTR
 

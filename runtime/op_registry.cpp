@@ -84,6 +84,8 @@ constexpr bool in_vecmath_list(OpId id) {
                 "ops.def: " #Id ": Fuses needs Lowers (fuse asks codegen; an op it cannot lower stays out)");    \
   static_assert(!heads_epilogue(OpId::Id) || op_kind(OpId::Id) == OpKind::Contraction,                      \
                 "ops.def: " #Id ": only a contraction heads an epilogue");                                    \
+  static_assert(!writes_strided_batches(OpId::Id) || heads_epilogue(OpId::Id),                              \
+                "ops.def: " #Id ": BatchStrided needs EpilogueHead (the epilogue step writes the strided result)"); \
   static_assert(!(is_transcendental(OpId::Id) && lowering_expected(OpId::Id)) || in_vecmath_list(OpId::Id),  \
                 "ops.def: " #Id " is a lowered Transcendental: give it a line in runtime/kernels/vecmath_list.h");
 #include "runtime/ops.def"

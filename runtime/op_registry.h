@@ -38,12 +38,14 @@ enum class OpTrait : uint32_t {
   Fuses = 1u << 6,
   NoGrad = 1u << 7,
   EpilogueHead = 1u << 8,
+  BatchStrided = 1u << 9,
 };
 constexpr OpTrait operator|(OpTrait a, OpTrait b) { return OpTrait(uint32_t(a) | uint32_t(b)); }
 constexpr bool has(OpTrait set, OpTrait t) { return (uint32_t(set) & uint32_t(t)) != 0; }
 // Names of the traits, in bit order (docs and test messages).
 inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap", "Costly", "Transcendental", "Lowers",
-                                                "Eager",     "Fuses", "NoGrad", "EpilogueHead"};
+                                                "Eager",     "Fuses", "NoGrad", "EpilogueHead",
+                                                "BatchStrided"};
 
 // How many tensor operands an op takes (ops.def's In(n) / In(min, max)).
 struct OpOperands {
@@ -89,6 +91,9 @@ constexpr bool lowering_expected(OpId id) { return has_trait(id, OpTrait::Lowers
 // A contraction that may head a fusion group whose elementwise epilogue runs on its
 // output tiles (passes/fuse.cpp; codegen/epilogue.cpp runs them).
 constexpr bool heads_epilogue(OpId id) { return has_trait(id, OpTrait::EpilogueHead); }
+// A batched GEMM whose result the layout pass may give permuted batch strides
+// (passes/layout.cpp): its kernel writes each [M, N] block at any ldc.
+constexpr bool writes_strided_batches(OpId id) { return has_trait(id, OpTrait::BatchStrided); }
 
 // One attribute value. none (an absent optional), int, float, bool, int list,
 // string or dtype; Scalars map to int, float or bool.

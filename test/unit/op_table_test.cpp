@@ -460,3 +460,53 @@ TEST(OpTable, EpilogueHeadsAreTheContractionsThatHeadGroups) {
   }
   EXPECT_EQ(heads, 4); // mm, bmm, matmul, conv2d
 }
+
+namespace {
+
+// The contraction node of `id` (inside a group or not), or null.
+const ir::Node *find_op(const ir::Graph &g, OpId id) {
+  for (const ir::Node *n : g.nodes()) {
+    if (n->kind() == ir::Node::Kind::FusionGroup)
+      if (const ir::Node *in = find_op(*n->body(), id)) return in;
+    if (n->kind() == ir::Node::Kind::Op && n->op() == id) return n;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+// The BatchStrided trait is what the layout pass asks (passes/layout.cpp): a
+// batched contraction followed by the head merge (transpose of a batch dim and
+// the row dim's neighbour, then reshape) is written in the merged layout, so the
+// reshape is a view; the other contractions keep their contiguous result. Each
+// equals eager either way.
+TEST(OpTable, BatchStridedContractionsTakeTheMergedLayout) {
+  manual_seed(3);
+  int strided = 0;
+  for (OpId id : all_ops()) {
+    if (op_kind(id) != OpKind::Contraction || !heads_epilogue(id) || id == OpId::Conv2d) continue;
+    SCOPED_TRACE(std::string(op_info(id).mnemonic));
+    // [2, 3, 8, 4] (matmul) or [6, 8, 4] (bmm, mm on its 2-D sample): transpose(-3, -2), merge the last two.
+    const bool batched = id != OpId::Mm;
+    std::vector<Tensor> in = id == OpId::Matmul ? std::vector<Tensor>{randn({2, 3, 8, 16}), randn({2, 3, 16, 4})}
+                             : batched          ? std::vector<Tensor>{randn({6, 8, 16}), randn({6, 16, 4})}
+                                                : std::vector<Tensor>{randn({8, 16}), randn({16, 4})};
+    ModelFn fn = [id](const std::vector<Tensor> &x) {
+      Tensor y = run_op(id, x, Attrs{}).at(0);
+      Tensor t = y.dim() == 2 ? y.transpose(0, 1) : y.transpose(-3, -2);
+      std::vector<int64_t> merged(t.sizes().begin(), t.sizes().end() - 2);
+      merged.push_back(t.size(-2) * t.size(-1));
+      return std::vector<Tensor>{t.reshape(merged).relu()};
+    };
+    CompiledFunction f = compile(fn);
+    std::vector<Tensor> got = f(in);
+    std::shared_ptr<const ir::Graph> g = f.graph_for(in);
+    ASSERT_TRUE(g);
+    const ir::Node *n = find_op(*g, id);
+    ASSERT_TRUE(n) << "the contraction is gone";
+    EXPECT_EQ(n->result()->type().strides.has_value(), writes_strided_batches(id)) << n->result()->type().str();
+    EXPECT_EQ(mismatch(got.at(0), fn(in).at(0)), "");
+    strided += writes_strided_batches(id);
+  }
+  EXPECT_EQ(strided, 2); // bmm, matmul
+}
