@@ -425,8 +425,20 @@ PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t 
   T *p = static_cast<T *>(std::aligned_alloc(64, ((size_t(elems) * sizeof(T)) + 63) & ~size_t(63)));
   KILN_CHECK(p, "gemm pack_b: cannot allocate ", elems * int64_t(sizeof(T)), " bytes for ", K, "x", N, " weights");
   pb.data = std::shared_ptr<T>(p, [](T *q) { std::free(q); });
-  for (int64_t pc = 0; pc < K; pc += config.kc)
-    pack_b_block(B, rs, cs, N, pc, std::min(config.kc, K - pc), 0, pb.panels(), nr, p + pc * pb.panels() * nr);
+  // Packing is part of building a step (W5: 28 MB of weights, most of a warm
+  // compile), so large weights are spread over kiln's pool: work items of up to
+  // 16 panels of one k block, each writing its own part of the packing.
+  const int64_t panels = pb.panels(), chunk = 16, per_block = (panels + chunk - 1) / chunk;
+  const int64_t items = (K + config.kc - 1) / config.kc * per_block;
+  auto pack = [&](int64_t lo, int64_t hi) {
+    for (int64_t it = lo; it < hi; ++it) {
+      const int64_t pc = it / per_block * config.kc, kc = std::min(config.kc, K - pc);
+      const int64_t q0 = it % per_block * chunk, q1 = std::min(panels, q0 + chunk);
+      pack_b_block(B, rs, cs, N, pc, kc, q0, q1, nr, p + pc * panels * nr + q0 * kc * nr);
+    }
+  };
+  if (elems < (int64_t(1) << 18)) pack(0, items);
+  else kiln::parallel_for(0, items, 1, pack);
   return pb;
 }
 
