@@ -615,8 +615,12 @@ Expr operator*(Expr a, double b) { return a * like(a, b); }
 Expr operator+(double a, Expr b) { return like(b, a) + b; }
 Expr operator*(double a, Expr b) { return like(b, a) * b; }
 Expr operator-(double a, Expr b) { return like(b, a) - b; }
+Expr operator-(Expr a, double b) { return a - like(a, b); }
+Expr operator/(Expr a, double b) { return a / like(a, b); }
 Expr min(Expr a, Expr b) { return builder_of(a).binary(KOp::Min, a, b); }
 Expr max(Expr a, Expr b) { return builder_of(a).binary(KOp::Max, a, b); }
+Expr min(Expr a, double b) { return min(a, like(a, b)); }
+Expr max(Expr a, double b) { return max(a, like(a, b)); }
 Expr abs(Expr a) { return builder_of(a).unary(KOp::Abs, a); }
 Expr sqrt(Expr a) { return builder_of(a).unary(KOp::Sqrt, a); }
 Expr rsqrt(Expr a) { return builder_of(a).unary(KOp::Rsqrt, a); }
@@ -637,10 +641,13 @@ Expr reduce_mean(Expr a) {
   return reduce_sum(a) * (1.0 / double(k.row_length()));
 }
 
-Expr gelu_tanh(Expr x) {
-  constexpr double kSqrt2OverPi = 0.7978845608028654;
-  Expr inner = (x + (x * x * x) * 0.044715) * kSqrt2OverPi;
-  return (x * 0.5) * (1.0 + tanh(inner));
-}
+// The composed pointwise functions: their definitions are the list's last column.
+#define X(fn, def)                                                                                     \
+  Expr fn(Expr x) { return def; }
+#define X_OP(Id, fn, def) X(fn, def)
+KILN_COMPOSED_OPS(X_OP)
+KILN_COMPOSED_KERNELS(X)
+#undef X_OP
+#undef X
 
 } // namespace kiln::codegen

@@ -91,6 +91,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/kernels/composed_list.h"
 #include "runtime/kernels/vecmath_list.h"
 
 namespace kiln::codegen {
@@ -322,8 +323,13 @@ Expr operator*(Expr a, double b);
 Expr operator+(double a, Expr b);
 Expr operator*(double a, Expr b);
 Expr operator-(double a, Expr b);
+Expr operator-(Expr a, double b);
+Expr operator/(Expr a, double b);
+// Float Min/Max propagate NaN (llvm.minimum/maximum, torch's semantics).
 Expr min(Expr a, Expr b);
 Expr max(Expr a, Expr b);
+Expr min(Expr a, double b);
+Expr max(Expr a, double b);
 Expr abs(Expr a);
 Expr sqrt(Expr a);
 Expr rsqrt(Expr a);
@@ -337,7 +343,13 @@ Expr reduce_max(Expr a);
 Expr reduce_min(Expr a);
 Expr reduce_prod(Expr a);
 Expr reduce_mean(Expr a); // float only: sum * (1 / L), L = the row length
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
-Expr gelu_tanh(Expr x);
+// One per composed pointwise function (runtime/kernels/composed_list.h, which holds
+// their definitions): silu(x), gelu_erf(x), gelu_tanh(x) (torch's gelu(x, "tanh")), ...
+#define X(fn, def) Expr fn(Expr x);
+#define X_OP(Id, fn, def) X(fn, def)
+KILN_COMPOSED_OPS(X_OP)
+KILN_COMPOSED_KERNELS(X)
+#undef X_OP
+#undef X
 
 } // namespace kiln::codegen

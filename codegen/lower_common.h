@@ -73,6 +73,12 @@ public:
   // what has no vector form (float64 transcendentals, casts) done lane by lane
   // (codegen/lower_vector.h).
   Value *emit_lanes(IRBuilder<> &b, const Node &n, const std::vector<Value *> &vals, unsigned width);
+  // Node `id` of the description at one element, from its operands' values
+  // (`vals`, indexed by node): the element expressions of the eager kernels that
+  // codegen/aot/vecmath_kernels_gen.cpp builds from the composed functions.
+  Value *emit_value(IRBuilder<> &b, size_t id, const std::vector<Value *> &vals) {
+    return emit_node(b, k_.nodes.at(id), vals);
+  }
 
 private:
   // ---- shared core (lower_common.cpp): shape, buffers, entry point, loops.

@@ -225,24 +225,4 @@ Value *sigmoid(IRBuilderBase &b, Value *x) {
   return b.CreateFDiv(c(x, 1.0), b.CreateFAdd(c(x, 1.0), e));
 }
 
-// The composite activations, operation for operation as the JIT builds them
-// from its kernel ops (codegen/op_lowering.cpp's Silu and Gelu rules,
-// codegen/kernel.cpp's gelu_tanh), so that the eager kernels generated from
-// these (codegen/aot/) give the same bits. test/unit/eager_compiled_bits_test
-// checks that they do.
-Value *silu(IRBuilderBase &b, Value *x) { return b.CreateFMul(x, sigmoid(b, x)); }
-
-Value *gelu_erf(IRBuilderBase &b, Value *x) {
-  // (0.5 x) (1 + erf(x / sqrt(2)))
-  Value *e = erf(b, b.CreateFMul(x, c(x, 0.70710678118654752440)));
-  return b.CreateFMul(b.CreateFMul(c(x, 0.5), x), b.CreateFAdd(c(x, 1.0), e));
-}
-
-Value *gelu_tanh(IRBuilderBase &b, Value *x) {
-  // (x 0.5) (1 + tanh((x + x^3 0.044715) sqrt(2/pi))), x^3 = (x x) x
-  Value *cube = b.CreateFMul(b.CreateFMul(x, x), x);
-  Value *inner = b.CreateFMul(b.CreateFAdd(x, b.CreateFMul(cube, c(x, 0.044715))), c(x, 0.7978845608028654));
-  return b.CreateFMul(b.CreateFMul(x, c(x, 0.5)), b.CreateFAdd(c(x, 1.0), tanh(b, inner)));
-}
-
 } // namespace kiln::codegen::vecmath

@@ -13,14 +13,10 @@ class Value;
 
 namespace kiln::codegen::vecmath {
 
-// One per line of runtime/kernels/vecmath_list.h: exp, expm1, log, ... and the
-// composite activations silu, gelu_erf, gelu_tanh, which do exactly the operations
-// the JIT's lowering of silu and gelu emits (for the generated eager kernels, codegen/aot/).
-#define KILN_VECMATH_DECLARE(fn) llvm::Value *fn(llvm::IRBuilderBase &b, llvm::Value *x);
-#define KILN_VECMATH_DECLARE_OP(Id, fn, f64) KILN_VECMATH_DECLARE(fn)
+// One per line of runtime/kernels/vecmath_list.h: exp, expm1, log, ... (the composed
+// functions built from these, silu and gelu, are runtime/kernels/composed_list.h).
+#define KILN_VECMATH_DECLARE_OP(Id, fn, f64) llvm::Value *fn(llvm::IRBuilderBase &b, llvm::Value *x);
 KILN_VECMATH_OPS(KILN_VECMATH_DECLARE_OP)
-KILN_VECMATH_COMPOSITES(KILN_VECMATH_DECLARE)
 #undef KILN_VECMATH_DECLARE_OP
-#undef KILN_VECMATH_DECLARE
 
 } // namespace kiln::codegen::vecmath

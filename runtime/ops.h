@@ -73,6 +73,7 @@ Tensor relu(const Tensor &x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor &x, const std::string &approximate = "none");
 Tensor silu(const Tensor &x);
+Tensor hardsigmoid(const Tensor &x); // relu6(x + 3) / 6, float-only
 Tensor erf(const Tensor &x);
 Tensor reciprocal(const Tensor &x);
 Tensor square(const Tensor &x);

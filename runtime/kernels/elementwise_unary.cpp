@@ -1,4 +1,4 @@
-// Unary elementwise ops: neg .. logical_not, gelu, silu, relu_.
+// Unary elementwise ops: neg .. logical_not, gelu, the composed ops (silu, ...), relu_.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -63,43 +63,44 @@ void check_floating(const Tensor &x, const char *op) {
              shape_str(x.sizes()), ")");
 }
 
-// ---------------------------------------------------------------- transcendentals
+// ---------------------------------------------------------------- generated kernels
 //
-// float32 runs the generated kernels of vecmath_kernels.h: the JIT's own IR
-// (codegen/vecmath.cpp) compiled at build time, so that eager and compiled
-// results are the same bits. float64 calls libm, as the JIT does, composed in
-// the JIT's operation order (codegen/op_lowering.cpp's rules); this file is built
-// with -ffp-contract=off so that the compiler fuses no a * b + c the JIT keeps
-// as two roundings.
+// float32 transcendentals run the generated kernels of vecmath_kernels.h: the
+// JIT's own IR (codegen/vecmath.cpp) compiled at build time, so that eager and
+// compiled results are the same bits; float64 ones call the list's float64
+// definitions, as the JIT does. The composed functions (silu, gelu: one line of
+// runtime/kernels/composed_list.h each, their definition) run their generated
+// kernels in both dtypes. This file is built with -ffp-contract=off so that the
+// compiler fuses no a * b + c the JIT keeps as two roundings.
 
-using ArrayFn = void (*)(const float *, float *, int64_t);
+template <class T> using ArrayFn = void (*)(const T *, T *, int64_t);
 
 // One innermost run of the elementwise loop (loops.h): contiguous runs go to the
 // array kernel directly, strided ones through a block on the stack.
-void array_run(ArrayFn fn, char *const *ptrs, const int64_t *st, int64_t n) {
-  if (st[0] == int64_t(sizeof(float)) && st[1] == int64_t(sizeof(float)))
-    return fn(reinterpret_cast<const float *>(ptrs[1]), reinterpret_cast<float *>(ptrs[0]), n);
+template <class T> void array_run(ArrayFn<T> fn, char *const *ptrs, const int64_t *st, int64_t n) {
+  if (st[0] == int64_t(sizeof(T)) && st[1] == int64_t(sizeof(T)))
+    return fn(reinterpret_cast<const T *>(ptrs[1]), reinterpret_cast<T *>(ptrs[0]), n);
   constexpr int64_t kBlock = 256;
-  alignas(64) float in[kBlock], res[kBlock];
+  alignas(64) T in[kBlock], res[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t m = std::min(kBlock, n - b);
-    for (int64_t k = 0; k < m; ++k) in[k] = *reinterpret_cast<const float *>(ptrs[1] + (b + k) * st[1]);
+    for (int64_t k = 0; k < m; ++k) in[k] = *reinterpret_cast<const T *>(ptrs[1] + (b + k) * st[1]);
     fn(in, res, m);
-    for (int64_t k = 0; k < m; ++k) *reinterpret_cast<float *>(ptrs[0] + (b + k) * st[0]) = res[k];
+    for (int64_t k = 0; k < m; ++k) *reinterpret_cast<T *>(ptrs[0] + (b + k) * st[0]) = res[k];
   }
 }
 
-// out = fn(x) in float32, with run_loop's walk (loops.h): one flat run split
-// over threads when both are dense, else the coalesced N-d walk.
-void array_loop_f32(const Tensor &out, const Tensor &x, ArrayFn fn) {
-  Arg a(x, kFloat32);
+// out = fn(x) in T (out's dtype), with run_loop's walk (loops.h): one flat run
+// split over threads when both are dense, else the coalesced N-d walk.
+template <class T> void array_loop(const Tensor &out, const Tensor &x, ArrayFn<T> fn) {
+  Arg a(x, out.dtype());
   const TensorImpl &oi = *out.unsafeGetTensorImpl();
   const int64_t numel = oi.numel;
   if (numel == 0) return;
   char *odata = detail::impl_data(oi);
-  auto inner = [fn](char *const *ptrs, const int64_t *st, int64_t n) { array_run(fn, ptrs, st, n); };
+  auto inner = [fn](char *const *ptrs, const int64_t *st, int64_t n) { array_run<T>(fn, ptrs, st, n); };
   if (detail::impl_contiguous(oi) && detail::flat_arg(a, numel)) {
-    const int64_t st[2] = {int64_t(sizeof(float)), a.numel == 1 ? 0 : int64_t(sizeof(float))};
+    const int64_t st[2] = {int64_t(sizeof(T)), a.numel == 1 ? 0 : int64_t(sizeof(T))};
     char *base[2] = {odata, a.data};
     if (numel <= detail::kGrain) return inner(base, st, numel);
     parallel_for(0, numel, detail::kGrain, [&](int64_t b, int64_t e) {
@@ -116,18 +117,18 @@ void array_loop_f32(const Tensor &out, const Tensor &x, ArrayFn fn) {
 }
 
 // A float-only transcendental: float32 through its generated kernel, float64 through f64.
-template <class F64> void transcendental(const Tensor &out, const Tensor &x, ArrayFn f32, F64 f64) {
-  if (out.dtype() == kFloat32) return array_loop_f32(out, x, f32);
+template <class F64> void transcendental(const Tensor &out, const Tensor &x, ArrayFn<float> f32, F64 f64) {
+  if (out.dtype() == kFloat32) return array_loop<float>(out, x, f32);
   KILN_CHECK(out.dtype() == kFloat64, "internal: transcendental kernel has no ", out.dtype(), " instantiation");
   Arg a(x, kFloat64);
   run_loop<double, double>(out, {&a}, f64);
 }
 
-double silu_f64(double v) { return v * kiln_vm_sigmoid_f64(v); }
-double gelu_erf_f64(double v) { return (0.5 * v) * (1.0 + std::erf(v * 0.70710678118654752440)); }
-double gelu_tanh_f64(double v) {
-  double inner = (v + (v * v * v) * 0.044715) * 0.7978845608028654;
-  return (v * 0.5) * (1.0 + std::tanh(inner));
+// A composed function of composed_list.h: its generated kernel for out's dtype.
+void composed(const Tensor &out, const Tensor &x, ArrayFn<float> f32, ArrayFn<double> f64) {
+  if (out.dtype() == kFloat32) return array_loop<float>(out, x, f32);
+  KILN_CHECK(out.dtype() == kFloat64, "internal: composed kernel has no ", out.dtype(), " instantiation");
+  array_loop<double>(out, x, f64);
 }
 
 } // namespace
@@ -223,23 +224,25 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   KILN_TRACE(Gelu, {x}, .approximate = approximate);
   Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
   if (out.is_meta()) return out;
-  if (approximate == "tanh") {
-    transcendental(out, x, kiln_vm_gelu_tanh_f32, gelu_tanh_f64);
-    return out;
-  }
-  transcendental(out, x, kiln_vm_gelu_erf_f32, gelu_erf_f64); // 0.5 x (1 + erf(x / sqrt(2)))
+  if (approximate == "tanh") composed(out, x, kiln_pw_gelu_tanh_f32, kiln_pw_gelu_tanh_f64);
+  else composed(out, x, kiln_pw_gelu_erf_f32, kiln_pw_gelu_erf_f64);
   return out;
 }
 
-Tensor silu(const Tensor &x) {
-  detail::check_defined(x, "silu", "self");
-  check_floating(x, "silu");
-  KILN_TRACE(Silu, {x});
-  Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});
-  if (out.is_meta()) return out;
-  transcendental(out, x, kiln_vm_silu_f32, silu_f64); // x sigmoid(x), the JIT's order
-  return out;
-}
+// The composed ops (runtime/kernels/composed_list.h): float-only, as torch's
+// activations (an integer input is an error), the result in the input's dtype.
+#define KILN_COMPOSED_OP(Id, fn, def)                                                                          \
+  Tensor fn(const Tensor &x) {                                                                                 \
+    detail::check_defined(x, #fn, "self");                                                                     \
+    check_floating(x, #fn);                                                                                    \
+    KILN_TRACE(Id, {x});                                                                                       \
+    Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});                                  \
+    if (out.is_meta()) return out;                                                                             \
+    composed(out, x, kiln_pw_##fn##_f32, kiln_pw_##fn##_f64);                                                  \
+    return out;                                                                                                \
+  }
+KILN_COMPOSED_OPS(KILN_COMPOSED_OP)
+#undef KILN_COMPOSED_OP
 
 Tensor square(const Tensor &x) {
   detail::check_defined(x, "square", "self");
@@ -317,6 +320,9 @@ namespace adapters {
 #define KILN_VECMATH_ADAPTER(Id, fn, f64) KILN_UNARY_ADAPTER(Id, fn)
 KILN_VECMATH_OPS(KILN_VECMATH_ADAPTER)
 #undef KILN_VECMATH_ADAPTER
+#define KILN_COMPOSED_ADAPTER(Id, fn, def) KILN_UNARY_ADAPTER(Id, fn)
+KILN_COMPOSED_OPS(KILN_COMPOSED_ADAPTER)
+#undef KILN_COMPOSED_ADAPTER
 KILN_UNARY_ADAPTER(Neg, neg)
 KILN_UNARY_ADAPTER(Abs, abs)
 KILN_UNARY_ADAPTER(Sqrt, sqrt)
@@ -324,7 +330,6 @@ KILN_UNARY_ADAPTER(Rsqrt, rsqrt)
 KILN_UNARY_ADAPTER(Sin, sin)
 KILN_UNARY_ADAPTER(Cos, cos)
 KILN_UNARY_ADAPTER(Relu, relu)
-KILN_UNARY_ADAPTER(Silu, silu)
 KILN_UNARY_ADAPTER(Reciprocal, reciprocal)
 KILN_UNARY_ADAPTER(Square, square)
 KILN_UNARY_ADAPTER(Floor, floor)

@@ -1,5 +1,7 @@
 // The eager float32 transcendental kernels, generated at build time from the
-// JIT's IR builders (codegen/vecmath.cpp) by codegen/aot/vecmath_kernels_gen.cpp
+// JIT's IR builders (codegen/vecmath.cpp), and the eager kernels of the composed
+// pointwise functions (runtime/kernels/composed_list.h), generated from their
+// definitions through the JIT's lowering, by codegen/aot/vecmath_kernels_gen.cpp
 // and linked into the library as an object file. Each computes y[i] = f(x[i])
 // for 0 <= i < n with exactly the operations the JIT emits for the same op, so
 // eager and compiled results agree bit for bit (test/unit/eager_compiled_bits_test).
@@ -7,28 +9,41 @@
 // special values and measured errors: codegen/vecmath.h.
 //
 // A plain C interface: runtime/ sits below codegen/ and includes none of it. The list
-// of functions is runtime/kernels/vecmath_list.h.
+// of functions is runtime/kernels/vecmath_list.h and runtime/kernels/composed_list.h.
 #pragma once
 
 #include <stdint.h>
 
+#include "runtime/kernels/composed_list.h"
 #include "runtime/kernels/vecmath_list.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* One per line of runtime/kernels/vecmath_list.h: kiln_vm_exp_f32, kiln_vm_silu_f32,
- * kiln_vm_gelu_erf_f32 (gelu(x, "none")), kiln_vm_gelu_tanh_f32 (gelu(x, "tanh")), ... */
+/* One per line of runtime/kernels/vecmath_list.h: kiln_vm_exp_f32, kiln_vm_log_f32, ... */
 #define KILN_VM_DECLARE(fn) void kiln_vm_##fn##_f32(const float *x, float *y, int64_t n);
 /* ... and for the kernel ops, their float64 definitions (the list's f64 column, defined
  * in elementwise_unary.cpp without fp contraction): kiln_vm_exp_f64(v)... The eager
  * float64 kernels, the JIT's float64 code and the kernel interpreter all call these. */
 #define KILN_VM_DECLARE_OP(Id, fn, f64) KILN_VM_DECLARE(fn) double kiln_vm_##fn##_f64(double v);
 KILN_VECMATH_OPS(KILN_VM_DECLARE_OP)
-KILN_VECMATH_COMPOSITES(KILN_VM_DECLARE)
 #undef KILN_VM_DECLARE_OP
 #undef KILN_VM_DECLARE
+
+/* One pair per line of runtime/kernels/composed_list.h, both dtypes generated from the
+ * line's definition through the JIT's lowering: kiln_pw_silu_f32 / kiln_pw_silu_f64,
+ * kiln_pw_gelu_erf_f32 (gelu(x, "none")), kiln_pw_gelu_tanh_f64 (gelu(x, "tanh")), ...
+ * y[i] = fn(x[i]) for 0 <= i < n; x == y allowed, as above. The float64 ones call the
+ * kiln_vm_<fn>_f64 definitions above for the vector-math functions they use. */
+#define KILN_PW_DECLARE(fn, def)                                                                           \
+  void kiln_pw_##fn##_f32(const float *x, float *y, int64_t n);                                            \
+  void kiln_pw_##fn##_f64(const double *x, double *y, int64_t n);
+#define KILN_PW_DECLARE_OP(Id, fn, def) KILN_PW_DECLARE(fn, def)
+KILN_COMPOSED_OPS(KILN_PW_DECLARE_OP)
+KILN_COMPOSED_KERNELS(KILN_PW_DECLARE)
+#undef KILN_PW_DECLARE_OP
+#undef KILN_PW_DECLARE
 
 #ifdef __cplusplus
 }

@@ -17,9 +17,7 @@
  *        the eager float64 kernel, the JIT's float64 code (a call to it) and the kernel
  *        interpreter's reference all evaluate it.
  *
- * KILN_VECMATH_COMPOSITES(X): X(fn), activations composed of the above exactly as
- * the JIT's lowering composes them (codegen::vecmath::fn): only their eager float32
- * kernels kiln_vm_fn_f32 are generated; their ops are written in elementwise_unary.cpp.
+ * Functions composed of these (silu, gelu) are one line of runtime/kernels/composed_list.h.
  *
  * Plain macros (a C header includes this too); the order is free. */
 #pragma once
@@ -32,5 +30,3 @@
   X(Tanh, tanh, std::tanh(v))                                                                              \
   X(Erf, erf, std::erf(v))                                                                                 \
   X(Sigmoid, sigmoid, 1.0 / (1.0 + std::exp(-v)))
-
-#define KILN_VECMATH_COMPOSITES(X) X(silu) X(gelu_erf) X(gelu_tanh)

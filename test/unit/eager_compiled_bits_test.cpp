@@ -1,11 +1,15 @@
-// Eager and compiled results of every elementwise op with a JIT lowering agree
-// bit for bit (NaN == NaN, signs of zero included): each op runs once through
-// its eager kernel and once as a one-op kiln::compile'd function over a sweep of
+// Eager and compiled results of every pointwise op of the op table agree bit
+// for bit (NaN == NaN, signs of zero included): each op runs once through its
+// eager kernel and once as a one-op kiln::compile'd function over a sweep of
 // bit patterns (every k-th pattern of the whole float32 / float64 range, plus
 // +-0, +-inf, NaNs, subnormals, the largest and smallest normals and the
-// thresholds where the polynomials switch branches).
+// thresholds where the polynomials switch branches). Binary and ternary ops
+// take the sweep against itself reversed (every special meets every other
+// value class). EveryPointwiseOpIsSwept fails while an op of the table with the
+// Pointwise trait has no case here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -13,19 +17,24 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "float_sweep_util.h"
 #include <kiln/kiln.h>
 
+#include "runtime/kernels/composed_list.h"
 #include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_registry.h"
 
 using namespace kiln;
 
 namespace {
 
-using OpFn = std::function<Tensor(const Tensor &)>;
+// x: the sweep; y: the sweep reversed (binary and ternary ops).
+using OpFn = std::function<Tensor(const Tensor &x, const Tensor &y)>;
 
 // Inputs to leave out of an op's comparison (none today: relu(-0) and sign's
 // NaN and -0 once differed, and stay swept as the specials below).
@@ -34,41 +43,92 @@ bool none(double) { return false; }
 
 struct Case {
   const char *name;
+  OpId op;
   OpFn fn;
+  bool binary = false; // reads y
   Skip skip = none;
 };
 
-// Every unary elementwise op and every lowered pow exponent; sin/cos have no
-// lowering (they run eagerly inside a compiled function too) and are swept anyway.
-// Each line of the vector-math list (runtime/kernels/vecmath_list.h) is a case by itself.
+#define UNARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &) { return expr; }}
+#define BINARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &y) { return expr; }, true}
+
+// Every pointwise op, and every lowered pow exponent; sin, cos and remainder have no lowering
+// (they run eagerly inside a compiled function too) and are swept anyway. Each
+// line of the vector-math list (runtime/kernels/vecmath_list.h) and of the
+// composed-op list (runtime/kernels/composed_list.h) is a case by itself.
 std::vector<Case> cases() {
   return {
-#define X(Id, fn, f64) {#fn, [](const Tensor &x) { return kiln::fn(x); }},
+#define X(Id, fn, f64) UNARY(#fn, Id, kiln::fn(x)),
       KILN_VECMATH_OPS(X)
 #undef X
-      {"silu", [](const Tensor &x) { return kiln::silu(x); }},
-      {"gelu_none", [](const Tensor &x) { return kiln::gelu(x, "none"); }},
-      {"gelu_tanh", [](const Tensor &x) { return kiln::gelu(x, "tanh"); }},
-      {"sqrt", [](const Tensor &x) { return kiln::sqrt(x); }},
-      {"rsqrt", [](const Tensor &x) { return kiln::rsqrt(x); }},
-      {"sin", [](const Tensor &x) { return kiln::sin(x); }},
-      {"cos", [](const Tensor &x) { return kiln::cos(x); }},
-      {"neg", [](const Tensor &x) { return kiln::neg(x); }},
-      {"abs", [](const Tensor &x) { return kiln::abs(x); }},
-      {"relu", [](const Tensor &x) { return kiln::relu(x); }},
-      {"reciprocal", [](const Tensor &x) { return kiln::reciprocal(x); }},
-      {"square", [](const Tensor &x) { return kiln::square(x); }},
-      {"floor", [](const Tensor &x) { return kiln::floor(x); }},
-      {"ceil", [](const Tensor &x) { return kiln::ceil(x); }},
-      {"round", [](const Tensor &x) { return kiln::round(x); }},
-      {"sign", [](const Tensor &x) { return kiln::sign(x); }},
-      {"pow_2", [](const Tensor &x) { return kiln::pow(x, 2.0); }},
-      {"pow_3", [](const Tensor &x) { return kiln::pow(x, 3.0); }},
-      {"pow_0.5", [](const Tensor &x) { return kiln::pow(x, 0.5); }},
-      {"pow_-1", [](const Tensor &x) { return kiln::pow(x, -1.0); }},
-      {"pow_-0.5", [](const Tensor &x) { return kiln::pow(x, -0.5); }},
-      {"pow_1", [](const Tensor &x) { return kiln::pow(x, 1.0); }},
+#define X(Id, fn, def) UNARY(#fn, Id, kiln::fn(x)),
+      KILN_COMPOSED_OPS(X)
+#undef X
+      UNARY("gelu_none", Gelu, kiln::gelu(x, "none")),
+      UNARY("gelu_tanh", Gelu, kiln::gelu(x, "tanh")),
+      UNARY("sqrt", Sqrt, kiln::sqrt(x)),
+      UNARY("rsqrt", Rsqrt, kiln::rsqrt(x)),
+      UNARY("sin", Sin, kiln::sin(x)),
+      UNARY("cos", Cos, kiln::cos(x)),
+      UNARY("neg", Neg, kiln::neg(x)),
+      UNARY("abs", Abs, kiln::abs(x)),
+      UNARY("relu", Relu, kiln::relu(x)),
+      UNARY("reciprocal", Reciprocal, kiln::reciprocal(x)),
+      UNARY("square", Square, kiln::square(x)),
+      UNARY("floor", Floor, kiln::floor(x)),
+      UNARY("ceil", Ceil, kiln::ceil(x)),
+      UNARY("round", Round, kiln::round(x)),
+      UNARY("sign", Sign, kiln::sign(x)),
+      UNARY("logical_not", LogicalNot, kiln::logical_not(x)),
+      UNARY("to_int32", Cast, kiln::to(x, kInt32)),
+      UNARY("to_other_float", Cast, kiln::to(x, x.dtype() == kFloat32 ? kFloat64 : kFloat32)),
+      UNARY("clamp", Clamp, kiln::clamp(x, Scalar(-2.5), Scalar(3.0))),
+      UNARY("pow_2", Pow, kiln::pow(x, 2.0)),
+      UNARY("pow_3", Pow, kiln::pow(x, 3.0)),
+      UNARY("pow_0.5", Pow, kiln::pow(x, 0.5)),
+      UNARY("pow_-1", Pow, kiln::pow(x, -1.0)),
+      UNARY("pow_-0.5", Pow, kiln::pow(x, -0.5)),
+      UNARY("pow_1", Pow, kiln::pow(x, 1.0)),
+      BINARY("pow_tensor", Pow, kiln::pow(x, y)),
+      BINARY("add", Add, kiln::add(x, y)),
+      BINARY("add_alpha", Add, kiln::add(x, y, 2.5)),
+      BINARY("sub", Sub, kiln::sub(x, y)),
+      BINARY("sub_alpha", Sub, kiln::sub(x, y, 0.75)),
+      BINARY("mul", Mul, kiln::mul(x, y)),
+      BINARY("div", Div, kiln::div(x, y)),
+      BINARY("div_floor", Div, kiln::div(x, y, "floor")),
+      BINARY("div_trunc", Div, kiln::div(x, y, "trunc")),
+      BINARY("maximum", Maximum, kiln::maximum(x, y)),
+      BINARY("minimum", Minimum, kiln::minimum(x, y)),
+      BINARY("remainder", Remainder, kiln::remainder(x, y)),
+      BINARY("eq", Eq, kiln::eq(x, y)),
+      BINARY("ne", Ne, kiln::ne(x, y)),
+      BINARY("lt", Lt, kiln::lt(x, y)),
+      BINARY("le", Le, kiln::le(x, y)),
+      BINARY("gt", Gt, kiln::gt(x, y)),
+      BINARY("ge", Ge, kiln::ge(x, y)),
+      BINARY("logical_and", LogicalAnd, kiln::logical_and(x, y)),
+      BINARY("logical_or", LogicalOr, kiln::logical_or(x, y)),
+      BINARY("where", Where, kiln::where(kiln::lt(x, y), x, y)),
+      BINARY("masked_fill", MaskedFill, kiln::masked_fill(x, kiln::gt(y, 0.5), -7.25)),
+      BINARY("lerp", Lerp, kiln::lerp(x, y, 0.3)),
+      BINARY("lerp_tensor", Lerp, kiln::lerp(x, y, kiln::abs(kiln::sin(y)))),
+      // copy_ on a fresh tensor traces as the functional copy(self, src).
+      BINARY("copy", Copy, kiln::clone(x).copy_(y)),
+      BINARY("copy_cast", Copy, kiln::to(x, kInt32).copy_(y)),
   };
+}
+
+#undef UNARY
+#undef BINARY
+
+// The ops of runtime/kernels/composed_list.h (float-only, as torch's activations).
+bool is_composed(OpId id) {
+#define X(Id, fn, def)                                                                                     \
+  if (id == OpId::Id) return true;
+  KILN_COMPOSED_OPS(X)
+#undef X
+  return false;
 }
 
 // Special values and branch thresholds of the float32 polynomials (both signs,
@@ -125,45 +185,71 @@ template <class T> Tensor tensor_of(std::vector<T> &v) {
   return t.clone();
 }
 
-// Bits of element i, NaNs (any payload or sign) mapped to one pattern.
+// Bits of an element, NaNs (any payload or sign) mapped to one pattern.
 template <class T> uint64_t bits_of(T v) {
-  if (std::isnan(v)) return ~uint64_t(0);
-  if constexpr (sizeof(T) == 4) return std::bit_cast<uint32_t>(v);
-  else return std::bit_cast<uint64_t>(v);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) return ~uint64_t(0);
+    if constexpr (sizeof(T) == 4) return std::bit_cast<uint32_t>(v);
+    else return std::bit_cast<uint64_t>(v);
+  } else {
+    return uint64_t(int64_t(v));
+  }
 }
 
+// Results compared element by element in their dtype (float bits, integers, bools);
+// T is the input's element type (for the message).
 template <class T>
 void expect_bitwise_equal(const Case &cs, const Tensor &x, const Tensor &eager, const Tensor &jit) {
   const char *name = cs.name;
   ASSERT_EQ(eager.dtype(), jit.dtype()) << name;
   ASSERT_EQ(eager.numel(), jit.numel()) << name;
   const T *in = x.data_ptr<T>();
-  const T *e = eager.contiguous().data_ptr<T>();
-  const T *c = jit.contiguous().data_ptr<T>();
+  const Tensor e = eager.contiguous(), c = jit.contiguous();
   int64_t differ = 0, first = -1;
-  for (int64_t i = 0; i < eager.numel(); ++i) {
-    if (bits_of(e[i]) == bits_of(c[i]) || cs.skip(double(in[i]))) continue;
-    if (!differ++) first = i;
-  }
+  std::string first_e, first_c;
+  dispatch_dtype(e.dtype(), [&]<class R>() {
+    const R *ep = e.data_ptr<R>(), *cp = c.data_ptr<R>();
+    for (int64_t i = 0; i < e.numel(); ++i) {
+      if (bits_of(ep[i]) == bits_of(cp[i]) || cs.skip(double(in[i]))) continue;
+      if (differ++) continue;
+      first = i;
+      std::ostringstream es, cs_;
+      es << std::hexfloat << double(ep[i]);
+      cs_ << std::hexfloat << double(cp[i]);
+      first_e = es.str();
+      first_c = cs_.str();
+    }
+  });
   if (differ == 0) return;
   ADD_FAILURE() << name << " (" << x.dtype() << "): " << differ << " of " << eager.numel()
-                << " results differ; first at x=" << std::hexfloat << in[first] << " (" << std::defaultfloat
-                << in[first] << "): eager " << std::hexfloat << e[first] << ", compiled " << c[first]
-                << std::defaultfloat;
+                << " results differ; first at i=" << first << ", x=" << std::hexfloat << in[first] << " ("
+                << std::defaultfloat << in[first] << "): eager " << first_e << ", compiled " << first_c;
+}
+
+template <class T> std::vector<T> reversed(std::vector<T> v) {
+  std::reverse(v.begin(), v.end());
+  return v;
+}
+
+Tensor run(const Case &c, const Tensor &x, const Tensor &y) { return c.fn(x, y); }
+
+CompiledFunction compiled(const Case &c, const CompileOptions &o) {
+  OpFn fn = c.fn;
+  return kiln::compile([fn](const std::vector<Tensor> &in) { return std::vector<Tensor>{fn(in[0], in[1])}; }, o);
 }
 
 template <class T> void sweep(std::vector<T> inputs) {
-  Tensor x = tensor_of(inputs);
+  std::vector<T> other = reversed(inputs);
+  Tensor x = tensor_of(inputs), y = tensor_of(other);
   CompileOptions o;
   o.fallback = Fallback::Off;
   for (const Case &c : cases()) {
     SCOPED_TRACE(c.name);
-    Tensor eager = c.fn(x);
-    OpFn fn = c.fn;
-    auto f = kiln::compile([fn](const std::vector<Tensor> &in) { return std::vector<Tensor>{fn(in[0])}; }, o);
-    Tensor jit = f({x}).at(0);
-    int64_t kernels = f.kernels_per_call({x});
-    std::printf("%-10s %s: %lld JIT kernel(s)\n", c.name, x.dtype() == kFloat32 ? "f32" : "f64",
+    Tensor eager = run(c, x, y);
+    auto f = compiled(c, o);
+    Tensor jit = f({x, y}).at(0);
+    int64_t kernels = f.kernels_per_call({x, y});
+    std::printf("%-14s %s: %lld JIT kernel(s)\n", c.name, x.dtype() == kFloat32 ? "f32" : "f64",
                 static_cast<long long>(kernels));
     expect_bitwise_equal<T>(c, x, eager, jit);
   }
@@ -172,17 +258,33 @@ template <class T> void sweep(std::vector<T> inputs) {
 TEST(EagerCompiledBits, Float32) { sweep(f32_inputs()); }
 TEST(EagerCompiledBits, Float64) { sweep(f64_inputs()); }
 
-// The sweep reaches each lowered transcendental through a JIT kernel (not an
-// eager fallback inside the compiled function, which would agree trivially).
-TEST(EagerCompiledBits, TranscendentalsAreCompiled) {
-  std::vector<float> v(64, 0.5f);
-  Tensor x = tensor_of(v);
+// The sweep covers the op table: a new pointwise op needs a case above.
+TEST(EagerCompiledBits, EveryPointwiseOpIsSwept) {
+  std::set<OpId> swept;
+  for (const Case &c : cases()) swept.insert(c.op);
+  int pointwise = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    OpId id = OpId(i);
+    if (!has_trait(id, OpTrait::Pointwise)) continue;
+    ++pointwise;
+    EXPECT_TRUE(swept.count(id)) << op_info(id).mnemonic << " is Pointwise but has no case in the sweep";
+  }
+  EXPECT_GE(pointwise, 40);
+}
+
+// The sweep reaches each lowered op through a JIT kernel (not an eager
+// fallback inside the compiled function, which would agree trivially).
+TEST(EagerCompiledBits, LoweredOpsAreCompiled) {
+  std::vector<float> v(64, 0.5f), w(64, 1.5f);
+  Tensor x = tensor_of(v), y = tensor_of(w);
   for (const Case &c : cases()) {
     std::string n = c.name;
-    if (n == "sin" || n == "cos") continue;
-    OpFn fn = c.fn;
-    auto f = kiln::compile([fn](const std::vector<Tensor> &in) { return std::vector<Tensor>{fn(in[0])}; });
-    EXPECT_GE(f.kernels_per_call({x}), 1) << n;
+    // No lowering (Eager ops: sin, cos, remainder), not fusing (copy), or a misfit of the rule (a tensor
+    // exponent, float floor division). Composites (gelu, silu) are decomposed into fusing ops.
+    bool kernel = lowering_expected(c.op) && (is_fusible(c.op) || op_kind(c.op) == OpKind::Composite);
+    if (!kernel || n == "pow_tensor" || n == "div_floor") continue;
+    auto f = compiled(c, CompileOptions());
+    EXPECT_GE(f.kernels_per_call({x, y}), 1) << n;
   }
 }
 
@@ -205,16 +307,15 @@ TEST(EagerCompiledBits, StridedAndPromotedInputs) {
   CompileOptions o;
   o.fallback = Fallback::Off;
   for (const Case &c : cases()) {
-    OpFn fn = c.fn;
-    auto f = kiln::compile([fn](const std::vector<Tensor> &in) { return std::vector<Tensor>{fn(in[0])}; }, o);
+    if (c.binary) continue; // the unary ops: the array kernels' strided walk
+    auto f = compiled(c, o);
     for (const auto &[layout, x] : inputs) {
       SCOPED_TRACE(std::string(c.name) + " " + layout);
-      std::string name = c.name;
-      bool float_only = name == "silu" || name.rfind("gelu", 0) == 0; // as torch: no integer inputs
+      bool float_only = c.op == OpId::Gelu || is_composed(c.op); // as torch: no integer inputs
       if (x.dtype() == kInt32 && float_only) continue;
-      Tensor eager = c.fn(x);
-      Tensor dense = c.fn(x.contiguous());
-      Tensor jit = f({x}).at(0);
+      Tensor eager = run(c, x, x);
+      Tensor dense = run(c, x.contiguous(), x.contiguous());
+      Tensor jit = f({x, x}).at(0);
       if (eager.dtype() != kFloat32) continue; // pow/abs/... of int32 stay integer: not vector math
       Tensor xf = x.to(kFloat32).contiguous();
       expect_bitwise_equal<float>(c, xf, dense, eager.contiguous());
@@ -249,7 +350,7 @@ TEST(EagerCompiledBits, SoftmaxExponentialsAreTheSharedExp) {
     auto f = kiln::compile([dim](const std::vector<Tensor> &in) { return std::vector<Tensor>{kiln::softmax(in[0], dim)}; },
                            o);
     ASSERT_GE(f.kernels_per_call({x}), 1) << "softmax must run as a JIT kernel";
-    const Case c{dim == 0 ? "softmax(dim=0)" : "softmax(dim=-1)", {}};
+    const Case c{dim == 0 ? "softmax(dim=0)" : "softmax(dim=-1)", OpId::Softmax, {}};
     expect_bitwise_equal<float>(c, x.contiguous(), kiln::softmax(x, dim), f({x}).at(0));
   }
 }

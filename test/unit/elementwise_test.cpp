@@ -117,6 +117,32 @@ TEST(ElementwiseUnary, FloatOpsPromoteIntegerAndBoolToFloat32) {
   }
 }
 
+// torch's relu6(x + 3) / 6, in double: the composed op of composed_list.h.
+double ref_hardsigmoid(double x) { return std::isnan(x) ? x : std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
+
+TEST(ElementwiseUnary, HardsigmoidValuesNanInfAndErrors) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Layout l : layouts_for({4, 6})) {
+      // x in [-4.5, 4.5): both clamps and the linear part.
+      Tensor x = make_layout({4, 6}, dt, [](int64_t i) { return -4.5 + 0.375 * double(i); }, l);
+      Tensor y = hardsigmoid(x);
+      EXPECT_EQ(y.dtype(), dt);
+      expect_values(y, ref_unary(x, ref_hardsigmoid), rtol_for(dt), 0, "hardsigmoid");
+    }
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor s = tensor(std::vector<double>{std::nan(""), inf, -inf, -3.0, 3.0, 0.0}).to(kFloat32);
+  Tensor y = hardsigmoid(s);
+  const float *yp = y.data_ptr<float>();
+  EXPECT_TRUE(std::isnan(yp[0]));
+  EXPECT_EQ(yp[1], 1.0f);
+  EXPECT_EQ(yp[2], 0.0f);
+  EXPECT_EQ(yp[3], 0.0f);
+  EXPECT_EQ(yp[4], 1.0f);
+  EXPECT_EQ(yp[5], 0.5f);
+  expect_error([&] { hardsigmoid(make({3}, kInt64, small_int)); }, "hardsigmoid: expected a floating-point tensor, got int64");
+  expect_error([&] { hardsigmoid(make({3}, kBool, bool_gen)); }, "hardsigmoid: expected a floating-point tensor, got bool");
+}
+
 TEST(ElementwiseUnary, GeluSiluValuesAndErrors) {
   for (auto [fn, ref, nm] : {std::tuple{&gelu_none, &ref_gelu, "gelu"}, std::tuple{&gelu_tanh, &ref_gelu_tanh, "gelu_tanh"},
                              std::tuple{&silu, &ref_silu, "silu"}}) {
@@ -648,6 +674,7 @@ TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
                                    {OpId::Sqrt, sqrt, p},     {OpId::Rsqrt, rsqrt, p},      {OpId::Sin, sin, f},
                                    {OpId::Cos, cos, f},       {OpId::Tanh, tanh, f},        {OpId::Sigmoid, sigmoid, f},
                                    {OpId::Relu, relu, f},     {OpId::Silu, silu, f},        {OpId::Erf, erf, f},
+                                   {OpId::Hardsigmoid, hardsigmoid, f},
                                    {OpId::Reciprocal, reciprocal, f}, {OpId::Square, square, i},
                                    {OpId::Floor, floor, f},   {OpId::Ceil, ceil, f},        {OpId::Round, round, f},
                                    {OpId::Sign, sign, f},     {OpId::LogicalNot, logical_not, i},
