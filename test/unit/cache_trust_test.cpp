@@ -20,11 +20,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_support.h"
 #include "codegen/cache_trust.h"
 #include "codegen/jit.h"
 #include "codegen/kernel.h"
 
 using namespace kiln;
+using kiln::testing::capture_stderr;
 namespace fs = std::filesystem;
 namespace cache = kiln::codegen::cache;
 
@@ -38,25 +40,6 @@ fs::path fresh_dir(const std::string &name) {
   return d;
 }
 
-// Everything written to file descriptor 2 while fn runs (spdlog's default sink).
-std::string capture_stderr(const std::function<void()> &fn) {
-  std::fflush(stderr);
-  char name[] = "/tmp/kiln-trust-stderr-XXXXXX";
-  int fd = mkstemp(name);
-  EXPECT_GE(fd, 0);
-  int saved = dup(2);
-  dup2(fd, 2);
-  fn(); // the tests' callbacks do not throw
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  unlink(name);
-  return ss.str();
-}
 
 size_t count(const std::string &text, const std::string &what) {
   size_t n = 0;

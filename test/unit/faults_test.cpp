@@ -27,6 +27,7 @@
 
 #include <kiln/kiln.h>
 
+#include "test_support.h"
 #include "expect_error.h"
 
 #include "codegen/jit.h"
@@ -35,40 +36,13 @@
 #include "runtime/log.h"
 
 using namespace kiln;
+using kiln::testing::capture_stderr;
 using kiln::testing::expect_error;
 namespace fs = std::filesystem;
 
 namespace {
 
 
-// Everything written to file descriptor 2 while fn runs (spdlog's default sink).
-std::string capture_stderr(const std::function<void()> &fn) {
-  std::fflush(stderr);
-  char name[] = "/tmp/kiln-faults-stderr-XXXXXX";
-  int fd = mkstemp(name);
-  EXPECT_GE(fd, 0);
-  int saved = dup(2);
-  dup2(fd, 2);
-  try {
-    fn();
-  } catch (...) {
-    std::fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(fd);
-    unlink(name);
-    throw;
-  }
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  unlink(name);
-  return ss.str();
-}
 
 fs::path fresh_dir(const std::string &name) {
   fs::path d = fs::temp_directory_path() / ("kiln-faults-" + name + "-" + std::to_string(getpid()));

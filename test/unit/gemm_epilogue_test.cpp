@@ -27,6 +27,7 @@
 
 #include <kiln/kiln.h>
 
+#include "test_support.h"
 #include "codegen/epilogue.h"
 #include "codegen/jit.h"
 #include "codegen/gemm/path.h"
@@ -36,22 +37,13 @@
 #include "graph_test_util.h"
 
 using namespace kiln;
+using kiln::testing::capture_stderr;
+using kiln::testing::PathGuard;
+using kiln::testing::ThreadsGuard;
 using kiln::testing::rnd;
 using kiln::testing::vals;
 
 namespace {
-
-struct PathGuard {
-  gemm::Path saved = gemm::path();
-  explicit PathGuard(gemm::Path p) { gemm::set_path(p); }
-  ~PathGuard() { gemm::set_path(saved); }
-};
-
-struct ThreadsGuard {
-  int saved = get_num_threads();
-  explicit ThreadsGuard(int n) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
 
 struct RegisterGuard {
   bool saved = codegen::register_epilogues();
@@ -183,25 +175,6 @@ void sweep(DType dt, int threads) {
   }
 }
 
-// Everything written to file descriptor 2 while fn runs (spdlog's default sink).
-std::string capture_stderr(const std::function<void()> &fn) {
-  std::fflush(stderr);
-  char name[] = "/tmp/kiln-epireg-stderr-XXXXXX";
-  int fd = mkstemp(name);
-  EXPECT_GE(fd, 0);
-  int saved = dup(2);
-  dup2(fd, 2);
-  fn();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  unlink(name);
-  return ss.str();
-}
 
 } // namespace
 

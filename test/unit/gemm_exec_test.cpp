@@ -20,6 +20,7 @@
 
 #include <kiln/kiln.h>
 
+#include "test_support.h"
 #include "codegen/executable.h"
 #include "codegen/gemm/path.h"
 #include "codegen/jit.h"
@@ -29,6 +30,8 @@
 #include "graph_test_util.h"
 
 using namespace kiln;
+using kiln::testing::PathGuard;
+using kiln::testing::ThreadsGuard;
 using kiln::test::concurrent_failures;
 using kiln::testing::rnd;
 using kiln::testing::vals;
@@ -44,19 +47,6 @@ std::vector<std::string> categories(const CompiledFunction &f, const std::vector
 }
 
 int count(const std::vector<std::string> &v, const std::string &s) { return int(std::count(v.begin(), v.end(), s)); }
-
-// Selects the GEMM path for the specializations built while alive.
-struct PathGuard {
-  gemm::Path saved = gemm::path();
-  explicit PathGuard(gemm::Path p) { gemm::set_path(p); }
-  ~PathGuard() { gemm::set_path(saved); }
-};
-
-struct ThreadsGuard {
-  int saved = get_num_threads();
-  explicit ThreadsGuard(int n) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
 
 // relu(A @ B + bias) in double: values and the error bound (see the header).
 struct Ref {
