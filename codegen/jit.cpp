@@ -320,16 +320,12 @@ namespace {
 
 std::shared_ptr<CompiledKernel> make_kernel(State &st, const ModuleBuilder &build, uint64_t hash,
                                             const std::string &key, const std::string &symbol) {
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> m = build(symbol, st.target, *ctx);
   // Everything that decides the machine code, so that a cached object is only
   // reused by an identical compiler, CPU and kernel.
   std::string disk_key = std::string("llvm=") + LLVM_VERSION_STRING + ";cpu=" + st.cpu +
                          ";features=" + st.features + ";codegen=" + kCodegenVersion +
                          ";symbol=" + symbol + ";kernel=" + key;
-  DiskObjectCache::set_key(*m, disk_key);
   st.capture = {};
-
   orc::JITDylib &jd = st.lljit->getMainJITDylib();
   orc::ResourceTrackerSP rt = jd.createResourceTracker();
   auto fail = [&](const char *what, llvm::Error err) {
@@ -337,8 +333,19 @@ std::shared_ptr<CompiledKernel> make_kernel(State &st, const ModuleBuilder &buil
     if (auto e = rt->remove()) llvm::consumeError(std::move(e)); // free the failed kernel's symbols
     KILN_FAIL("jit: ", what, " ", symbol, ": ", msg);
   };
-  if (auto err = st.lljit->addIRModule(rt, orc::ThreadSafeModule(std::move(m), std::move(ctx))))
-    fail("cannot add", std::move(err));
+  // A warm disk cache: the object is linked as it is, without building the
+  // kernel's IR first (that was most of a cached kernel's load time).
+  if (auto obj = st.use_disk() ? st.disk->lookup(disk_key) : nullptr) {
+    st.capture.from_disk = true;
+    if (auto err = st.lljit->addObjectFile(rt, std::move(obj))) fail("cannot add", std::move(err));
+  } else {
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> m = build(symbol, st.target, *ctx);
+    ++st.stats.modules_built;
+    DiskObjectCache::set_key(*m, disk_key);
+    if (auto err = st.lljit->addIRModule(rt, orc::ThreadSafeModule(std::move(m), std::move(ctx))))
+      fail("cannot add", std::move(err));
+  }
   auto addr = st.lljit->lookup(symbol);
   if (!addr) fail("cannot compile", addr.takeError());
 

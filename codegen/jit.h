@@ -66,6 +66,7 @@ struct JitStats {
   int64_t memory_hits = 0;     // served from the in-process kernel cache
   int64_t compiles = 0;        // kernels that went through O3 + code generation
   int64_t disk_hits = 0;       // objects loaded from the disk cache (no O3, no codegen)
+  int64_t modules_built = 0;   // kernels whose LLVM IR was built: a disk hit links its object, builds none
   int64_t disk_writes = 0;     // objects stored to the disk cache
   int64_t disk_rejects = 0;    // corrupt/truncated/unreadable entries ignored
   int64_t failures = 0;        // compile() calls that threw

@@ -91,10 +91,26 @@ std::unique_ptr<llvm::MemoryBuffer> DiskObjectCache::load(const std::string &key
   return obj;
 }
 
+std::unique_ptr<llvm::MemoryBuffer> DiskObjectCache::lookup(const std::string &key) {
+  if (!enabled_) return nullptr;
+  auto obj = load(key);
+  if (obj) {
+    ++hits;
+    return obj;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[key] = nullptr;
+  return nullptr;
+}
+
 bool DiskObjectCache::prefetch(const llvm::Module &m) {
   if (!enabled_) return false;
   std::string key = module_key(m);
   if (key.empty()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = pending_.find(key); it != pending_.end() && !it->second) return false; // lookup() missed it
+  }
   auto obj = load(key);
   bool usable = obj != nullptr;
   std::lock_guard<std::mutex> lock(mu_);

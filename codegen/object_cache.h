@@ -44,6 +44,9 @@ public:
   // Loads and validates the entry for `m`; when usable it is kept for the next
   // getObject(m) and true is returned (the caller then skips the O3 pipeline).
   bool prefetch(const llvm::Module &m);
+  // The usable object stored under `key`, or nullptr (a miss is remembered, so a
+  // module built after it is not looked up, or warned about, again).
+  std::unique_ptr<llvm::MemoryBuffer> lookup(const std::string &key);
 
   void notifyObjectCompiled(const llvm::Module *m, llvm::MemoryBufferRef obj) override;
   std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *m) override;

@@ -272,7 +272,7 @@ template <class T>
 std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, const T *W, const int64_t ws[4]) {
   const PackedConvWeight<T> kernels = conv_kernels<T>(s);
   const size_t bytes = (size_t(std::max<int64_t>(1, kernels.bytes())) + 63) & ~size_t(63);
-  std::shared_ptr<T> owned(static_cast<T *>(std::aligned_alloc(64, bytes)), std::free);
+  std::shared_ptr<T> owned(static_cast<T *>(alloc_packing(bytes)), std::free);
   KILN_CHECK(owned, "gemm conv2d: cannot allocate ", bytes, " bytes for the packed weight of ", s.str());
   auto pw = std::make_shared<PackedConvWeight<T>>(pack_conv_weight_into<T>(kernels, W, ws, owned.get()));
   pw->owned = std::move(owned);

@@ -17,6 +17,7 @@
 
 #ifdef __AVX__
 #include <immintrin.h>
+#include <sys/mman.h>
 #endif
 
 #include "codegen/gemm/ukernel.h"
@@ -98,6 +99,20 @@ template <class T> Config default_config() {
 
 // ------------------------------------------------------------------ kernels
 
+// Huge pages where the kernel grants them on request (THP "madvise", as on this
+// machine): W5's 28 MB of packed weights then take ~14 page faults instead of
+// ~7,000. On this virtual machine those faults were most of a warm compile
+// (perf: the page-fault path under pack_b_block); kiln_bench_compile_cpu w5:
+// 86 -> 17-20 ms CPU. The advice is only advice: a refusal leaves normal pages.
+void *alloc_packing(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
+  const size_t rounded = (bytes + kHuge - 1) & ~(kHuge - 1);
+  void *p = std::aligned_alloc(kHuge, rounded);
+  if (p) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 namespace {
 
 template <class T> struct Kernels {
@@ -158,6 +173,7 @@ thread_local Scratch t_scratch;
 thread_local Scratch t_shared_a;
 
 // ------------------------------------------------------------------ packing
+
 
 #ifdef __AVX__
 // 8 rows of 8 contiguous floats (src, row stride rs) stored transposed: d[j * 8 + i] = src[i * rs + j].
@@ -422,7 +438,7 @@ PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t 
   PackedB<T> pb;
   pb.K = K, pb.N = N, pb.config = config;
   const int64_t nr = config.nr(), elems = std::max<int64_t>(1, K * pb.panels() * nr);
-  T *p = static_cast<T *>(std::aligned_alloc(64, ((size_t(elems) * sizeof(T)) + 63) & ~size_t(63)));
+  T *p = static_cast<T *>(alloc_packing(size_t(elems) * sizeof(T)));
   KILN_CHECK(p, "gemm pack_b: cannot allocate ", elems * int64_t(sizeof(T)), " bytes for ", K, "x", N, " weights");
   pb.data = std::shared_ptr<T>(p, [](T *q) { std::free(q); });
   // Packing is part of building a step (W5: 28 MB of weights, most of a warm

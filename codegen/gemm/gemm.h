@@ -53,6 +53,11 @@ template <class T> Config default_config();
 // Config for an ISA by name ("avx512", "avx2"): tests run the AVX2 kernels on an AVX-512 host.
 template <class T> Config config_for_isa(const std::string &isa);
 
+// Memory for a packing that outlives a call (weights packed once per version),
+// 64-byte aligned, freed with std::free. A large one (2 MiB or more) is 2 MiB
+// aligned and advised to use transparent huge pages.
+void *alloc_packing(size_t bytes);
+
 // Weights packed once into the micro-kernel's B panel layout for `config`:
 // blocks of kc rows, each holding ceil(N / nr) panels of kc x nr elements.
 template <class T> struct PackedB {

@@ -227,6 +227,20 @@ template <class T> void packed_equals_unpacked(int threads) {
       }
   }
 }
+// Packings that outlive a call: 64-byte aligned; from 2 MiB on, 2 MiB aligned so
+// that whole transparent huge pages back them (the advice is taken or not; the
+// alignment is what kiln controls). Every byte is writable (ASan checks the size).
+TEST(GemmJit, AllocPackingAlignment) {
+  for (size_t bytes : {size_t(1), size_t(100), size_t(2 << 20) - 4, size_t(2) << 20, size_t(3) << 20, size_t(28) << 20}) {
+    void *p = gemm::alloc_packing(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    const size_t align = bytes >= (size_t(2) << 20) ? (size_t(2) << 20) : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << bytes << " bytes";
+    std::memset(p, 0x5a, bytes);
+    std::free(p);
+  }
+}
+
 TEST(GemmJit, PackedEqualsUnpackedF32OneThread) { packed_equals_unpacked<float>(1); }
 TEST(GemmJit, PackedEqualsUnpackedF32TwoThreads) { packed_equals_unpacked<float>(2); }
 TEST(GemmJit, PackedEqualsUnpackedF64TwoThreads) { packed_equals_unpacked<double>(2); }

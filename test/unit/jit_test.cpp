@@ -411,6 +411,26 @@ TEST(Jit, DiskCacheSecondInstanceCompilesNothing) {
   fs::remove_all(dir);
 }
 
+// A kernel found in the disk cache is linked from its object: its module is not
+// even built (building it was most of a cached kernel's load time).
+TEST(Jit, DiskCacheHitBuildsNoModule) {
+  fs::path dir = fresh_dir("nobuild");
+  JitOptions opts;
+  opts.cache_dir = dir.string();
+  {
+    Jit first(opts);
+    first.compile(small_desc());
+    EXPECT_EQ(first.stats().modules_built, 1);
+  }
+  Jit second(opts);
+  auto k = second.compile(small_desc());
+  EXPECT_EQ(second.stats().modules_built, 0);
+  EXPECT_EQ(second.stats().disk_hits, 1);
+  EXPECT_TRUE(k->from_disk_cache());
+  expect_small_kernel_works(*k);
+  fs::remove_all(dir);
+}
+
 namespace {
 // Damages the single cache entry in `dir`, then checks that a fresh Jit ignores
 // it, recompiles, produces correct results, and rewrites a good entry.
