@@ -63,6 +63,7 @@ std::atomic<bool> &register_epilogues_flag() {
 
 // Buffers of one epilogue (a tile kernel's, or one in registers): run_tile's array.
 constexpr size_t kMaxEpilogueBuffers = 64;
+static_assert(kMaxEpilogueBuffers <= gemm::kMaxConvEpilogueBuffers, "a conv epilogue passes run_tile's buffers");
 
 bool is_contraction(const ir::Node &n) {
   return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::Contraction;
@@ -586,10 +587,11 @@ private:
     for (size_t i = 0; i < group_.body()->outputs().size(); ++i)
       if (int(i) != c_result_) kernel_outputs_.push_back(i);
     if (epilogue_.empty()) return;
-    if (jit_ && contraction_->op() != OpId::Conv2d && !register_epilogues()) {
+    const bool own_kernels = jit_ || jit_conv_; // kiln's GEMM or conv: micro-kernels with epilogue variants
+    if (own_kernels && !register_epilogues()) {
       kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile: register epilogues "
                          "are off (KILN_GEMM_EPILOGUE=tile)", group_.result()->name());
-    } else if (jit_ && contraction_->op() != OpId::Conv2d) {
+    } else if (own_kernels) {
       const std::string why = dtype_ == kFloat64 ? set_up_registers<double>(operands) : set_up_registers<float>(operands);
       if (why.empty()) return;
       kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile, not in the "
@@ -601,10 +603,16 @@ private:
   }
 
   // ---- the epilogue in the micro-kernels' registers (kiln's GEMM, matmul
-  // family): the tile kernel's expression (same lowering, same constants
-  // folded), its buffers addressed per micro-tile. Returns why not, or "".
+  // family, and kiln's conv): the tile kernel's expression (same lowering,
+  // same constants folded), its buffers addressed per micro-tile. In the
+  // conv's GEMM (per group out[O/g, pixels] = W_g @ col) the rows are output
+  // channels and the columns an image's pixels (plan_conv's partition): a
+  // per-channel operand is a Row one, an NCHW residual a Tile one. Returns
+  // why not, or "".
   template <class T> std::string set_up_registers(const std::vector<Tensor> &operands) {
-    if (K_ == 0) return "K = 0 (no micro-kernel runs)";
+    const bool conv = contraction_->op() == OpId::Conv2d;
+    const int64_t K = conv ? jit_conv_->K() : K_;
+    if (K == 0) return "K = 0 (no micro-kernel runs)";
     gemm::Epilogue epi;
     try {
       epi.expr = tile_desc(operands, tm_, tn_);
@@ -638,8 +646,11 @@ private:
     for (OutputSpec &o : k.outputs) o.buffer.strides = {0, 0};
     k.grain = 0, k.stream_stores = false, k.output_aliases_input.clear();
     epi.store_c = c_result_ >= 0;
+    // The conv's micro-kernels run a group's O/g rows: full tiles and its tail.
+    const gemm::Config &config = conv ? conv_kernels_.template get<T>().config : ks_.config;
+    const std::vector<int64_t> rows = conv ? std::vector<int64_t>{jit_conv_->Og()} : std::vector<int64_t>{tm_, M_ % tm_};
     try {
-      eks_ = gemm::resolve_epilogue_kernels<T>(ks_.config, epi, {tm_, M_ % tm_});
+      eks_ = gemm::resolve_epilogue_kernels<T>(config, epi, rows);
     } catch (const Error &e) {
       return std::string("its micro-kernel variant does not compile: ") + e.what();
     }
@@ -867,7 +878,8 @@ private:
   // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
-                    kiln::detail::nn::BlockCallback after, void *ctx, void *scratch) const {
+                    kiln::detail::nn::BlockCallback after, void *ctx, void *scratch,
+                    const gemm::ConvEpilogue *epi = nullptr) const {
     std::optional<typename ConvPackCache<T>::Ref> cached;
     kiln::gemm::PackedConvWeight<T> per_call; // a weight that is no parameter: packed into the call's scratch
     const kiln::gemm::PackedConvWeight<T> *pw = &per_call;
@@ -882,7 +894,7 @@ private:
     const std::array<int64_t, 4> xs = strides4(x);
     kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                           b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
-                          after, ctx, jit_block_pixels_);
+                          after, ctx, jit_block_pixels_, 0, epi);
   }
 
   template <class T>
@@ -902,6 +914,16 @@ private:
       s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
+    if (jit_conv_ && in_registers_) {
+      auto pointers = [](void *p, int64_t image, int64_t p0, const void **ptrs, int64_t *lds) {
+        auto *x = static_cast<Ctx *>(p);
+        const Step &s = *x->self;
+        s.epilogue_pointers(image, 0, p0, *x->ins, *x->outs, ptrs, lds,
+                            s.buffer_sources_.size() + s.kernel_outputs_.size());
+      };
+      const gemm::ConvEpilogue epi{&eks_, buffer_sources_.size() + kernel_outputs_.size(), +pointers, &ctx};
+      return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, &epi);
+    }
     if (jit_conv_)
       return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch);
     attrs::Conv2d a{cv};

@@ -43,6 +43,18 @@ namespace {
 
 std::atomic<int64_t> g_conv_calls{0};
 std::atomic<int64_t> g_heap_packs{0};
+std::atomic<int64_t> g_register_calls{0};
+
+// The register epilogue's kernels must be the variants of the packed weight's
+// tile for every row count of a group (its full tiles and its tail).
+void check_epilogue(const ConvShape &s, const Config &c, const ConvEpilogue &e, bool f64) {
+  KILN_CHECK(e.kernels && e.pointers && e.buffers <= kMaxConvEpilogueBuffers, "gemm conv2d: incomplete epilogue (",
+             e.buffers, " buffers, at most ", kMaxConvEpilogueBuffers, ")");
+  KILN_CHECK(e.kernels->f64 == f64 && e.kernels->config.mr == c.mr && e.kernels->config.nr() == c.nr() &&
+                 e.kernels->covers(s.Og()),
+             "gemm conv2d: the epilogue kernels (", e.kernels->config.to_string(), ") do not cover ", s.Og(),
+             " rows of the conv's tile (", c.to_string(), ")");
+}
 
 // Measurement knobs (bench only): KILN_CONV_TILE=panels[,kc[,order]] with
 // order 0 = channel panels outer (A panel in L1, B block streamed from L2),
@@ -183,6 +195,7 @@ template <class T> struct Item {
   ConvBlockCallback after;
   void *ctx;
   int64_t pp; // pixel panels per item
+  const ConvEpilogue *epi;
 
   // Image n, pixel panels [q0, q1); Bp the B block scratch, xp the window's.
   void run(int64_t n, int64_t q0, int64_t q1, T *Bp, T *xp) const {
@@ -194,16 +207,28 @@ template <class T> struct Item {
       for (int64_t o = 0; o < s.O; ++o) std::fill(yn + o * P + p0, yn + o * P + p0 + np, bias[o]);
     const Window win = window_of(s, p0, p0 + np);
     fill_window(s, x, xs, n, win, xp);
+    // The register epilogue's buffers at (channel 0, pixel p0) of image n.
+    const void *eptrs[kMaxConvEpilogueBuffers];
+    int64_t elds[kMaxConvEpilogueBuffers];
+    if (epi) epi->pointers(epi->ctx, n, p0, eptrs, elds);
     for (int64_t g = 0; g < s.groups; ++g)
       for (int64_t pc = 0; pc < K; pc += c.kc) {
         const int64_t kc = std::min(c.kc, K - pc);
         pack_b_conv(s, win, xp, g, pc, kc, q0, q1, nr, Bp);
         const T beta = pc == 0 && !bias ? T(0) : T(1);
+        // Group g's channels are final after its last k block: the epilogue runs there.
+        const bool last = epi && pc + kc >= K;
         auto tile = [&](int64_t i0, int64_t q) {
           const int rows = int(std::min<int64_t>(mr, Og - i0));
-          const int64_t j0 = q * nr, cols = std::min(nr, P - j0);
+          const int64_t j0 = q * nr, cols = std::min(nr, P - j0), row = g * Og + i0;
+          const T *a = w.panel(g, pc, i0), *b = Bp + (q - q0) * kc * nr;
+          T *cp = yn + row * P + j0;
+          if (last) {
+            auto e = reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(epi->kernels->by_rows[size_t(rows)]));
+            return e(a, b, cp, kc, P, cols, T(1), beta, eptrs, elds, row, j0 - p0);
+          }
           typename PackedConvWeight<T>::Kernel k = rows == mr ? w.full : w.tail;
-          k(w.panel(g, pc, i0), Bp + (q - q0) * kc * nr, yn + (g * Og + i0) * P + j0, kc, P, cols, T(1), beta);
+          k(a, b, cp, kc, P, cols, T(1), beta);
         };
         if (knobs().order == 1) {
           for (int64_t q = q0; q < q1; ++q)
@@ -287,19 +312,21 @@ template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads) {
 
 template <class T>
 void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedConvWeight<T> &w, const T *bias, T *y,
-            ConvBlockCallback after, void *ctx, int64_t block_pixels, int threads) {
+            ConvBlockCallback after, void *ctx, int64_t block_pixels, int threads, const ConvEpilogue *epi) {
   KILN_CHECK(!conv_unsupported(s), "gemm conv2d: ", s.str(), " is not covered: ", *conv_unsupported(s));
   const ConvShape &ps = w.shape;
   KILN_CHECK(ps.C == s.C && ps.O == s.O && ps.kH == s.kH && ps.kW == s.kW && ps.groups == s.groups,
              "gemm conv2d: the weight was packed for ", ps.str(), ", called with ", s.str());
+  if (epi) check_epilogue(s, w.config, *epi, sizeof(T) == 8);
   g_conv_calls.fetch_add(1, std::memory_order_relaxed);
+  if (epi) g_register_calls.fetch_add(1, std::memory_order_relaxed);
   if (threads <= 0) threads = get_num_threads();
   const Config &c = w.config;
   const int64_t nr = c.nr(), panels = (s.pixels() + nr - 1) / nr;
   const int64_t pp = std::min(panels, block_pixels > 0 ? (block_pixels + nr - 1) / nr
                                                      : item_panels(s, c, int64_t(sizeof(T)), threads));
   const int64_t blocks = (panels + pp - 1) / pp;
-  const Item<T> item{s, x, xs, w, bias, y, after, ctx, pp};
+  const Item<T> item{s, x, xs, w, bias, y, after, ctx, pp, epi};
   // B block plus a vector of slack (copy_vectors), then the largest window of an item.
   const size_t b_elems = size_t(std::min(c.kc, s.K()) * pp * nr + 64);
   // A block of pp * nr pixels spans at most this many output rows.
@@ -319,6 +346,7 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 }
 
 int64_t conv_calls() { return g_conv_calls.load(std::memory_order_relaxed); }
+int64_t conv_register_epilogue_calls() { return g_register_calls.load(std::memory_order_relaxed); }
 int64_t conv_weight_heap_packs() { return g_heap_packs.load(std::memory_order_relaxed); }
 
 #define KILN_CONV_INSTANTIATE(T)                                                                                  \
@@ -330,7 +358,7 @@ int64_t conv_weight_heap_packs() { return g_heap_packs.load(std::memory_order_re
   template std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight<T>(const ConvShape &, const T *,          \
                                                                           const int64_t[4]);                     \
   template void conv2d<T>(const ConvShape &, const T *, const int64_t[4], const PackedConvWeight<T> &, const T *, \
-                          T *, ConvBlockCallback, void *, int64_t, int);                                         \
+                          T *, ConvBlockCallback, void *, int64_t, int, const ConvEpilogue *);                   \
   template int64_t conv_block_pixels<T>(const ConvShape &, int);
 KILN_CONV_INSTANTIATE(float)
 KILN_CONV_INSTANTIATE(double)

@@ -15,7 +15,9 @@
 // items are (image, block of output pixels), spread over kiln's pool; after
 // every group of an item is done, after(ctx, image, p0, np) runs on that thread
 // while the block's pixels of every channel are still in its cache (the
-// compiled epilogue: batch norm, relu, residual add).
+// compiled epilogue: batch norm, relu, residual add), unless the epilogue runs
+// in the micro-kernels' registers (ConvEpilogue below: the variants of
+// gemm.h's Epilogue, applied on each group's last k block; no second pass).
 //
 // Covered: f32 and f64, any stride, padding, dilation and groups, any input
 // strides, bias. The output is NCHW contiguous. conv_unsupported() names what
@@ -90,6 +92,23 @@ PackedConvWeight<T> pack_conv_weight_into(const PackedConvWeight<T> &kernels, co
 
 using ConvBlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t np);
 
+// A compiled epilogue applied in the micro-kernels' registers (gemm.h's
+// Epilogue): on each group's last k block, the variant of `kernels` (resolved
+// by resolve_epilogue_kernels for w.config and O/groups rows) evaluates it on
+// the accumulators and stores its outputs. In the conv's GEMM the rows are
+// output channels (a per-channel operand is a Row one) and the columns the
+// block's pixels (an NCHW residual is a Tile one with row stride Ho*Wo).
+// Per work item, pointers(ctx, image, p0, ptrs, lds) fills, per buffer of the
+// expression, its address at (channel 0, pixel p0) of that image and its row
+// stride in elements (at most kMaxConvEpilogueBuffers buffers).
+constexpr size_t kMaxConvEpilogueBuffers = 64;
+struct ConvEpilogue {
+  const KernelSet *kernels = nullptr;
+  size_t buffers = 0;
+  void (*pointers)(void *ctx, int64_t image, int64_t p0, const void **ptrs, int64_t *lds) = nullptr;
+  void *ctx = nullptr;
+};
+
 // y (NCHW contiguous, [N, O, Ho, Wo]) = conv2d(x, W) + bias. x's element
 // (n, c, h, w) is at x[n*xs[0] + c*xs[1] + h*xs[2] + w*xs[3]]; bias may be
 // null (else O contiguous elements). `threads` 0: kiln::get_num_threads().
@@ -99,12 +118,16 @@ using ConvBlockCallback = void (*)(void *ctx, int64_t image, int64_t p0, int64_t
 template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads = 0);
 
 // `block_pixels` 0: conv_block_pixels<T>(s, threads); else rounded up to nr.
+// `epi`, when given, runs in the micro-kernels' registers (before `after`).
 template <class T>
 void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedConvWeight<T> &w, const T *bias, T *y,
-            ConvBlockCallback after, void *ctx, int64_t block_pixels = 0, int threads = 0);
+            ConvBlockCallback after, void *ctx, int64_t block_pixels = 0, int threads = 0,
+            const ConvEpilogue *epi = nullptr);
 
 // How many conv2d calls ran since the process started (tests prove the path with it).
 int64_t conv_calls();
+// How many of them ran an epilogue in the micro-kernels' registers.
+int64_t conv_register_epilogue_calls();
 // How many packings pack_conv_weight allocated since the process started (tests
 // check that a compiled call packs a weight that is no parameter into its scratch).
 int64_t conv_weight_heap_packs();
