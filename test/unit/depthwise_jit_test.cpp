@@ -280,7 +280,9 @@ TEST(DepthwiseJitCompiled, EpiloguesEqualEager) {
     int64_t N, C, H, W, M, k, st, p, d;
   };
   const std::vector<G> geoms = {{2, 16, 14, 14, 1, 3, 1, 1, 1}, {1, 8, 15, 17, 2, 3, 2, 1, 1}, {2, 6, 12, 10, 1, 5, 1, 4, 2},
-                                {1, 4, 9, 33, 1, 1, 1, 0, 1}};
+                                {1, 4, 9, 33, 1, 1, 1, 0, 1},
+                                // padded rows over an item's L1 budget: blocks of 2 channels x 10 (f64: 5) rows
+                                {1, 8, 40, 200, 1, 3, 1, 1, 1}};
   uint64_t seed = 300;
   for (DType t : {kFloat32, kFloat64})
     for (const G &g : geoms) {
@@ -373,7 +375,8 @@ TEST(DepthwiseJitCompiled, LoneConvRunsOnKilnsKernel) {
   EXPECT_EQ(f.stats().packed_weight_bytes, 8 * 9 * 4);
 }
 
-// Callers on several threads at once (each call spreading over the pool).
+// Callers on several threads at once (each call spreading over the pool),
+// images large enough that their calls overlap.
 TEST(DepthwiseJitCompiled, ConcurrentCallers) {
   ThreadsGuard guard;
   set_num_threads(2);
@@ -385,7 +388,7 @@ TEST(DepthwiseJitCompiled, ConcurrentCallers) {
   CompiledFunction f = compile_strict(fn);
   std::vector<Tensor> xs, want;
   for (int i = 0; i < 4; ++i) {
-    xs.push_back(kiln::testing::rnd({2, 16, 11, 13}, 480 + uint64_t(i)));
+    xs.push_back(kiln::testing::rnd({4, 16, 28, 30}, 480 + uint64_t(i)));
     want.push_back(fn(kiln::testing::copies({xs.back()}))[0]);
   }
   const int64_t before = gemm::depthwise_calls();
@@ -393,10 +396,10 @@ TEST(DepthwiseJitCompiled, ConcurrentCallers) {
   std::vector<int> bad(4, 0);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      for (int r = 0; r < 10; ++r)
+      for (int r = 0; r < 20; ++r)
         if (!close_to_eager(f({xs[size_t(t)]}), {want[size_t(t)]})) ++bad[size_t(t)];
     });
   for (std::thread &t : threads) t.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[size_t(t)], 0) << "caller " << t;
-  EXPECT_GE(gemm::depthwise_calls() - before, 40);
+  EXPECT_GE(gemm::depthwise_calls() - before, 80);
 }
