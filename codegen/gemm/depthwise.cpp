@@ -9,8 +9,11 @@
 #include <cstring>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "runtime/allocator.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 
@@ -50,14 +53,19 @@ template <class T, int L, int S> inline Vec<T, L> load_cols(const T *p, int64_t 
   }
 }
 
-// Measurement knob (bench only): KILN_DW_BLOCK=channels[,rows] overrides the blocking.
+// Measurement knob (bench only): KILN_DW_BLOCK=channels[,rows] overrides the
+// blocking; 0 keeps a default.
 DwBlocking knob() {
   static const DwBlocking k = [] {
     DwBlocking k{0, 0};
     const char *s = std::getenv("KILN_DW_BLOCK");
+    if (!s || !*s) return k;
     long c = 0, r = 0;
-    if (s && *s && std::sscanf(s, "%ld,%ld", &c, &r) >= 1 && c > 0) k = {c, r > 0 ? r : 0};
-    return k;
+    if (std::sscanf(s, "%ld,%ld", &c, &r) < 1 || c < 0 || r < 0) {
+      kiln::log()->warn("KILN_DW_BLOCK='{}' is not CHANNELS[,ROWS]: ignored", s);
+      return k;
+    }
+    return DwBlocking{c, r};
   }();
   return k;
 }
@@ -263,8 +271,9 @@ template <class T> struct Call {
         continue;
       }
       if (c != have) {
-        // The next input channel's rows are the next stream: fetch them while this one computes.
-        if ((c + 1) * M < o1)
+        // The next input channel's rows are the next stream (this item's, or
+        // the next item's on this thread): fetch them while this one computes.
+        if (c + 1 < s.C)
           for (int64_t r = lo; r < hi; ++r)
             for (int64_t j = 0; j < s.W; j += 64 / int64_t(sizeof(T))) __builtin_prefetch(plane + xs[1] + r * xs[2] + j);
         pad_rows(s, plane, xs[2], ih0, need - 1, P);
