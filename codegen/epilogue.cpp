@@ -644,7 +644,6 @@ private:
     if (c_result_ >= 0) return results_[size_t(c_result_)];
     if (contraction_->op() == OpId::Conv2d && !jit_dw_) return c_full_;
     return MatView{{0}, tn_, 1}; // depthwise: its block in the thread's scratch
-
   }
 
   // ---- kernels: one per distinct tile shape

@@ -22,6 +22,7 @@ namespace kiln::codegen::gemm {
 namespace {
 
 std::atomic<int64_t> g_calls{0};
+std::atomic<int64_t> g_heap_packs{0};
 
 // A native vector of L elements of T (GCC/Clang vector extension; the library
 // is built for the host CPU, so 16 floats are one zmm register).
@@ -318,6 +319,7 @@ std::shared_ptr<const DepthwiseWeight<T>> pack_depthwise_weight(const ConvShape 
   const size_t bytes = (std::max<size_t>(n * sizeof(T), 1) + 63) / 64 * 64;
   std::shared_ptr<T> owned(static_cast<T *>(std::aligned_alloc(64, bytes)), std::free);
   KILN_CHECK(owned, "depthwise conv2d: out of memory packing ", n, " taps");
+  g_heap_packs.fetch_add(1, std::memory_order_relaxed);
   auto p = std::make_shared<DepthwiseWeight<T>>(pack_depthwise_weight_into<T>(s, W, ws, owned.get()));
   p->owned = std::move(owned);
   return p;
@@ -375,6 +377,7 @@ void depthwise_conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const
 }
 
 int64_t depthwise_calls() { return g_calls.load(std::memory_order_relaxed); }
+int64_t depthwise_weight_heap_packs() { return g_heap_packs.load(std::memory_order_relaxed); }
 
 #define KILN_DW_INSTANTIATE(T)                                                                                      \
   template DepthwiseWeight<T> pack_depthwise_weight_into<T>(const ConvShape &, const T *, const int64_t[4], T *);  \

@@ -87,5 +87,8 @@ void depthwise_conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const
 
 // How many depthwise_conv2d calls ran since the process started (tests prove the path with it).
 int64_t depthwise_calls();
+// How many weights pack_depthwise_weight prepared into memory it allocated
+// (tests check that a weight that is no parameter goes to the call's scratch).
+int64_t depthwise_weight_heap_packs();
 
 } // namespace kiln::codegen::gemm

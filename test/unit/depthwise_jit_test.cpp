@@ -355,12 +355,14 @@ TEST(DepthwiseJitCompiled, InputWeight) {
   Fn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(conv2d(in[0], in[1], {}, 2, 1, 1, 8))}; };
   Tensor x = kiln::testing::rnd({2, 8, 13, 12}, 450);
   CompiledFunction f = compile_strict(fn);
+  const int64_t heap = gemm::depthwise_weight_heap_packs();
   for (uint64_t i = 0; i < 3; ++i) {
     Tensor w = 0.3 * kiln::testing::rnd({8, 1, 3, 3}, 451 + i);
     EXPECT_TRUE(close_to_eager(f(kiln::testing::copies({x, w})), fn(kiln::testing::copies({x, w}))));
     EXPECT_EQ(calls_of(f, {x, w}), 1);
   }
   EXPECT_EQ(f.stats().packed_weight_bytes, 0);
+  EXPECT_EQ(gemm::depthwise_weight_heap_packs() - heap, 0) << "a call allocated its weight's taps";
 }
 
 // A lone depthwise conv (no epilogue) is a step on kiln's kernel, its taps
