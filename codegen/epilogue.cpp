@@ -22,6 +22,7 @@
 
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/conv.h"
+#include "codegen/gemm/depthwise.h"
 #include "codegen/gemm/path.h"
 #include "codegen/gemm/versioned_pack.h"
 #include "codegen/jit.h"
@@ -176,6 +177,7 @@ template <template <class> class X> struct ByDType {
 };
 template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
 template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
+template <class T> using DwPackCache = gemm::VersionedPack<gemm::DepthwiseWeight<T>>;
 
 class Step final : public EpilogueStep {
 public:
@@ -500,6 +502,7 @@ private:
     }
     const ir::Value *w = outer_.at(operand_of(contraction_->operand(1))); // the program graph's value
     const bool cached = w->kind() == ir::Value::Kind::Param || w->kind() == ir::Value::Kind::Const;
+    if (jit_dw_) return plan_jit_depthwise(cached ? w->tensor() : Tensor(), cached);
     try {
       if (dtype_ == kFloat32) build_jit_conv<float>(cached ? w->tensor() : Tensor(), cached);
       else build_jit_conv<double>(cached ? w->tensor() : Tensor(), cached);
@@ -541,6 +544,7 @@ private:
     s.sh = pick(a.stride(), 0), s.sw = pick(a.stride(), 1), s.ph = pick(a.padding(), 0);
     s.pw = pick(a.padding(), 1), s.dh = pick(a.dilation(), 0), s.dw = pick(a.dilation(), 1);
     if (s.groups < 1 || w.size(1) * s.groups != s.C) return "weight and groups do not match the input";
+    if (kiln::gemm::is_depthwise(s)) return depthwise_refusal(s);
     if (std::optional<std::string> why = kiln::gemm::conv_unsupported(s)) return *why;
     jit_conv_ = s;
     return "";
@@ -565,6 +569,73 @@ private:
     });
   }
 
+  // ---- depthwise (groups == C): kiln's direct kernel (codegen/gemm/depthwise.h),
+  // the epilogue per [channels, rows] block while it is in L1.
+  std::string depthwise_refusal(const kiln::gemm::ConvShape &s) {
+    if (std::optional<std::string> why = kiln::gemm::depthwise_unsupported(s))
+      return "depthwise, eager's direct kernel: " + *why;
+    jit_dw_ = true;
+    jit_conv_ = s;
+    return "";
+  }
+
+  void plan_jit_depthwise(const Tensor &w, bool cached) {
+    const kiln::gemm::ConvShape &s = *jit_conv_;
+    dw_blocking_ = dtype_ == kFloat32 ? kiln::gemm::depthwise_blocking<float>(s) : kiln::gemm::depthwise_blocking<double>(s);
+    tm_ = dw_blocking_.channels; // the epilogue's tiles are the kernel's blocks (compile_kernels)
+    tn_ = dw_blocking_.rows * s.Wo;
+    conv_weight_bytes_ = s.O * s.kH * s.kW * int64_t(itemsize(dtype_));
+    conv_cached_ = cached;
+    if (cached && w.defined() && !w.is_meta()) {
+      if (dtype_ == kFloat32) dw_pack<float>(w);
+      else dw_pack<double>(w);
+      packed_bytes_ = conv_weight_bytes_;
+    }
+    kiln::log()->debug("epilogue: %{} conv2d through kiln's depthwise kernel (codegen/gemm/depthwise.h): {}, blocks of "
+                       "{} channels x {} rows, epilogue per block, weight {}",
+                       group_.result()->name(), s.str(), dw_blocking_.channels, dw_blocking_.rows,
+                       cached ? "prepared once per version" : "prepared per call into its scratch (not a parameter)");
+  }
+
+  template <class T> typename DwPackCache<T>::Ref dw_pack(const Tensor &w) const {
+    return dw_packs_.template get<T>().get(w, [&](const Tensor &w) {
+      const std::array<int64_t, 4> ws = strides4(w);
+      return *kiln::gemm::pack_depthwise_weight<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data());
+    });
+  }
+
+  // Into the result C, or (C no result) each block into the thread's scratch,
+  // the epilogue run on it there.
+  template <class T>
+  void run_jit_depthwise(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
+    const ir::Node &cv = *contraction_;
+    auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
+    const Tensor x = in(0), w = in(1), b = in(2);
+    struct Ctx {
+      const Step *self;
+      const std::vector<Tensor> *ins, *outs;
+    } ctx{this, &ins, &outs};
+    auto after = [](void *p, int64_t image, int64_t c0, int64_t nc, int64_t p0, int64_t np, void *block, int64_t) {
+      auto *x = static_cast<Ctx *>(p);
+      x->self->template run_tile<T>(image, c0, p0, nc, np, static_cast<T *>(block), *x->ins, *x->outs);
+    };
+    std::optional<typename DwPackCache<T>::Ref> cached;
+    kiln::gemm::DepthwiseWeight<T> per_call; // a weight that is no parameter: prepared into the call's scratch
+    const kiln::gemm::DepthwiseWeight<T> *pw = &per_call;
+    const std::array<int64_t, 4> ws = strides4(w), xs = strides4(x);
+    if (conv_cached_) {
+      cached.emplace(dw_pack<T>(w));
+      pw = &**cached;
+    } else {
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes());
+      per_call = kiln::gemm::pack_depthwise_weight_into<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data(), dst);
+    }
+    kiln::gemm::depthwise_conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
+                                    b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr,
+                                    c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr,
+                                    epilogue_.empty() ? nullptr : +after, &ctx, dw_blocking_);
+  }
+
   static std::array<int64_t, 4> strides4(const Tensor &t) {
     return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
   }
@@ -572,8 +643,8 @@ private:
   // The C buffer's view: a result, a per-call buffer (conv) or a tile scratch.
   MatView c_view() const {
     if (c_result_ >= 0) return results_[size_t(c_result_)];
-    if (contraction_->op() == OpId::Conv2d) return c_full_;
-    return MatView{{0}, tn_, 1};
+    if (contraction_->op() == OpId::Conv2d && !jit_dw_) return c_full_;
+    return MatView{{0}, tn_, 1}; // depthwise: its block in the thread's scratch
   }
 
   // ---- kernels: one per distinct tile shape
@@ -859,7 +930,7 @@ private:
 
   static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
   size_t c_scratch_bytes() const {
-    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0) return 0;
+    if (contraction_->op() != OpId::Conv2d || c_result_ >= 0 || jit_dw_) return 0;
     size_t n = itemsize(dtype_);
     for (int64_t d : domain_) n *= size_t(d);
     return round64(n);
@@ -899,6 +970,7 @@ private:
 
   template <class T>
   void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
+    if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch);
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     Tensor C = conv_output(outs, scratch);
@@ -956,6 +1028,9 @@ private:
   ByDType<kiln::gemm::PackedConvWeight> conv_kernels_; // its config and micro-kernels (no panels)
   ByDType<ConvPackCache> conv_packs_;                  // the parameter's packing
   int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)
+  bool jit_dw_ = false;                           // jit_conv_ is depthwise: codegen/gemm/depthwise.h
+  kiln::gemm::DwBlocking dw_blocking_;            // its blocks (= [tm_, tn_], the epilogue's tiles)
+  ByDType<DwPackCache> dw_packs_;                 // the parameter's taps
 
   std::vector<size_t> kernel_outputs_; // body outputs the kernel stores
   std::vector<size_t> buffer_sources_; // kernel input buffer -> sources_ index

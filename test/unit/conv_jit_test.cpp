@@ -366,8 +366,8 @@ TEST(ConvJitCompiled, InputWeightIsPackedIntoTheCallsScratch) {
 
 // A conv2d with no epilogue runs as the same step as the fused ones (not as an
 // eager op): kiln's conv with its weight packed once, a bias and stride 2
-// included, the step counted in CompileStats; a depthwise conv (not covered)
-// stays eager.
+// included, the step counted in CompileStats; a depthwise conv runs on kiln's
+// depthwise kernel (codegen/gemm/depthwise.h, depthwise_jit_test), not this one.
 TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
   Tensor w = 0.1 * rnd<float>({24, 8, 3, 3}, 210), b = rnd<float>({24}, 211);
   Tensor dw = 0.1 * rnd<float>({8, 1, 3, 3}, 212);
@@ -394,7 +394,7 @@ TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
   CompiledFunction g = compile_strict(depthwise);
   EXPECT_TRUE(close_to_eager(g(kiln::testing::copies({x})), depthwise(kiln::testing::copies({x}))));
   EXPECT_EQ(calls_of(g, {x}), 0);
-  EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"blas"}); // eager's conv op
+  EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"gemm-jit"}); // kiln's depthwise kernel
 }
 
 // Callers on several threads at once (each call also spreading over the pool),
