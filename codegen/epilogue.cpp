@@ -492,12 +492,14 @@ private:
     plan_jit_conv(operands);
   }
 
-  // kiln's implicit-GEMM conv (codegen/gemm/conv.h) under KILN_GEMM=jit when it
-  // covers this conv; else conv2d_into (im2col + OpenBLAS), with the reason logged.
+  // kiln's implicit-GEMM conv (codegen/gemm/conv.h), or its depthwise kernel
+  // (codegen/gemm/depthwise.h), under KILN_GEMM=jit when one covers this conv;
+  // else eager's conv2d_into (im2col + OpenBLAS, or the direct depthwise
+  // kernel), with the reason logged.
   void plan_jit_conv(const std::vector<Tensor> &operands) {
     const std::string why = jit_conv_refusal(operands);
     if (!why.empty()) {
-      kiln::log()->debug("epilogue: %{} conv2d runs im2col + BLAS: {}", group_.result()->name(), why);
+      kiln::log()->debug("epilogue: %{} conv2d runs eager's conv kernel: {}", group_.result()->name(), why);
       return;
     }
     const ir::Value *w = outer_.at(operand_of(contraction_->operand(1))); // the program graph's value

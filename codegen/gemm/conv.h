@@ -22,8 +22,8 @@
 // Covered: f32 and f64, any stride, padding, dilation and groups, any input
 // strides, bias. The output is NCHW contiguous. conv_unsupported() names what
 // is not (the callers then run the BLAS path): a depthwise conv (groups == C,
-// one input channel per group: a GEMM with K = kH*kW per group; the direct
-// kernel of runtime/kernels/conv.cpp, which eager runs too, is faster).
+// one input channel per group: a GEMM with K = kH*kW per group), which runs
+// kiln's depthwise kernel instead (codegen/gemm/depthwise.h).
 #pragma once
 
 #include <algorithm>
