@@ -383,11 +383,15 @@ private:
     // addressed by whole panels), else of 16.
     const int64_t g = granule_;
     auto round16 = [g](int64_t v) { return (v + g - 1) / g * g; };
-    // kiln's GEMM takes one tile per thread (as its own N split would), C
-    // tiles up to L2's size, where BLAS calls take two per thread of a quarter
-    // of it (A is packed once per call for all column tiles: shares_a).
+    // C tiles up to L2's size on kiln's GEMM (A is packed once per call for
+    // all column tiles: shares_a), where BLAS calls take a quarter of it.
+    // Several tiles per thread, which the threads claim one at a time
+    // (parallel_for_chunks): on the shared machine the pool's second thread
+    // often gets a core milliseconds late, and with one fixed tile per thread
+    // the call waited for it (W5's linears: the caller ran 1.5-1.85 of the two
+    // tiles on average and then waited for the rest).
     const int64_t max_elems = jit_ ? kJitTileElems : kTileElems;
-    const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? 1 : 2);
+    const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? jit_tiles_per_thread() : 2);
     while (tm_ * tn_ > max_elems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
     while (items() < want && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
     tn_ = std::min(tn_, N_);
@@ -460,6 +464,10 @@ private:
     return jit_ && nb_ == 1 && col_tiles() > 1 && (row_tiles() == 1 || tm_ % ks_.config.mr == 0) &&
            M_ * K_ * int64_t(sizeof(T)) <= gemm::kSharedABytes;
   }
+
+  // Tiles per thread on kiln's GEMM: 4, or 2 when op(A) (read from L2 again
+  // by every column tile, for every k block) is over half of L2.
+  int64_t jit_tiles_per_thread() const { return M_ * K_ * int64_t(itemsize(dtype_)) <= (int64_t(512) << 10) ? 4 : 2; }
 
   int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
   int64_t col_tiles() const { return (N_ + tn_ - 1) / tn_; }
@@ -924,7 +932,8 @@ private:
     const int64_t n = items();
     if (n > 1 && get_num_threads() > 1 && !in_parallel_region()) {
       threads = 1;
-      parallel_for(0, n, 1, work);
+      if (jit_) parallel_for_chunks(0, n, 1, work); // tiles claimed one at a time (choose_tiles)
+      else parallel_for(0, n, 1, work);
       return;
     }
     work(0, n);

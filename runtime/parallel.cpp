@@ -19,9 +19,13 @@ namespace {
 
 __attribute__((tls_model("initial-exec"))) thread_local bool t_in_region = false;
 
-// One job at a time. A worker copies the job under the lock and registers as
-// active; a new job is only published once no worker is still inside the last
-// one, so a late worker can never run a chunk of the next job with stale data.
+// One job at a time. A worker copies the job under the lock; it claims chunks
+// from next_, which carries the job's generation beside the chunk index, so a
+// late worker (one the OS kept off a core until the job was over) finds the
+// generation moved and claims nothing: it can never run a chunk of the next
+// job with stale data, and the next job need not wait for it to wake up (it
+// used to: on a loaded machine that stalled the caller for milliseconds while
+// the idle worker waited for a core).
 class ThreadPool {
 public:
   explicit ThreadPool(int threads) { start(threads); }
@@ -37,14 +41,16 @@ public:
 
   void run(int64_t begin, int64_t end, int64_t chunk, void (*fn)(void *, int64_t, int64_t), void *ctx) {
     std::lock_guard<std::mutex> one_job(job_mu_); // callers from several threads take turns
-    Job job{begin, end, chunk, (end - begin + chunk - 1) / chunk, fn, ctx};
+    // Chunk indices live in next_'s low 32 bits.
+    chunk = std::max(chunk, (end - begin) / kMaxChunks + 1);
+    Job job{begin, end, chunk, (end - begin + chunk - 1) / chunk, fn, ctx, 0};
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      idle_cv_.wait(lock, [&] { return active_ == 0; });
+      std::lock_guard<std::mutex> lock(mu_);
+      job.gen = uint32_t(generation_.load() + 1);
       job_ = job;
-      next_.store(0);
       done_.store(0);
       error_ = nullptr;
+      next_.store(uint64_t(job.gen) << 32);
       generation_.fetch_add(1);
     }
     cv_.notify_all();
@@ -62,18 +68,33 @@ public:
   }
 
 private:
+  static constexpr int64_t kMaxChunks = int64_t(1) << 31;
+
   struct Job {
     int64_t begin = 0, end = 0, chunk = 1, nchunks = 0;
     void (*fn)(void *, int64_t, int64_t) = nullptr;
     void *ctx = nullptr;
+    uint32_t gen = 0; // the low 32 bits of generation_ that published it
   };
+
+  // The next chunk index of `job`, or -1 when its chunks are all claimed or a
+  // later job has replaced it.
+  int64_t claim(const Job &job) {
+    uint64_t v = next_.load(std::memory_order_acquire);
+    for (;;) {
+      if (uint32_t(v >> 32) != job.gen) return -1;
+      const int64_t i = int64_t(v & 0xffffffffu);
+      if (i >= job.nchunks) return -1;
+      if (next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return i;
+    }
+  }
 
   void execute(const Job &job) {
     bool saved = t_in_region;
     t_in_region = true;
     for (;;) {
-      int64_t i = next_.fetch_add(1);
-      if (i >= job.nchunks) break;
+      const int64_t i = claim(job);
+      if (i < 0) break;
       int64_t b = job.begin + i * job.chunk;
       int64_t e = std::min(job.end, b + job.chunk);
       try {
@@ -101,11 +122,8 @@ private:
         if (stopping_) return;
         seen = generation_.load();
         job = job_;
-        ++active_;
       }
       execute(job);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) idle_cv_.notify_all();
     }
   }
 
@@ -134,10 +152,10 @@ private:
 
   std::vector<std::thread> workers_;
   std::mutex job_mu_, mu_;
-  std::condition_variable cv_, done_cv_, idle_cv_;
+  std::condition_variable cv_, done_cv_;
   Job job_;
-  int active_ = 0;
-  std::atomic<int64_t> next_{0}, done_{0};
+  std::atomic<uint64_t> next_{0}; // (job generation << 32) | next chunk index
+  std::atomic<int64_t> done_{0};
   std::atomic<uint64_t> generation_{0};
   std::exception_ptr error_;
   bool stopping_ = false;
@@ -197,6 +215,17 @@ extern "C" void kiln_parallel_for(int64_t begin, int64_t end, int64_t grain,
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
   int64_t chunk = (n + chunks - 1) / chunks;
+  pool().run(begin, end, chunk, fn, ctx);
+}
+
+extern "C" void kiln_parallel_for_chunks(int64_t begin, int64_t end, int64_t chunk,
+                                         void (*fn)(void *, int64_t, int64_t), void *ctx) {
+  if (end <= begin) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (get_num_threads() <= 1 || end - begin <= chunk || t_in_region) {
+    fn(ctx, begin, end);
+    return;
+  }
   pool().run(begin, end, chunk, fn, ctx);
 }
 

@@ -389,6 +389,18 @@ template <class T> void run(const Problem<T> &pr, int threads) {
   Problem<T> shared = pr;
   if (by_n && !pr.ap.data && shares_a<T>(pr.M, pr.K))
     shared.ap = {pack_a_rows<T>(pr.M, pr.K, pr.A, pr.ars, pr.acs, pr.cfg, int(parts)), pr.M, 0};
+  // With A packed, a range of panels costs only a re-read of A: several
+  // ranges per thread, claimed one at a time, so that a thread the OS starts
+  // late (a loaded machine) leaves its share to the others instead of
+  // holding up the call. 4 per thread, 2 when A is over half of L2.
+  if (by_n && shared.ap.data && parts == get_num_threads()) {
+    const int64_t per_thread = pr.M * pr.K * int64_t(sizeof(T)) <= (int64_t(512) << 10) ? 4 : 2;
+    const int64_t chunk = std::max<int64_t>(1, panels / (per_thread * parts));
+    parallel_for_chunks(0, panels, chunk, [&](int64_t lo, int64_t hi) {
+      run_range(shared, 0, pr.M, pr.q0 + lo, pr.q0 + hi);
+    });
+    return;
+  }
   parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t u0 = units * t / parts, u1 = units * (t + 1) / parts;

@@ -22,6 +22,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -184,6 +185,25 @@ TEST(GemmEpilogue, EveryKindF32TwoThreads) { sweep(kFloat32, 2); }
 TEST(GemmEpilogue, EveryKindF64TwoThreads) { sweep(kFloat64, 2); }
 
 // Batched operands (bmm, broadcast batches) and a 0-d tensor operand (a scalar buffer).
+// W5's linears (M = 128) at 2 threads: several column tiles per thread, claimed
+// one at a time (4 per thread when op(A) fits half of L2, as qkv's [128, 768];
+// 2 for fc2's [128, 3072]), equal to the tile path and to eager.
+TEST(GemmEpilogue, W5ShapesTwoThreads) {
+  ThreadsGuard tg(2);
+  uint64_t seed = 50;
+  for (auto [N, K, gelu_tanh] : {std::tuple{2304, 768, true}, {768, 3072, false}, {720, 768, false}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " K=" + std::to_string(K));
+    Tensor x = rnd({128, K}, seed++, kFloat32, -1, 1), w = rnd({N, K}, seed++, kFloat32, -0.05, 0.05),
+           b = rnd({N}, seed++, kFloat32, -1, 1), r = rnd({128, N}, seed++, kFloat32, -1, 1);
+    const bool g = gelu_tanh;
+    Fn fn = [w, b, g](const std::vector<Tensor> &in) {
+      Tensor y = linear(in[0], w, b);
+      return std::vector<Tensor>{g ? gelu(y, "tanh") : y + in[1]};
+    };
+    EXPECT_GE(check_case(fn, {x, r}, K), 1) << "the epilogue did not run in registers";
+  }
+}
+
 TEST(GemmEpilogue, BatchedAndScalarOperands) {
   for (DType dt : {kFloat32, kFloat64}) {
     SCOPED_TRACE(std::string(kiln::name(dt)));

@@ -155,6 +155,60 @@ TEST(TensorCore, ParallelForCoversRangeOnce) {
   set_num_threads(2);
 }
 
+// parallel_for_chunks: chunks of exactly `chunk` elements (the last shorter),
+// every element once, at 1, 2 and 3 threads; serial inside a parallel region.
+TEST(TensorCore, ParallelForChunksCoversRangeOnceInExactChunks) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (int64_t chunk : {1, 7, 100, 20000}) {
+      std::vector<std::atomic<int>> hits(10007);
+      std::atomic<int> bad{0};
+      parallel_for_chunks(3, 10007, chunk, [&](int64_t b, int64_t e) {
+        // One call per chunk on a pool; the whole range at once when it runs serially.
+        const bool whole = b == 3 && e == 10007;
+        if (!whole && (b - 3) % chunk != 0) ++bad;
+        if (!whole && e - b != chunk && e != 10007) ++bad;
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+      });
+      EXPECT_EQ(bad.load(), 0) << "threads " << threads << " chunk " << chunk;
+      for (int64_t i = 0; i < 10007; ++i) ASSERT_EQ(hits[size_t(i)].load(), i >= 3 ? 1 : 0) << i;
+    }
+  }
+  set_num_threads(2);
+  std::atomic<int> calls{0};
+  parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    parallel_for_chunks(0, 100, 10, [&](int64_t b, int64_t e) {
+      EXPECT_EQ(b, 0);
+      EXPECT_EQ(e, 100);
+      ++calls;
+    });
+  });
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_THROW(parallel_for_chunks(0, 1000, 10, [](int64_t b, int64_t e) {
+                 if (b <= 500 && 500 < e) throw Error("boom");
+               }),
+               Error);
+}
+
+// Many short jobs back to back (the pool's workers often arrive after the job
+// they were woken for is over): each job's chunks run once, with its own
+// context, never a chunk of another job.
+TEST(TensorCore, ParallelForManyShortJobsRunOwnChunksOnce) {
+  set_num_threads(2);
+  std::vector<int> seen(4);
+  for (int job = 0; job < 20000; ++job) {
+    std::fill(seen.begin(), seen.end(), 0);
+    const int tag = job;
+    std::atomic<int> wrong{0};
+    parallel_for_chunks(0, 4, 1, [&, tag](int64_t b, int64_t e) {
+      if (tag != job) ++wrong;
+      for (int64_t i = b; i < e; ++i) ++seen[size_t(i)];
+    });
+    ASSERT_EQ(wrong.load(), 0) << "job " << job;
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(seen[size_t(i)], 1) << "job " << job << " chunk " << i;
+  }
+}
+
 TEST(TensorCore, ParallelForPropagatesExceptions) {
   set_num_threads(2);
   EXPECT_THROW(parallel_for(0, 1000, 1, [](int64_t b, int64_t e) {
