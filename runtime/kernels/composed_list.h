@@ -11,6 +11,8 @@
  *     through the JIT's own lowering (codegen/lower_expr.cpp) and optimizer, so eager
  *     and compiled results agree bit for bit (runtime/kernels/vecmath_kernels.h;
  *     test/unit/eager_compiled_bits_test.cpp);
+ *   - passes::composed::fn(Val x) (passes/composed.h), the same expression over graph
+ *     values: decompose rewrites silu and gelu into its nodes (not a second copy);
  *   - for KILN_COMPOSED_OPS, the eager op kiln::fn (refuses non-float inputs, as
  *     torch's activations do; traces; runs the generated kernel) and its adapter
  *     (runtime/kernels/elementwise_unary.cpp).
