@@ -1,7 +1,27 @@
-// float32 transcendentals as IR polynomials (Cephes-style range reduction with
-// roundeven and fma). Measured errors: codegen/vecmath.h. Every function is
-// branch-free: all paths are computed and blended with selects, which is what
-// lets the loop vectorizer turn them into 16-wide AVX-512 code.
+// kiln's float32 transcendentals (the vector-math list of runtime/ops.def, KILN_VECMATH_OPS),
+// emitted as branch-free LLVM IR polynomials (Cephes-style range reduction with roundeven
+// and fma): all paths are computed and blended with selects, which is what lets the loop
+// vectorizer turn them into 16-wide AVX-512 code. This IR is their only definition: the
+// JIT inlines it into its kernels, and the eager kernels are the same IR compiled at
+// build time (codegen/aot/vecmath_kernels_gen.cpp -> runtime/kernels/vecmath_kernels.h),
+// so eager and compiled results agree bit for bit (test/unit/eager_compiled_bits_test.cpp;
+// docs/vecmath.md). float64 evaluates the list's f64 column (libm) instead.
+//   exp     Cephes expf: n = roundeven(x log2e), r = x - n ln2 (two-step, fma),
+//           e^r = 1 + r + r^2 P5(r), times 2^n by adding n to its exponent bits;
+//           results that would be subnormal (x < ln(FLT_MIN) = -87.3365) are 0;
+//           NaN in, NaN out.
+//   expm1   same reduction, Taylor e^r - 1 to r^8, recombined as 2(t em + t - 1/2),
+//           t = 2^(n-1), exact for n = 0.
+//   log     Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P8(f).
+//   log1p   log(u) + (x - (u - 1))/u with u = fl(1 + x).
+//   tanh    13/6-degree odd/even rational (Eigen's float tanh), clamped at +-7.9988,
+//           x itself below 4e-4. (An expm1-based tanh measured 1.27e-7 but made
+//           a tanh-GELU kernel ~20% slower; 2.5 ulp was judged the better trade.)
+//   erf     9/12-degree rational interpolant (Eigen's float erf), +-1 past 3.8325.
+//   sigmoid 1 / (1 + exp(-x)).
+// Each function's error bound, measured over an exhaustive float32 sweep against
+// double-precision std::, is asserted next to its sweep in test/unit/vecmath_test.cpp
+// (the table of measured maxima is there too); a new function adds its sweep there.
 #include "codegen/vecmath_ir.h"
 
 #include <initializer_list>

@@ -1,5 +1,5 @@
 // The composed functions as graph builders: the vocabulary their definitions use,
-// then the definitions themselves, expanded from runtime/kernels/composed_list.h.
+// then the definitions themselves, expanded from the composed-op list (runtime/ops.def).
 #include "passes/composed.h"
 
 namespace kiln::passes::composed {

@@ -1,5 +1,5 @@
 // The composed pointwise functions (silu, gelu's two forms, hardsigmoid, ... of
-// runtime/kernels/composed_list.h) as graph builders, for passes that rewrite an op
+// the composed-op list of runtime/ops.def) as graph builders, for passes that rewrite an op
 // into its parts (decompose: silu and gelu, so that the parts fuse and CSE with
 // their neighbours). The list's definitions are written against a small generic
 // vocabulary (+ - * / with a value or a double, min, max, abs, sqrt, rsqrt and the
@@ -11,8 +11,7 @@
 #pragma once
 
 #include "passes/rewrite.h"
-#include "runtime/kernels/composed_list.h"
-#include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_lists.h"
 
 namespace kiln::passes::composed {
 

@@ -120,7 +120,7 @@ Values batch_norm(Emit e, const Node &n) {
 }
 
 // gelu and silu: their one definition, the composed-op list's line
-// (runtime/kernels/composed_list.h), built as graph nodes (passes/composed.h).
+// (the composed-op list, runtime/ops.def), built as graph nodes (passes/composed.h).
 Values gelu(Emit e, const Node &n) {
   composed::Val x{&e.b, n.operand(0)};
   return {(attrs::Gelu{n}.approximate() == "tanh" ? composed::gelu_tanh(x) : composed::gelu_erf(x)).v};

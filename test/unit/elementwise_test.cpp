@@ -117,7 +117,7 @@ TEST(ElementwiseUnary, FloatOpsPromoteIntegerAndBoolToFloat32) {
   }
 }
 
-// torch's relu6(x + 3) / 6, in double: the composed op of composed_list.h.
+// torch's relu6(x + 3) / 6, in double: the composed op of the composed-op list.
 double ref_hardsigmoid(double x) { return std::isnan(x) ? x : std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
 
 TEST(ElementwiseUnary, HardsigmoidValuesNanInfAndErrors) {
