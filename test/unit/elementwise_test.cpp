@@ -657,6 +657,37 @@ void expect_same(const Tensor &x, const Tensor &y, const std::string &what) {
 }
 } // namespace
 
+// torch.nn.functional.softsign, x / (1 + |x|), in double: a composed op.
+double ref_softsign(double x) { return x / (1.0 + std::abs(x)); }
+
+TEST(ElementwiseUnary, SoftsignValuesNanInfAndErrors) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Layout l : layouts_for({4, 6})) {
+      Tensor x = make_layout({4, 6}, dt, [](int64_t i) { return (-11.5 + double(i)) * std::pow(1.7, double(i % 7)); }, l);
+      Tensor y = softsign(x);
+      EXPECT_EQ(y.dtype(), dt);
+      EXPECT_EQ(y.sizes().vec(), (Shape{4, 6}));
+      expect_values(y, ref_unary(x, ref_softsign), rtol_for(dt), 0, "softsign");
+    }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {kFloat32, kFloat64}) {
+    // torch: softsign(+-inf) = inf / inf = NaN; -0 keeps its sign; huge values round to +-1.
+    Tensor s = tensor(std::vector<double>{std::nan(""), inf, -inf, -0.0, 1e30, -1e30, 1.0}).to(dt);
+    std::vector<double> y = values(softsign(s));
+    EXPECT_TRUE(std::isnan(y[0]));
+    EXPECT_TRUE(std::isnan(y[1]));
+    EXPECT_TRUE(std::isnan(y[2]));
+    EXPECT_EQ(y[3], 0.0);
+    EXPECT_TRUE(std::signbit(y[3]));
+    EXPECT_EQ(y[4], 1.0);
+    EXPECT_EQ(y[5], -1.0);
+    EXPECT_EQ(y[6], 0.5);
+  }
+  expect_error([&] { softsign(make({3}, kInt64, small_int)); }, "softsign: expected a floating-point tensor, got int64");
+  expect_error([&] { softsign(make({3}, kInt32, small_int)); }, "softsign: expected a floating-point tensor, got int32");
+  expect_error([&] { softsign(make({3}, kBool, bool_gen)); }, "softsign: expected a floating-point tensor, got bool");
+}
+
 TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
   Tensor f = make_layout({3, 4}, kFloat32, signed_frac, Layout::Transposed);
   Tensor p = make({3, 4}, kFloat32, positive);
@@ -674,7 +705,7 @@ TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
                                    {OpId::Sqrt, sqrt, p},     {OpId::Rsqrt, rsqrt, p},      {OpId::Sin, sin, f},
                                    {OpId::Cos, cos, f},       {OpId::Tanh, tanh, f},        {OpId::Sigmoid, sigmoid, f},
                                    {OpId::Relu, relu, f},     {OpId::Silu, silu, f},        {OpId::Erf, erf, f},
-                                   {OpId::Hardsigmoid, hardsigmoid, f},
+                                   {OpId::Hardsigmoid, hardsigmoid, f}, {OpId::Softsign, softsign, f},
                                    {OpId::Reciprocal, reciprocal, f}, {OpId::Square, square, i},
                                    {OpId::Floor, floor, f},   {OpId::Ceil, ceil, f},        {OpId::Round, round, f},
                                    {OpId::Sign, sign, f},     {OpId::LogicalNot, logical_not, i},
