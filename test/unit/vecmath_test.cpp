@@ -8,6 +8,7 @@
 // (|ref| >= FLT_MIN); inf/nan results must match std:: exactly.
 // Measured maxima on this AMD EPYC host (LLVM 19.1.7 reports znver4, AVX-512) (floats tested; max abs error; max relative error):
 //   exp      x in [-87.3, 88.7]     340M   abs n/a (outputs up to 3e38)   rel 8.5e-8
+//   exp2     x in [-150, 128]       352M   abs n/a (outputs up to 3e38)   rel 8.0e-8 (x = -0.496)
 //   expm1    x in [-20, 88.7]       322M   abs n/a                         rel 1.21e-7
 //   log      x in [1e-6, 1e6]       269M   abs 5.0e-7 (|log x| ~ 13.5)      rel 8.2e-8
 //   log1p    x in [-0.999999, 1e4]  344M   abs 5.1e-7 (|log1p x| ~ 8.3)     rel 1.34e-7
@@ -49,6 +50,7 @@ struct Bound {
 };
 
 double ref_exp(double x) { return std::exp(x); }
+double ref_exp2(double x) { return std::exp2(x); }
 double ref_expm1(double x) { return std::expm1(x); }
 double ref_log(double x) { return std::log(x); }
 double ref_log1p(double x) { return std::log1p(x); }
@@ -66,6 +68,7 @@ struct Sweep {
 };
 constexpr Sweep kSweeps[] = {
     {KOp::Exp, "exp", ref_exp, -87.3f, 88.7f, {0, 1.0e-7}},
+    {KOp::Exp2, "exp2", ref_exp2, -150.f, 128.f, {0, 1.0e-7}},
     {KOp::Expm1, "expm1", ref_expm1, -20.f, 88.7f, {0, 1.4e-7}},
     {KOp::Log, "log", ref_log, 1e-6f, 1e6f, {5.5e-7, 1.0e-7}},
     {KOp::Log1p, "log1p", ref_log1p, -0.999999f, 1e4f, {5.5e-7, 1.5e-7}},
@@ -125,6 +128,7 @@ TEST(VecMath, EveryListFunctionHasABoundedSweep) {
 }
 
 TEST(VecMath, ExpSweep) { check(KOp::Exp); }
+TEST(VecMath, Exp2Sweep) { check(KOp::Exp2); }
 TEST(VecMath, Expm1Sweep) { check(KOp::Expm1); }
 TEST(VecMath, LogSweep) { check(KOp::Log); }
 TEST(VecMath, Log1pSweep) { check(KOp::Log1p); }
@@ -140,6 +144,7 @@ TEST(VecMath, FullRangeSparse) {
     Ref ref;
     float lo, hi;
   } cases[] = {{"exp", KOp::Exp, ref_exp, -FLT_MAX, FLT_MAX},
+               {"exp2", KOp::Exp2, ref_exp2, -FLT_MAX, FLT_MAX},
                {"expm1", KOp::Expm1, ref_expm1, -FLT_MAX, FLT_MAX},
                {"log", KOp::Log, ref_log, 0.f, FLT_MAX},
                {"log1p", KOp::Log1p, ref_log1p, -1.f, FLT_MAX},
@@ -186,6 +191,11 @@ TEST(VecMath, SpecialValues) {
       {KOp::Tanh, inf, 1.f},      {KOp::Tanh, -inf, -1.f},      {KOp::Tanh, 0.f, 0.f},
       {KOp::Erf, inf, 1.f},       {KOp::Erf, -inf, -1.f},       {KOp::Sigmoid, inf, 1.f},
       {KOp::Sigmoid, -inf, 0.f},  {KOp::Sigmoid, 0.f, 0.5f},    {KOp::Exp, nan, nan},
+      {KOp::Exp2, -inf, 0.f},     {KOp::Exp2, inf, inf},        {KOp::Exp2, 0.f, 1.f},
+      {KOp::Exp2, -0.f, 1.f},     {KOp::Exp2, 127.f, 0x1p127f}, {KOp::Exp2, 128.f, inf},
+      {KOp::Exp2, -126.f, 0x1p-126f}, {KOp::Exp2, -149.f, 0x1p-149f}, {KOp::Exp2, -140.f, 0x1p-140f},
+      {KOp::Exp2, -150.f, 0.f},   {KOp::Exp2, -1000.f, 0.f},    {KOp::Exp2, nan, nan},
+      {KOp::Exp2, 1.f, 2.f},      {KOp::Exp2, -1.f, 0.5f},      {KOp::Exp2, 200.f, inf},
       {KOp::Log, nan, nan},       {KOp::Tanh, nan, nan},        {KOp::Erf, nan, nan},
       {KOp::Sigmoid, nan, nan},   {KOp::Expm1, nan, nan},       {KOp::Log1p, nan, nan},
   };
