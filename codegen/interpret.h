@@ -3,7 +3,7 @@
 // Same semantics as the compiled code (codegen/kernel.h), element by element,
 // with each float32 operation rounded to float. Transcendentals use double
 // precision std:: functions (so they differ from the JIT's float32 polynomials
-// by the errors documented in codegen/vecmath.h). Row reductions fold each row
+// by the errors measured in test/unit/vecmath_test.cpp). Row reductions fold each row
 // left to right from the identity, each step rounded to the dtype (float32
 // sums accumulate in float32); the compiled code's order differs (vector partial
 // sums), so float sums and products agree only up to rounding.

@@ -191,7 +191,7 @@ void define_host_symbols(orc::LLJIT &j) {
   };
   add(kParallelForSymbol, &kiln_parallel_for);
   std::string p = kLibmSymbolPrefix;
-  // float64 transcendentals: the list's float64 definitions (runtime/kernels/vecmath_list.h).
+  // float64 transcendentals: the list's float64 definitions (the vector-math list, runtime/ops.def).
 #define X(Id, fn, f64) add(p + #fn, &kiln_vm_##fn##_f64);
   KILN_VECMATH_OPS(X)
 #undef X

@@ -21,7 +21,7 @@
 //   Round is half-to-even (torch.round). Float->int casts of out-of-range values
 //   are unspecified (as in C++).
 // - Transcendentals are float-only. float32 ones are inline polynomials that
-//   vectorize (see codegen/vecmath.h for their measured error); float64 ones call
+//   vectorize (their measured errors: test/unit/vecmath_test.cpp); float64 ones call
 //   their float64 definition (libm) per element.
 // - The outermost dims are split across kiln's thread pool; the innermost dim is
 //   the vectorized loop. Put the contiguous dim last.
@@ -91,8 +91,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
-#include "runtime/kernels/composed_list.h"
-#include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_lists.h"
 
 namespace kiln::codegen {
 
@@ -134,7 +133,7 @@ inline constexpr int kMaxKernelRank = 4;
   X(Reduce, 1, None)
 
 // After those, one unary kernel op per vector-math function of
-// runtime/kernels/vecmath_list.h (KOp::Exp, KOp::Tanh...), trait Transcendental:
+// the vector-math list (runtime/ops.def) (KOp::Exp, KOp::Tanh...), trait Transcendental:
 // float-only, codegen::vecmath's polynomial for float32 and the list's float64
 // definition (kiln_vm_<fn>_f64, called per element) for float64, compute-bound (no
 // streaming stores, row scratch). Not Lane: vecmath on vectors is untested in row blocks.
@@ -343,7 +342,7 @@ Expr reduce_max(Expr a);
 Expr reduce_min(Expr a);
 Expr reduce_prod(Expr a);
 Expr reduce_mean(Expr a); // float only: sum * (1 / L), L = the row length
-// One per composed pointwise function (runtime/kernels/composed_list.h, which holds
+// One per composed pointwise function (the composed-op list (runtime/ops.def), which holds
 // their definitions): silu(x), gelu_erf(x), gelu_tanh(x) (torch's gelu(x, "tanh")), ...
 #define X(fn, def) Expr fn(Expr x);
 #define X_OP(Id, fn, def) X(fn, def)

@@ -160,7 +160,7 @@ Expr sign_rule(const Ctx &x) {
   return x.k.select(pos, x.c(1.0), x.k.select(neg, x.c(-1.0), x.c(0.0)));
 }
 
-// The two functions of runtime/kernels/composed_list.h gelu picks from.
+// The two functions of the composed-op list (runtime/ops.def) gelu picks from.
 Expr gelu_rule(const Ctx &x) {
   return attrs::Gelu{x.node}.approximate() == "tanh" ? gelu_tanh(x.arg(0)) : gelu_erf(x.arg(0));
 }
@@ -181,7 +181,7 @@ const std::array<Rule, kNumOps> &rules() {
     auto set = [&](OpId id, Rule r) { t[size_t(id)] = r; };
     set(OpId::Neg, [](const Ctx &x) { return -x.arg(0); });
     set(OpId::Abs, [](const Ctx &x) { return x.k.unary(KOp::Abs, x.arg(0)); });
-    // Each vector-math function (runtime/kernels/vecmath_list.h) is its kernel op.
+    // Each vector-math function (the vector-math list, runtime/ops.def) is its kernel op.
 #define X(Id, fn, f64) set(OpId::Id, [](const Ctx &x) { return float_unary(x, KOp::Id); });
     KILN_VECMATH_OPS(X)
 #undef X
@@ -193,7 +193,7 @@ const std::array<Rule, kNumOps> &rules() {
       return x.k.select(x.k.binary(KOp::Lt, a, x.c(0.0)), x.c(0.0), a);
     });
     set(OpId::Gelu, gelu_rule);
-    // Each composed op (runtime/kernels/composed_list.h) is its function of the operand.
+    // Each composed op (the composed-op list, runtime/ops.def) is its function of the operand.
 #define X(Id, fn, def) set(OpId::Id, [](const Ctx &x) { return fn(x.arg(0)); });
     KILN_COMPOSED_OPS(X)
 #undef X

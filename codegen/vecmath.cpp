@@ -1,7 +1,30 @@
-// float32 transcendentals as IR polynomials (Cephes-style range reduction with
-// roundeven and fma). Measured errors: codegen/vecmath.h. Every function is
-// branch-free: all paths are computed and blended with selects, which is what
-// lets the loop vectorizer turn them into 16-wide AVX-512 code.
+// kiln's float32 transcendentals (the vector-math list of runtime/ops.def, KILN_VECMATH_OPS),
+// emitted as branch-free LLVM IR polynomials (Cephes-style range reduction with roundeven
+// and fma): all paths are computed and blended with selects, which is what lets the loop
+// vectorizer turn them into 16-wide AVX-512 code. This IR is their only definition: the
+// JIT inlines it into its kernels, and the eager kernels are the same IR compiled at
+// build time (codegen/aot/vecmath_kernels_gen.cpp -> runtime/kernels/vecmath_kernels.h),
+// so eager and compiled results agree bit for bit (test/unit/eager_compiled_bits_test.cpp;
+// docs/vecmath.md). float64 evaluates the list's f64 column (libm) instead.
+//   exp     Cephes expf: n = roundeven(x log2e), r = x - n ln2 (two-step, fma),
+//           e^r = 1 + r + r^2 P5(r), times 2^n by adding n to its exponent bits;
+//           results that would be subnormal (x < ln(FLT_MIN) = -87.3365) are 0;
+//           NaN in, NaN out.
+//   exp2    n = roundeven(x), f = x - n (exact), 2^f = 1 + f P5(f) (Cephes exp2f),
+//           times 2^n as two exact power-of-two factors, so that the last multiply is
+//           the only rounding: subnormal results and overflow to inf come out right.
+//   expm1   same reduction, Taylor e^r - 1 to r^8, recombined as 2(t em + t - 1/2),
+//           t = 2^(n-1), exact for n = 0.
+//   log     Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P8(f).
+//   log1p   log(u) + (x - (u - 1))/u with u = fl(1 + x).
+//   tanh    13/6-degree odd/even rational (Eigen's float tanh), clamped at +-7.9988,
+//           x itself below 4e-4. (An expm1-based tanh measured 1.27e-7 but made
+//           a tanh-GELU kernel ~20% slower; 2.5 ulp was judged the better trade.)
+//   erf     9/12-degree rational interpolant (Eigen's float erf), +-1 past 3.8325.
+//   sigmoid 1 / (1 + exp(-x)).
+// Each function's error bound, measured over an exhaustive float32 sweep against
+// double-precision std::, is asserted next to its sweep in test/unit/vecmath_test.cpp
+// (the table of measured maxima is there too); a new function adds its sweep there.
 #include "codegen/vecmath_ir.h"
 
 #include <initializer_list>
@@ -120,6 +143,32 @@ Value *exp(IRBuilderBase &b, Value *x) {
   double inf = __builtin_inf();
   y = b.CreateSelect(b.CreateFCmpUGE(x, c(x, 88.72283935546875)), b.CreateFAdd(x, c(x, inf)), y);
   return b.CreateSelect(b.CreateFCmpOLT(x, c(x, -87.33654022216797)), c(x, 0.0), y);
+}
+
+Value *exp2(IRBuilderBase &b, Value *x) {
+  // Clamped to [-152, 129] by compare-and-select (a NaN x stays NaN, where
+  // minnum/maxnum would replace it): 2^x is already 0 below -151 and inf above 128.
+  Value *xc = b.CreateSelect(b.CreateFCmpOLT(x, c(x, -152.0)), c(x, -152.0), x);
+  xc = b.CreateSelect(b.CreateFCmpOGT(xc, c(x, 129.0)), c(x, 129.0), xc);
+  // n = roundeven(x) by the 1.5 * 2^23 trick (as exp): t's bits are those of 1.5 * 2^23
+  // plus n, so n needs no float-to-int conversion (poison for a NaN in IR).
+  constexpr double kMagic = 12582912.0; // 1.5 * 2^23, bits 0x4b400000
+  Value *t = b.CreateFAdd(xc, c(x, kMagic));
+  Value *f = b.CreateFSub(xc, b.CreateFSub(t, c(x, kMagic))); // in [-1/2, 1/2], exact
+  // Cephes exp2f: 2^f = 1 + f P(f) on [-1/2, 1/2].
+  Value *p = fma(b, f,
+                 poly(b, f,
+                      {1.535336188319500E-4, 1.339887440266574E-3, 9.618437357674640E-3,
+                       5.550332471162809E-2, 2.402264791363012E-1, 6.931472028550421E-1}),
+                 c(x, 1.0));
+  // 2^n = 2^n1 2^n2 with n1 = floor(n / 2), n2 = n - n1, both in [-76, 65] (normal
+  // powers of two). p 2^n1 is exact (a normal float), so (p 2^n1) 2^n2 rounds once,
+  // correctly even where the result is subnormal or overflows. For a NaN x, n is
+  // garbage but p is NaN, and so is the product.
+  Value *n = b.CreateSub(b.CreateBitCast(t, int_type(b, x)), ci(b, x, 0x4b400000));
+  Value *n1 = b.CreateAShr(n, ci(b, x, 1));
+  Value *n2 = b.CreateSub(n, n1);
+  return b.CreateFMul(b.CreateFMul(p, pow2i(b, n1)), pow2i(b, n2));
 }
 
 Value *expm1(IRBuilderBase &b, Value *x) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "passes/composed.h"
 #include "passes/rewrite.h"
 #include "runtime/op_attrs.h"
 
@@ -118,21 +119,14 @@ Values batch_norm(Emit e, const Node &n) {
   return {y};
 }
 
-// "none": x/2 * (1 + erf(x/sqrt(2))); "tanh": x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+// gelu and silu: their one definition, the composed-op list's line
+// (the composed-op list, runtime/ops.def), built as graph nodes (passes/composed.h).
 Values gelu(Emit e, const Node &n) {
-  Value *x = n.operand(0);
-  Value *inner = nullptr;
-  if (attrs::Gelu{n}.approximate() == "tanh") {
-    Value *cube = e.mul(e.mul(x, x), x);
-    Value *arg = e.mul(e.add(x, e.mul(cube, 0.044715)), std::sqrt(2.0 / M_PI));
-    inner = e.unary(OpId::Tanh, arg);
-  } else {
-    inner = e.unary(OpId::Erf, e.mul(x, M_SQRT1_2));
-  }
-  return {e.mul(e.mul(x, 0.5), e.add(inner, 1.0))};
+  composed::Val x{&e.b, n.operand(0)};
+  return {(attrs::Gelu{n}.approximate() == "tanh" ? composed::gelu_tanh(x) : composed::gelu_erf(x)).v};
 }
 
-Values silu(Emit e, const Node &n) { return {e.mul(n.operand(0), e.unary(OpId::Sigmoid, n.operand(0)))}; }
+Values silu(Emit e, const Node &n) { return {composed::silu({&e.b, n.operand(0)}).v}; }
 
 // Contractions up to this many multiply-adds become mul + sum so that the fuse
 // pass can put them in one JIT kernel with their bias and activation: for W6's

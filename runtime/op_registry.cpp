@@ -1,9 +1,10 @@
 #include "runtime/op_registry.h"
 
+#include <string_view>
 #include <unordered_map>
 
 #include "runtime/op_adapters.h"
-#include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_lists.h"
 #include "runtime/op_attrs.h"
 
 namespace kiln {
@@ -87,14 +88,32 @@ constexpr bool in_vecmath_list(OpId id) {
   static_assert(!writes_strided_batches(OpId::Id) || heads_epilogue(OpId::Id),                              \
                 "ops.def: " #Id ": BatchStrided needs EpilogueHead (the epilogue step writes the strided result)"); \
   static_assert(!(is_transcendental(OpId::Id) && lowering_expected(OpId::Id)) || in_vecmath_list(OpId::Id),  \
-                "ops.def: " #Id " is a lowered Transcendental: give it a line in runtime/kernels/vecmath_list.h");
+                "ops.def: " #Id " is a lowered Transcendental: give it a line in the vector-math list (runtime/ops.def)");
 #include "runtime/ops.def"
-// ... and each line of the vector-math list is such an op.
+// ... and each line of the vector-math list is such an op. Each line's name is its op's
+// mnemonic: runtime/ops.h declares kiln::fn from the line, the op reference looks it up by
+// mnemonic, and the IR, the public function and the generated kernels share one name.
+constexpr std::string_view kMnemonics[] = {
+#define KILN_OP(Id, mnemonic, kind, operands, traits, attrs) mnemonic,
+#include "runtime/ops.def"
+};
+constexpr bool named_as(OpId id, std::string_view fn) { return kMnemonics[size_t(id)] == fn; }
 #define X(Id, fn, f64)                                                                                      \
   static_assert(is_transcendental(OpId::Id) && lowering_expected(OpId::Id) &&                              \
                     op_kind(OpId::Id) == OpKind::Elementwise,                                               \
-                "vecmath_list.h: " #Id " must be an elementwise op with the traits Transcendental | Lowers in ops.def");
+                "the vector-math list: " #Id " must be an elementwise op with the traits Transcendental | Lowers in ops.def"); \
+  static_assert(named_as(OpId::Id, #fn), "the vector-math list: " #fn " must be the mnemonic of " #Id);
 KILN_VECMATH_OPS(X)
+#undef X
+// Each line of the composed-op list is a lowered pointwise unary op (Elementwise, or
+// Composite when decompose rewrites it first) whose math is the line, not a kernel op.
+#define X(Id, fn, def)                                                                                      \
+  static_assert(has_trait(OpId::Id, OpTrait::Pointwise) && lowering_expected(OpId::Id) &&                  \
+                    !is_transcendental(OpId::Id) && op_operands(OpId::Id).max == 1 &&                       \
+                    (op_kind(OpId::Id) == OpKind::Elementwise || op_kind(OpId::Id) == OpKind::Composite),   \
+                "the composed-op list: " #Id " must be a unary Pointwise | Lowers op, not Transcendental, in ops.def"); \
+  static_assert(named_as(OpId::Id, #fn), "the composed-op list: " #fn " must be the mnemonic of " #Id);
+KILN_COMPOSED_OPS(X)
 #undef X
 } // namespace
 

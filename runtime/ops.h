@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/op_lists.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
@@ -59,22 +60,22 @@ void manual_seed(uint64_t seed);
 // ---- unary elementwise
 Tensor neg(const Tensor &x);
 Tensor abs(const Tensor &x);
-Tensor exp(const Tensor &x);
-Tensor log(const Tensor &x);
-Tensor log1p(const Tensor &x);
-Tensor expm1(const Tensor &x);
+// Declared from the lists of runtime/ops.def (runtime/op_lists.h), one per line: the
+// vector-math functions (KILN_VECMATH_OPS: exp, expm1, log, log1p, tanh, erf, sigmoid,
+// ...; bool and integer inputs promote to float32, as torch's) and the composed ops
+// (KILN_COMPOSED_OPS: silu, hardsigmoid (relu6(x + 3) / 6), ...; float inputs only).
+// Each is `Tensor fn(const Tensor &x);`; docs/ops-reference.md lists them by name.
+#define KILN_DECLARE_UNARY_OP(Id, fn, definition) Tensor fn(const Tensor &x);
+KILN_VECMATH_OPS(KILN_DECLARE_UNARY_OP)
+KILN_COMPOSED_OPS(KILN_DECLARE_UNARY_OP)
+#undef KILN_DECLARE_UNARY_OP
 Tensor sqrt(const Tensor &x);
 Tensor rsqrt(const Tensor &x);
 Tensor sin(const Tensor &x);
 Tensor cos(const Tensor &x);
-Tensor tanh(const Tensor &x);
-Tensor sigmoid(const Tensor &x);
 Tensor relu(const Tensor &x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor &x, const std::string &approximate = "none");
-Tensor silu(const Tensor &x);
-Tensor hardsigmoid(const Tensor &x); // relu6(x + 3) / 6, float-only
-Tensor erf(const Tensor &x);
 Tensor reciprocal(const Tensor &x);
 Tensor square(const Tensor &x);
 Tensor floor(const Tensor &x);

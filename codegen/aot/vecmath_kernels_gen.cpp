@@ -7,7 +7,7 @@
 //   extern "C" void kiln_vm_F_f32(const float *x, float *y, int64_t n);   // y[i] = F(x[i])
 // whose loop body is built by the same IR builders the JIT inlines into its
 // kernels (codegen/vecmath.cpp), and for each function F of
-// runtime/kernels/composed_list.h,
+// the composed-op list (runtime/ops.def),
 //   extern "C" void kiln_pw_F_f32(const float *x, float *y, int64_t n);
 //   extern "C" void kiln_pw_F_f64(const double *x, double *y, int64_t n);
 // whose loop body is the list's definition of F built into a kernel description
@@ -59,7 +59,7 @@ namespace {
 namespace vm = kiln::codegen::vecmath;
 using Builder = llvm::Value *(*)(llvm::IRBuilderBase &, llvm::Value *);
 
-// The functions of runtime/kernels/vecmath_list.h.
+// The functions of the vector-math list (runtime/ops.def).
 struct Kernel {
   const char *name;
   Builder build;
@@ -68,7 +68,7 @@ struct Kernel {
 constexpr Kernel kKernels[] = {KILN_VECMATH_OPS(KILN_KERNEL_OP)};
 #undef KILN_KERNEL_OP
 
-// The functions of runtime/kernels/composed_list.h: codegen::fn(Expr), whose body is
+// The functions of the composed-op list (runtime/ops.def): codegen::fn(Expr), whose body is
 // the list's definition.
 struct Composed {
   const char *name;

@@ -69,7 +69,7 @@ void check_floating(const Tensor &x, const char *op) {
 // JIT's own IR (codegen/vecmath.cpp) compiled at build time, so that eager and
 // compiled results are the same bits; float64 ones call the list's float64
 // definitions, as the JIT does. The composed functions (silu, gelu: one line of
-// runtime/kernels/composed_list.h each, their definition) run their generated
+// the composed-op list (runtime/ops.def) each, their definition) run their generated
 // kernels in both dtypes. This file is built with -ffp-contract=off so that the
 // compiler fuses no a * b + c the JIT keeps as two roundings.
 
@@ -124,7 +124,7 @@ template <class F64> void transcendental(const Tensor &out, const Tensor &x, Arr
   run_loop<double, double>(out, {&a}, f64);
 }
 
-// A composed function of composed_list.h: its generated kernel for out's dtype.
+// A composed function of the composed-op list: its generated kernel for out's dtype.
 void composed(const Tensor &out, const Tensor &x, ArrayFn<float> f32, ArrayFn<double> f64) {
   if (out.dtype() == kFloat32) return array_loop<float>(out, x, f32);
   KILN_CHECK(out.dtype() == kFloat64, "internal: composed kernel has no ", out.dtype(), " instantiation");
@@ -150,7 +150,7 @@ void composed(const Tensor &out, const Tensor &x, ArrayFn<float> f32, ArrayFn<do
     return out;                                                                                                \
   }
 
-// A vector-math function of runtime/kernels/vecmath_list.h: float32 by its generated
+// A vector-math function of the vector-math list (runtime/ops.def): float32 by its generated
 // kiln_vm_<fn>_f32, float64 by its list definition kiln_vm_<fn>_f64 (defined below).
 #define KILN_TRANSCENDENTAL(Id, fn, f64)                                                                       \
   Tensor fn(const Tensor &x) {                                                                                 \
@@ -229,7 +229,7 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   return out;
 }
 
-// The composed ops (runtime/kernels/composed_list.h): float-only, as torch's
+// The composed ops (the composed-op list, runtime/ops.def): float-only, as torch's
 // activations (an integer input is an error), the result in the input's dtype.
 #define KILN_COMPOSED_OP(Id, fn, def)                                                                          \
   Tensor fn(const Tensor &x) {                                                                                 \

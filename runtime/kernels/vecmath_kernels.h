@@ -1,27 +1,26 @@
 // The eager float32 transcendental kernels, generated at build time from the
 // JIT's IR builders (codegen/vecmath.cpp), and the eager kernels of the composed
-// pointwise functions (runtime/kernels/composed_list.h), generated from their
+// pointwise functions (the composed-op list, runtime/ops.def), generated from their
 // definitions through the JIT's lowering, by codegen/aot/vecmath_kernels_gen.cpp
 // and linked into the library as an object file. Each computes y[i] = f(x[i])
 // for 0 <= i < n with exactly the operations the JIT emits for the same op, so
 // eager and compiled results agree bit for bit (test/unit/eager_compiled_bits_test).
-// x and y may be the same array; otherwise they must not overlap. Algorithms,
-// special values and measured errors: codegen/vecmath.h.
+// x and y may be the same array; otherwise they must not overlap. Algorithms:
+// codegen/vecmath.cpp; measured errors: test/unit/vecmath_test.cpp.
 //
 // A plain C interface: runtime/ sits below codegen/ and includes none of it. The list
-// of functions is runtime/kernels/vecmath_list.h and runtime/kernels/composed_list.h.
+// of functions: the vector-math and composed-op lists of runtime/ops.def (runtime/op_lists.h).
 #pragma once
 
 #include <stdint.h>
 
-#include "runtime/kernels/composed_list.h"
-#include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_lists.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* One per line of runtime/kernels/vecmath_list.h: kiln_vm_exp_f32, kiln_vm_log_f32, ... */
+/* One per line of the vector-math list (runtime/ops.def): kiln_vm_exp_f32, kiln_vm_log_f32, ... */
 #define KILN_VM_DECLARE(fn) void kiln_vm_##fn##_f32(const float *x, float *y, int64_t n);
 /* ... and for the kernel ops, their float64 definitions (the list's f64 column, defined
  * in elementwise_unary.cpp without fp contraction): kiln_vm_exp_f64(v)... The eager
@@ -31,7 +30,7 @@ KILN_VECMATH_OPS(KILN_VM_DECLARE_OP)
 #undef KILN_VM_DECLARE_OP
 #undef KILN_VM_DECLARE
 
-/* One pair per line of runtime/kernels/composed_list.h, both dtypes generated from the
+/* One pair per line of the composed-op list (runtime/ops.def), both dtypes generated from the
  * line's definition through the JIT's lowering: kiln_pw_silu_f32 / kiln_pw_silu_f64,
  * kiln_pw_gelu_erf_f32 (gelu(x, "none")), kiln_pw_gelu_tanh_f64 (gelu(x, "tanh")), ...
  * y[i] = fn(x[i]) for 0 <= i < n; x == y allowed, as above. The float64 ones call the

@@ -4,8 +4,9 @@
 - docs/environment.md (hand-kept) names every KILN_* variable the tree reads: getenv("KILN_...")
   in C++ sources and ${KILN_...} / $KILN_... in scripts/;
 - docs/ops-reference.md is GENERATED from the op table runtime/ops.def (sections, ops, kinds,
-  typed attributes, traits) and the declarations of runtime/ops.h (signatures); the check fails
-  when the committed file differs, or when an op has no function in runtime/ops.h.
+  typed attributes, traits) and the declarations of runtime/ops.h (signatures, including the
+  ones ops.h expands from the op lists of ops.def, e.g. KILN_VECMATH_OPS(DECLARE)); the check
+  fails when the committed file differs, or when an op has no function in runtime/ops.h.
 
 Usage: check_docs.py SOURCE_DIR [--write]. --write regenerates docs/ops-reference.md. Prints
 what is wrong and exits 1, else prints a summary.
@@ -109,12 +110,55 @@ ATTR_SPELLING = {"Int": "int", "OptInt": "int?", "Float": "float", "OptFloat": "
                  "IntList": "int[]", "Str": "str", "OptStr": "str?", "Number": "Scalar", "OptNumber": "Scalar?",
                  "ScalarType": "ScalarType", "OptScalarType": "ScalarType?"}
 
+def macro_calls(text, name="X"):
+    """The argument lists of each `name(...)` call in text, split at top-level commas."""
+    calls = []
+    for m in re.finditer(r"\b%s\(" % name, text):
+        depth, j = 0, m.end() - 1
+        while True:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        calls.append(split_top(" ".join(text[m.end():j].split())))
+    return calls
+
+
+def op_lists(root):
+    """The X-macro lists defined in runtime/ops.def (KILN_VECMATH_OPS, KILN_COMPOSED_OPS, ...):
+    name -> the argument lists of their lines."""
+    text = (root / "runtime" / "ops.def").read_text()
+    lists = {}
+    for m in re.finditer(r"^#define (KILN_\w+)\(X\)((?:[^\n]*\\\n)*[^\n]*)$", text, re.M):
+        lists[m.group(1)] = macro_calls(m.group(2).replace("\\\n", " "))
+    return lists
+
+
+def expanded_declarations(text, lists):
+    """Declarations that runtime/ops.h makes by expanding a list of ops.def with a macro
+    (`#define DECLARE(Id, fn, def) Tensor fn(const Tensor &x);` then `KILN_VECMATH_OPS(DECLARE)`)."""
+    macros = {m.group(1): ([p.strip() for p in m.group(2).split(",")], m.group(3))
+              for m in re.finditer(r"^#define (\w+)\(([\w, ]+)\) (.*)$", text, re.M)}
+    stmts = []
+    for m in re.finditer(r"^(KILN_\w+)\((\w+)\)\s*$", text, re.M):
+        params, body = macros[m.group(2)]
+        for args in lists[m.group(1)]:
+            stmt = body
+            for param, arg in zip(params, args):
+                stmt = re.sub(r"\b%s\b" % re.escape(param), arg, stmt)
+            stmts.extend(stmt.split(";"))
+    return stmts
+
+
 def declarations(root):
-    """Top-level declarations of runtime/ops.h, whitespace-normalized, by function name."""
+    """Top-level declarations of runtime/ops.h, whitespace-normalized, by function name,
+    the ones expanded from the op lists of runtime/ops.def included."""
     text = re.sub(r"//[^\n]*", "", (root / "runtime" / "ops.h").read_text())
     body = text[text.index("namespace kiln {") + len("namespace kiln {"):]
+    stmts = expanded_declarations(body, op_lists(root))
+    body = re.sub(r"^\s*(#|KILN_\w+\(\w+\)\s*$)[^\n]*$", "", body, flags=re.M)
     decls = {}
-    for stmt in body.split(";"):
+    for stmt in stmts + body.split(";"):
         stmt = " ".join(stmt.split())
         m = re.match(r"^(?:[\w:<>, ]+?[ &*])(\w+)\(", stmt)
         if m and not stmt.startswith(("#", "}", "using", "namespace")):

@@ -226,7 +226,7 @@ void run_cases(DType t, int count, double tol) {
 
 } // namespace
 
-// float32 transcendentals differ from std:: by < 5e-7 each (codegen/vecmath.h);
+// float32 transcendentals differ from std:: by < 5e-7 each (test/unit/vecmath_test.cpp);
 // a dozen squashed levels stay far below 1e-5.
 TEST(CodegenDiff, RandomFloat32Kernels) { run_cases(DType::Float32, 25, 1e-5); }
 TEST(CodegenDiff, RandomFloat64Kernels) { run_cases(DType::Float64, 12, 1e-12); }

@@ -25,8 +25,7 @@
 #include "float_sweep_util.h"
 #include <kiln/kiln.h>
 
-#include "runtime/kernels/composed_list.h"
-#include "runtime/kernels/vecmath_list.h"
+#include "runtime/op_lists.h"
 #include "runtime/op_registry.h"
 
 using namespace kiln;
@@ -54,8 +53,8 @@ struct Case {
 
 // Every pointwise op, and every lowered pow exponent; sin, cos and remainder have no lowering
 // (they run eagerly inside a compiled function too) and are swept anyway. Each
-// line of the vector-math list (runtime/kernels/vecmath_list.h) and of the
-// composed-op list (runtime/kernels/composed_list.h) is a case by itself.
+// line of the vector-math list (runtime/ops.def) and of the
+// composed-op list (runtime/ops.def) is a case by itself.
 std::vector<Case> cases() {
   return {
 #define X(Id, fn, f64) UNARY(#fn, Id, kiln::fn(x)),
@@ -122,7 +121,7 @@ std::vector<Case> cases() {
 #undef UNARY
 #undef BINARY
 
-// The ops of runtime/kernels/composed_list.h (float-only, as torch's activations).
+// The ops of the composed-op list, runtime/ops.def (float-only, as torch's activations).
 bool is_composed(OpId id) {
 #define X(Id, fn, def)                                                                                     \
   if (id == OpId::Id) return true;

@@ -65,6 +65,7 @@ Tensor gelu_tanh(const Tensor &x) { return gelu(x, "tanh"); }
 
 const std::vector<FloatUnaryCase> kFloatUnary = {
     {"exp", exp, [](double x) { return std::exp(x); }, signed_frac},
+    {"exp2", exp2, [](double x) { return std::exp2(x); }, signed_frac},
     {"log", log, [](double x) { return std::log(x); }, positive},
     {"log1p", log1p, [](double x) { return std::log1p(x); }, positive},
     {"expm1", expm1, [](double x) { return std::expm1(x); }, signed_frac},
@@ -117,7 +118,7 @@ TEST(ElementwiseUnary, FloatOpsPromoteIntegerAndBoolToFloat32) {
   }
 }
 
-// torch's relu6(x + 3) / 6, in double: the composed op of composed_list.h.
+// torch's relu6(x + 3) / 6, in double: the composed op of the composed-op list.
 double ref_hardsigmoid(double x) { return std::isnan(x) ? x : std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
 
 TEST(ElementwiseUnary, HardsigmoidValuesNanInfAndErrors) {
@@ -657,6 +658,71 @@ void expect_same(const Tensor &x, const Tensor &y, const std::string &what) {
 }
 } // namespace
 
+// exp2 (torch.exp2) against std::exp2 in double: the specials, exact powers of two, the
+// overflow edge and float32's subnormal range (2^-149 .. 2^-126), in both float dtypes.
+TEST(ElementwiseUnary, Exp2NanInfPowersAndSubnormals) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> xs = {std::nan(""), inf, -inf, 0.0, -0.0, 1.0, -1.0, 10.0, -24.0, 127.0, 127.99, 128.0,
+                            -126.0, -130.5, -140.25, -149.0, -149.6, -150.0, -200.0, 0.5, -0.5, 3.3, 1023.5, 1024.0,
+                            -1074.0, -1080.0};
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = tensor(xs).to(dt);
+    std::vector<double> xv = values(x), want;
+    for (double v : xv) want.push_back(dt == kFloat32 ? double(float(std::exp2(v))) : std::exp2(v));
+    // float32: results within 2 ulp of the correctly rounded one; subnormal ones within one subnormal step.
+    expect_values(exp2(x), want, dt == kFloat32 ? 2.4e-7 : 1e-15, dt == kFloat32 ? 1.5e-45 : 0, "exp2 specials");
+    std::vector<double> y = values(exp2(x));
+    EXPECT_TRUE(std::isnan(y[0]));
+    EXPECT_EQ(y[1], inf);
+    EXPECT_EQ(y[2], 0.0);
+    EXPECT_EQ(y[3], 1.0);
+    EXPECT_EQ(y[4], 1.0);
+    EXPECT_EQ(y[9], std::ldexp(1.0, 127)); // integer exponents are exact
+    EXPECT_EQ(y[15], std::ldexp(1.0, -149));
+    if (dt == kFloat32) {
+      EXPECT_EQ(y[11], inf);
+    }
+  }
+  // Non-contiguous float32 input (a transposed, then a step-2 slice view) through the generated kernel.
+  Tensor base = make({8, 6}, kFloat32, [](int64_t i) { return -140.0 + 5.3 * double(i); });
+  for (Tensor v : {base.t(), base.slice(0, 0, 8, 2)}) {
+    std::vector<double> want;
+    for (double e : values(v)) want.push_back(double(float(std::exp2(e))));
+    expect_values(exp2(v), want, 2.4e-7, 1.5e-45, "exp2 strided");
+  }
+}
+
+// torch.nn.functional.softsign, x / (1 + |x|), in double: a composed op.
+double ref_softsign(double x) { return x / (1.0 + std::abs(x)); }
+
+TEST(ElementwiseUnary, SoftsignValuesNanInfAndErrors) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Layout l : layouts_for({4, 6})) {
+      Tensor x = make_layout({4, 6}, dt, [](int64_t i) { return (-11.5 + double(i)) * std::pow(1.7, double(i % 7)); }, l);
+      Tensor y = softsign(x);
+      EXPECT_EQ(y.dtype(), dt);
+      EXPECT_EQ(y.sizes().vec(), (Shape{4, 6}));
+      expect_values(y, ref_unary(x, ref_softsign), rtol_for(dt), 0, "softsign");
+    }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {kFloat32, kFloat64}) {
+    // torch: softsign(+-inf) = inf / inf = NaN; -0 keeps its sign; huge values round to +-1.
+    Tensor s = tensor(std::vector<double>{std::nan(""), inf, -inf, -0.0, 1e30, -1e30, 1.0}).to(dt);
+    std::vector<double> y = values(softsign(s));
+    EXPECT_TRUE(std::isnan(y[0]));
+    EXPECT_TRUE(std::isnan(y[1]));
+    EXPECT_TRUE(std::isnan(y[2]));
+    EXPECT_EQ(y[3], 0.0);
+    EXPECT_TRUE(std::signbit(y[3]));
+    EXPECT_EQ(y[4], 1.0);
+    EXPECT_EQ(y[5], -1.0);
+    EXPECT_EQ(y[6], 0.5);
+  }
+  expect_error([&] { softsign(make({3}, kInt64, small_int)); }, "softsign: expected a floating-point tensor, got int64");
+  expect_error([&] { softsign(make({3}, kInt32, small_int)); }, "softsign: expected a floating-point tensor, got int32");
+  expect_error([&] { softsign(make({3}, kBool, bool_gen)); }, "softsign: expected a floating-point tensor, got bool");
+}
+
 TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
   Tensor f = make_layout({3, 4}, kFloat32, signed_frac, Layout::Transposed);
   Tensor p = make({3, 4}, kFloat32, positive);
@@ -670,11 +736,12 @@ TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
     Tensor in;
   };
   for (const U &u : std::vector<U>{{OpId::Neg, neg, f},       {OpId::Abs, abs, f},          {OpId::Exp, exp, f},
+                                   {OpId::Exp2, exp2, f},
                                    {OpId::Log, log, p},       {OpId::Log1p, log1p, p},      {OpId::Expm1, expm1, f},
                                    {OpId::Sqrt, sqrt, p},     {OpId::Rsqrt, rsqrt, p},      {OpId::Sin, sin, f},
                                    {OpId::Cos, cos, f},       {OpId::Tanh, tanh, f},        {OpId::Sigmoid, sigmoid, f},
                                    {OpId::Relu, relu, f},     {OpId::Silu, silu, f},        {OpId::Erf, erf, f},
-                                   {OpId::Hardsigmoid, hardsigmoid, f},
+                                   {OpId::Hardsigmoid, hardsigmoid, f}, {OpId::Softsign, softsign, f},
                                    {OpId::Reciprocal, reciprocal, f}, {OpId::Square, square, i},
                                    {OpId::Floor, floor, f},   {OpId::Ceil, ceil, f},        {OpId::Round, round, f},
                                    {OpId::Sign, sign, f},     {OpId::LogicalNot, logical_not, i},

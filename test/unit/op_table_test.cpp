@@ -81,7 +81,7 @@ TEST(OpTable, RegistryAgreesWithTheConstexprFacts) {
   }
 }
 
-// The vector-math list (runtime/kernels/vecmath_list.h) and the op table agree:
+// The vector-math list (runtime/ops.def) and the op table agree:
 // each list entry is the kernel op of the ops.def entry of the same name, which is
 // Transcendental and Lowers; every Transcendental kernel op comes from the list.
 TEST(OpTable, VecmathListIsTheTranscendentalOps) {
@@ -103,7 +103,7 @@ TEST(OpTable, VecmathListIsTheTranscendentalOps) {
   for (OpId id : all_ops()) {
     if (!is_transcendental(id) || !lowering_expected(id)) continue;
     EXPECT_NE(std::find(listed_ops.begin(), listed_ops.end(), id), listed_ops.end())
-        << op_info(id).mnemonic << " is a lowered transcendental missing from vecmath_list.h";
+        << op_info(id).mnemonic << " is a lowered transcendental missing from the vector-math list";
   }
 }
 

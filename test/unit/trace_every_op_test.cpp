@@ -45,6 +45,7 @@ std::vector<Case> cases() {
       unary("log1p", log1p, pos), unary("expm1", expm1, x), unary("sqrt", sqrt, pos), unary("rsqrt", rsqrt, pos),
       unary("sin", sin, x), unary("cos", cos, x), unary("tanh", tanh, x), unary("sigmoid", sigmoid, x),
       unary("relu", relu, x), unary("silu", silu, x), unary("hardsigmoid", hardsigmoid, x), unary("erf", erf, x), unary("reciprocal", reciprocal, pos),
+      unary("softsign", softsign, x), unary("exp2", exp2, x),
       unary("square", square, x), unary("floor", floor, x), unary("ceil", ceil, x), unary("round", round, x),
       unary("sign", sign, x), unary("logical_not", logical_not, mask),
       {"gelu", {x}, [](auto &a) { return one(gelu(a[0], "tanh") + gelu(a[0])); }},
