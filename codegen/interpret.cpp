@@ -89,25 +89,16 @@ double fmax_nan(double a, double b) {
   return a > b ? a : b;
 }
 
+// Only the six comparisons reach here (eval_args); anything else fails loudly
+// rather than being taken for one of them.
 bool compare(KOp op, Val a, Val b, bool fp) {
-  if (fp) {
-    switch (op) {
-    case KOp::Eq: return a.f == b.f;
-    case KOp::Ne: return a.f != b.f; // true for NaN
-    case KOp::Lt: return a.f < b.f;
-    case KOp::Le: return a.f <= b.f;
-    case KOp::Gt: return a.f > b.f;
-    default: return a.f >= b.f;
-    }
-  }
-  switch (op) {
-  case KOp::Eq: return a.i == b.i;
-  case KOp::Ne: return a.i != b.i;
-  case KOp::Lt: return a.i < b.i;
-  case KOp::Le: return a.i <= b.i;
-  case KOp::Gt: return a.i > b.i;
-  default: return a.i >= b.i;
-  }
+  if (op == KOp::Eq) return fp ? a.f == b.f : a.i == b.i;
+  if (op == KOp::Ne) return fp ? a.f != b.f : a.i != b.i; // true for NaN
+  if (op == KOp::Lt) return fp ? a.f < b.f : a.i < b.i;
+  if (op == KOp::Le) return fp ? a.f <= b.f : a.i <= b.i;
+  if (op == KOp::Gt) return fp ? a.f > b.f : a.i > b.i;
+  if (op == KOp::Ge) return fp ? a.f >= b.f : a.i >= b.i;
+  KILN_FAIL("interpret: ", op_name(op), " is not a comparison");
 }
 
 double transcendental(KOp op, double x) {
@@ -202,12 +193,11 @@ Val reduce_identity(KOp combine, DType t) {
   bool i32 = t == DType::Int32;
   int64_t lo = i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
   int64_t hi = i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
-  switch (combine) {
-  case KOp::Add: return Val{0, 0};
-  case KOp::Mul: return Val{1, 1};
-  case KOp::Max: return Val{-inf, lo};
-  default: return Val{inf, hi}; // Min
-  }
+  if (combine == KOp::Add) return Val{0, 0};
+  if (combine == KOp::Mul) return Val{1, 1};
+  if (combine == KOp::Max) return Val{-inf, lo};
+  if (combine == KOp::Min) return Val{inf, hi};
+  KILN_FAIL("interpret: ", op_name(combine), " is not a reduction combine");
 }
 
 // A row-reduction kernel, row by row: each node's values over the whole row are

@@ -55,20 +55,20 @@ Value *Lowering::reduce_identity(const Node &r) {
   llvm::Type *ty = value_type(c_, r.dtype);
   if (is_floating(r.dtype)) {
     double inf = std::numeric_limits<double>::infinity();
-    switch (r.combine) {
-    case KOp::Add: return llvm::ConstantFP::getNegativeZero(ty); // exact identity; finish() gives +0
-    case KOp::Mul: return llvm::ConstantFP::get(ty, 1.0);
-    case KOp::Max: return llvm::ConstantFP::get(ty, -inf);
-    default: return llvm::ConstantFP::get(ty, inf);
-    }
+    if (r.combine == KOp::Add) return llvm::ConstantFP::getNegativeZero(ty); // exact identity; finish() gives +0
+    if (r.combine == KOp::Mul) return llvm::ConstantFP::get(ty, 1.0);
+    if (r.combine == KOp::Max) return llvm::ConstantFP::get(ty, -inf);
+    if (r.combine == KOp::Min) return llvm::ConstantFP::get(ty, inf);
+  } else {
+    unsigned bits = ty->getIntegerBitWidth();
+    if (r.combine == KOp::Add) return llvm::ConstantInt::get(ty, 0);
+    if (r.combine == KOp::Mul) return llvm::ConstantInt::get(ty, 1);
+    if (r.combine == KOp::Max) return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMinValue(bits));
+    if (r.combine == KOp::Min) return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMaxValue(bits));
   }
-  unsigned bits = ty->getIntegerBitWidth();
-  switch (r.combine) {
-  case KOp::Add: return llvm::ConstantInt::get(ty, 0);
-  case KOp::Mul: return llvm::ConstantInt::get(ty, 1);
-  case KOp::Max: return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMinValue(bits));
-  default: return llvm::ConstantInt::get(c_, llvm::APInt::getSignedMaxValue(bits));
-  }
+  // KernelBuilder::reduce accepts only these four (is_reduce_combine): a new
+  // combine fails here instead of being taken for Min.
+  KILN_FAIL("lower: ", op_name(r.combine), " is not a reduction combine");
 }
 
 Value *Lowering::combine(IRBuilder<> &b, const Node &r, Value *acc, Value *x) {
