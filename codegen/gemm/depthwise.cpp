@@ -13,6 +13,7 @@
 
 #include "runtime/allocator.h"
 #include "runtime/error.h"
+#include "runtime/kernels/simd_vec.h"
 #include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
@@ -24,35 +25,10 @@ namespace {
 std::atomic<int64_t> g_calls{0};
 std::atomic<int64_t> g_heap_packs{0};
 
-// A native vector of L elements of T (GCC/Clang vector extension; the library
-// is built for the host CPU, so 16 floats are one zmm register).
-template <class T, int L> struct VecOf {
-  typedef T type __attribute__((vector_size(L * sizeof(T))));
-};
-template <class T, int L> using Vec = typename VecOf<T, L>::type;
-template <class T> constexpr int kLanes = int(64 / sizeof(T));
-
-template <class T, int L> inline Vec<T, L> load(const T *p) {
-  Vec<T, L> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V, int... I> inline V even_lanes(V a, V b, std::integer_sequence<int, I...>) {
-  return __builtin_shufflevector(a, b, (2 * I)...);
-}
-// p[0], p[s], ..., p[(L - 1) s] for the column stride s: S when known (1 or
-// 2: whole-vector loads), else 0.
-template <class T, int L, int S> inline Vec<T, L> load_cols(const T *p, int64_t s) {
-  if constexpr (S == 1) {
-    return load<T, L>(p);
-  } else if constexpr (S == 2 && L > 1) {
-    return even_lanes(load<T, L>(p), load<T, L>(p + L), std::make_integer_sequence<int, L>{});
-  } else {
-    Vec<T, L> v;
-    for (int i = 0; i < L; ++i) v[i] = p[i * s];
-    return v;
-  }
-}
+using kiln::detail::simd::kLanes;
+using kiln::detail::simd::load;
+using kiln::detail::simd::load_strided;
+using kiln::detail::simd::Vec;
 
 // Measurement knob (bench only): KILN_DW_BLOCK=channels[,rows] overrides the
 // blocking; 0 keeps a default.
@@ -129,7 +105,7 @@ inline void tile(const ConvShape &s, const Rows<T> &d, int64_t r0, const int64_t
       for (int kw = 0; kw < KW; ++kw)
 #pragma GCC unroll 4
         for (int k = 0; k < K; ++k) {
-          const Vec<T, L> v = load_cols<T, L, S>(row + ow[k] * sw + kw * dw, sw);
+          const Vec<T, L> v = load_strided<T, L, S>(row + ow[k] * sw + kw * dw, sw);
 #pragma GCC unroll 8
           for (int kh = 0; kh < KH; ++kh)
             if (i - kh >= 0 && i - kh < R) acc[i - kh][k] += d.wk[kh * KW + kw] * v;
@@ -143,7 +119,7 @@ inline void tile(const ConvShape &s, const Rows<T> &d, int64_t r0, const int64_t
         const T w = d.wk[kh * kW + kw];
         for (int r = 0; r < R; ++r)
           for (int k = 0; k < K; ++k)
-            acc[r][k] += w * load_cols<T, L, S>(row + r * rs + ow[k] * sw + kw * dw, sw);
+            acc[r][k] += w * load_strided<T, L, S>(row + r * rs + ow[k] * sw + kw * dw, sw);
       }
     }
   }
