@@ -33,6 +33,7 @@
 #include "frontend/compile.h"
 #include "runtime/log.h"
 
+#include "epilogue_test_support.h"
 #include "graph_test_util.h"
 
 using namespace kiln;
@@ -41,52 +42,13 @@ using kiln::testing::PathGuard;
 using kiln::testing::ThreadsGuard;
 using kiln::testing::rnd;
 using kiln::testing::vals;
+using kiln::testing::bits_equal;
+using kiln::testing::close_to_eager;
+using kiln::testing::RegisterGuard;
 
 namespace {
 
-struct RegisterGuard {
-  bool saved = codegen::register_epilogues();
-  explicit RegisterGuard(bool on) { codegen::set_register_epilogues(on); }
-  ~RegisterGuard() { codegen::set_register_epilogues(saved); }
-};
-
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
-
-::testing::AssertionResult bits_equal(const Tensor &got, const Tensor &want) {
-  if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << "shape " << shape_str(got.sizes()) << " vs " << shape_str(want.sizes());
-  std::vector<double> g = vals(got), w = vals(want);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
-    if (std::memcmp(&g[i], &w[i], sizeof(double)) != 0)
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i] << " (tile path)";
-  }
-  return ::testing::AssertionSuccess();
-}
-
-::testing::AssertionResult close_to_eager(const Tensor &got, const Tensor &want, int64_t K) {
-  if (got.sizes() != want.sizes()) return ::testing::AssertionFailure() << "shape " << shape_str(got.sizes());
-  std::vector<double> g = vals(got), w = vals(want);
-  const double eps = got.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
-                                             : double(std::numeric_limits<float>::epsilon());
-  double scale = 1;
-  for (double v : w)
-    if (std::isfinite(v)) scale = std::max(scale, 1 + std::abs(v));
-  const double tol = 8.0 * double(K + 2) * eps * scale;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) != std::isnan(g[i]))
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs eager " << w[i];
-    if (std::isnan(w[i])) continue;
-    if (std::isinf(w[i]) || std::isinf(g[i])) {
-      if (g[i] != w[i]) return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs eager " << w[i];
-      continue;
-    }
-    if (!(std::abs(g[i] - w[i]) <= tol))
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs eager " << w[i] << " (tol "
-                                           << tol << ")";
-  }
-  return ::testing::AssertionSuccess();
-}
 
 CompiledFunction compile_strict(const Fn &fn) {
   CompileOptions o;
