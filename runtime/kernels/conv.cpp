@@ -714,9 +714,11 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
              .padding = pair_arg(padding, "padding", 0), .dilation = pair_arg(dilation, "dilation", 1),
              .groups = groups);
   Tensor out = detail::make_result(conv_out_shape(g, input.dim() == 4), input.dtype(), {&input, &weight, &bias});
-  if (out.is_meta() || out.numel() == 0) return out;
-  if (use_channels_last(input)) // torch's rule: a channels-last input gives a channels-last output
+  // torch's rule: a channels-last input gives a channels-last output. Meta
+  // tensors too: tracing records eager's output strides from them.
+  if (use_channels_last(input))
     out = detail::make_view(out, out.sizes(), detail::channels_last_strides(out.sizes()), 0);
+  if (out.is_meta() || out.numel() == 0) return out;
   if (is_depthwise(g)) {
     depthwise(g, input, weight, bias, out, detail::nn::conv2d_block_rows(weight.sizes(), g.Ho, g.Wo), nullptr,
               nullptr);

@@ -397,6 +397,44 @@ TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
   EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"gemm-jit"}); // kiln's depthwise kernel
 }
 
+// torch's rule, which eager follows: a channels-last input gives a
+// channels-last conv result. A compiled function called with one (also after a
+// call with an NCHW input, a second specialization) returns eager's strides, and
+// so does the meta conv tracing records them from (found by fuzz_random_graph:
+// test/fuzz-regressions/random_graph/crash-conv-channels-last-output-strides).
+TEST(ConvJitCompiled, ChannelsLastInputGivesEagersChannelsLastResult) {
+  Tensor w = 0.1 * rnd<float>({4, 3, 1, 1}, 230), w3 = 0.1 * rnd<float>({6, 3, 3, 3}, 231);
+  Tensor dw = 0.1 * rnd<float>({3, 1, 3, 3}, 232);
+  const std::vector<std::pair<const char *, Fn>> fns = {
+      {"1x1, stride 2x1, dilation", [=](const std::vector<Tensor> &in) {
+         return std::vector<Tensor>{conv2d(in[0], w, {}, {2, 1}, {1, 2}, {2, 1})};
+       }},
+      {"3x3 with relu", [=](const std::vector<Tensor> &in) {
+         return std::vector<Tensor>{relu(conv2d(in[0], w3, {}, 1, 1))};
+       }},
+      {"depthwise", [=](const std::vector<Tensor> &in) {
+         return std::vector<Tensor>{conv2d(in[0], dw, {}, 1, 1, 1, 3)};
+       }},
+  };
+  const Tensor nchw = rnd<float>({2, 3, 9, 7}, 233);
+  const Tensor nhwc = nchw.contiguous(MemoryFormat::ChannelsLast);
+  const Tensor meta = detail::make_view(detail::make_tensor({0}, kFloat32, true), nhwc.sizes(), nhwc.strides(), 0);
+  for (const auto &[name, fn] : fns) {
+    SCOPED_TRACE(name);
+    const Tensor m = fn({meta})[0];
+    EXPECT_TRUE(m.is_meta());
+    EXPECT_TRUE(m.is_contiguous(MemoryFormat::ChannelsLast) && !m.is_contiguous()) << shape_str(m.strides());
+    CompiledFunction f = compile_strict(fn);
+    for (const Tensor &x : {nchw, nhwc, nhwc}) {
+      const std::vector<Tensor> want = fn(kiln::testing::copies({x}));
+      const std::vector<Tensor> got = f(kiln::testing::copies({x}));
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(got[0].strides(), want[0].strides()) << "input strides " << shape_str(x.strides());
+      EXPECT_TRUE(close_to_eager(got, want));
+    }
+  }
+}
+
 // Callers on several threads at once (each call also spreading over the pool),
 // while the weight stays the same: every result equals eager's.
 TEST(ConvJitCompiled, ConcurrentCallers) {
