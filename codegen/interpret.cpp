@@ -101,11 +101,15 @@ bool compare(KOp op, Val a, Val b, bool fp) {
   KILN_FAIL("interpret: ", op_name(op), " is not a comparison");
 }
 
-double transcendental(KOp op, double x) {
+double transcendental(KOp op, DType t, double x) {
   switch (op) {
 #define X(Id, fn, f64)                                                                                     \
   case KOp::Id: return kiln_vm_##fn##_f64(x);
     KILN_VECMATH_OPS(X)
+#undef X
+#define X(Id, fn, def)                                                                                     \
+  case KOp::Id: return t == DType::Float32 ? double(kiln_lm_##fn##_f32(float(x))) : kiln_lm_##fn##_f64(x);
+    KILN_LIBM_OPS(X)
 #undef X
   case KOp::Sqrt: return std::sqrt(x);
   case KOp::Floor: return std::floor(x);
@@ -134,7 +138,7 @@ Val eval_float(const Node &n, Val a, Val b, Val c) {
   case KOp::Abs: r.f = std::fabs(x); break;
   case KOp::Fma: r.f = std::fma(x, y, c.f); break;
   case KOp::Rsqrt: r.f = 1.0 / round_to(std::sqrt(x), n.dtype); break;
-  default: r.f = transcendental(n.op, x); break;
+  default: r.f = transcendental(n.op, n.dtype, x); break;
   }
   r.f = round_to(r.f, n.dtype);
   return r;

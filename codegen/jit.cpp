@@ -195,6 +195,12 @@ void define_host_symbols(orc::LLJIT &j) {
 #define X(Id, fn, f64) add(p + #fn, &kiln_vm_##fn##_f64);
   KILN_VECMATH_OPS(X)
 #undef X
+  // The libm list's functions, both precisions (runtime/kernels/libm_kernels.cpp).
+#define X(Id, fn, def)                                                                                     \
+  add(p + "lm_" #fn "_f32", &kiln_lm_##fn##_f32);                                                          \
+  add(p + "lm_" #fn "_f64", &kiln_lm_##fn##_f64);
+  KILN_LIBM_OPS(X)
+#undef X
   // The optimizer may turn loops into these calls.
   add("memcpy", &std::memcpy);
   add("memmove", &std::memmove);

@@ -137,21 +137,24 @@ inline constexpr int kMaxKernelRank = 4;
 // float-only, codegen::vecmath's polynomial for float32 and the list's float64
 // definition (kiln_vm_<fn>_f64, called per element) for float64, compute-bound (no
 // streaming stores, row scratch). Not Lane: vecmath on vectors is untested in row blocks.
+// Then one per function of the libm list (KOp::Sin, ...), trait Libm: float-only, a call
+// of the list's definition (kiln_lm_<fn>_f32 / _f64) per element in both dtypes, and
+// compute-bound like the transcendentals (is_transcendental holds for both traits).
 enum class KOp : uint8_t {
 #define X(name, arity, traits) name,
   KILN_KERNEL_OPS(X)
 #undef X
 #define X(Id, fn, f64) Id,
-  KILN_VECMATH_OPS(X)
+  KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
 #undef X
 };
 inline constexpr size_t kNumKOps = 0
 #define X(...) +1
-    KILN_KERNEL_OPS(X) KILN_VECMATH_OPS(X)
+    KILN_KERNEL_OPS(X) KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
 #undef X
     ;
 
-enum class KOpTrait : uint8_t { None, Transcendental, Lane };
+enum class KOpTrait : uint8_t { None, Transcendental, Libm, Lane };
 inline constexpr KOpTrait kKOpTraits[] = {
 #define X(name, arity, traits) KOpTrait::traits,
     KILN_KERNEL_OPS(X)
@@ -159,8 +162,14 @@ inline constexpr KOpTrait kKOpTraits[] = {
 #define X(Id, fn, f64) KOpTrait::Transcendental,
     KILN_VECMATH_OPS(X)
 #undef X
+#define X(Id, fn, def) KOpTrait::Libm,
+    KILN_LIBM_OPS(X)
+#undef X
 };
-constexpr bool is_transcendental(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Transcendental; }
+constexpr bool is_libm(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Libm; }
+constexpr bool is_transcendental(KOp op) {
+  return kKOpTraits[size_t(op)] == KOpTrait::Transcendental || is_libm(op);
+}
 constexpr bool is_lane_op(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Lane; }
 
 const char *op_name(KOp op);

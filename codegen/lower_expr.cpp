@@ -96,7 +96,7 @@ Value *Lowering::finish(IRBuilder<> &b, const Node &r, Value *acc) {
 }
 
 Value *Lowering::libm(IRBuilder<> &b, const char *name, Value *x) {
-  auto *d = b.getDoubleTy();
+  llvm::Type *d = x->getType(); // double, or float for the libm list's _f32 functions
   llvm::FunctionCallee f =
       m_.getOrInsertFunction(std::string(kLibmSymbolPrefix) + name, llvm::FunctionType::get(d, {d}, false));
   if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
@@ -115,6 +115,10 @@ Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x) {
 #define X(Id, fn, f64)                                                                                     \
   case KOp::Id: return f32 ? vecmath::fn(b, x) : libm(b, #fn, x);
     KILN_VECMATH_OPS(X)
+#undef X
+#define X(Id, fn, def)                                                                                     \
+  case KOp::Id: return libm(b, f32 ? "lm_" #fn "_f32" : "lm_" #fn "_f64", x);
+    KILN_LIBM_OPS(X)
 #undef X
 #define X(name, arity, traits) case KOp::name:
     KILN_KERNEL_OPS(X)
@@ -185,7 +189,7 @@ Value *Lowering::emit_node(IRBuilder<> &b, const Node &n, const std::vector<Valu
   case KOp::Ceil: return b.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
   case KOp::Round: return b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, x);
 #define X(Id, fn, f64) case KOp::Id:
-    KILN_VECMATH_OPS(X)
+    KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
 #undef X
     return transcendental(b, n.op, n.dtype, x);
   case KOp::Fma:
@@ -206,7 +210,8 @@ Value *Lowering::emit_lanes(IRBuilder<> &b, const Node &n, const std::vector<Val
   KILN_CHECK(n.op != KOp::Load && n.op != KOp::Reduce, "internal: emit_lanes of a ", op_name(n.op));
   if (width <= 1) return emit_node(b, n, vals);
   if (n.op == KOp::Const) return b.CreateVectorSplat(width, constant(n));
-  const bool scalar_only = n.op == KOp::Cast || (is_transcendental(n.op) && n.dtype == DType::Float64);
+  const bool scalar_only =
+      n.op == KOp::Cast || is_libm(n.op) || (is_transcendental(n.op) && n.dtype == DType::Float64);
   if (!scalar_only) return emit_node(b, n, vals);
   // Lane by lane: cast_value and libm take scalars (the loop vectorizer
   // scalarizes them the same way in a compiled kernel).

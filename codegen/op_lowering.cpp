@@ -183,7 +183,7 @@ const std::array<Rule, kNumOps> &rules() {
     set(OpId::Abs, [](const Ctx &x) { return x.k.unary(KOp::Abs, x.arg(0)); });
     // Each vector-math function (the vector-math list, runtime/ops.def) is its kernel op.
 #define X(Id, fn, f64) set(OpId::Id, [](const Ctx &x) { return float_unary(x, KOp::Id); });
-    KILN_VECMATH_OPS(X)
+    KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
 #undef X
     set(OpId::Sqrt, [](const Ctx &x) { return float_unary(x, KOp::Sqrt); });
     set(OpId::Rsqrt, [](const Ctx &x) { return float_unary(x, KOp::Rsqrt); });

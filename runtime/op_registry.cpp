@@ -115,6 +115,16 @@ KILN_VECMATH_OPS(X)
   static_assert(named_as(OpId::Id, #fn), "the composed-op list: " #fn " must be the mnemonic of " #Id);
 KILN_COMPOSED_OPS(X)
 #undef X
+// Each line of the libm list is a lowered elementwise unary op whose kernel is a C
+// library call (kiln_lm_<fn>_f32 / _f64), not a vector-math function.
+#define X(Id, fn, def)                                                                                      \
+  static_assert(has_trait(OpId::Id, OpTrait::Pointwise) && has_trait(OpId::Id, OpTrait::Costly) &&         \
+                    lowering_expected(OpId::Id) && !is_transcendental(OpId::Id) &&                          \
+                    op_operands(OpId::Id).max == 1 && op_kind(OpId::Id) == OpKind::Elementwise,             \
+                "the libm list: " #Id " must be an elementwise unary Pointwise | Costly | Lowers op, not Transcendental, in ops.def"); \
+  static_assert(named_as(OpId::Id, #fn), "the libm list: " #fn " must be the mnemonic of " #Id);
+KILN_LIBM_OPS(X)
+#undef X
 } // namespace
 
 namespace {

@@ -63,16 +63,18 @@ Tensor abs(const Tensor &x);
 // Declared from the lists of runtime/ops.def (runtime/op_lists.h), one per line: the
 // vector-math functions (KILN_VECMATH_OPS: exp, expm1, log, log1p, tanh, erf, sigmoid,
 // ...; bool and integer inputs promote to float32, as torch's) and the composed ops
-// (KILN_COMPOSED_OPS: silu, hardsigmoid (relu6(x + 3) / 6), ...; float inputs only).
+// (KILN_COMPOSED_OPS: silu, hardsigmoid (relu6(x + 3) / 6), hardswish, mish, log_sigmoid,
+// selu, ...; float inputs only).
 // Each is `Tensor fn(const Tensor &x);`; docs/ops-reference.md lists them by name.
 #define KILN_DECLARE_UNARY_OP(Id, fn, definition) Tensor fn(const Tensor &x);
 KILN_VECMATH_OPS(KILN_DECLARE_UNARY_OP)
 KILN_COMPOSED_OPS(KILN_DECLARE_UNARY_OP)
+// ... and the C library's functions (KILN_LIBM_OPS: sin, cos, tan, asin, acos, atan, sinh,
+// cosh, asinh, acosh, atanh, log2, log10; bool and integer inputs promote to float32).
+KILN_LIBM_OPS(KILN_DECLARE_UNARY_OP)
 #undef KILN_DECLARE_UNARY_OP
 Tensor sqrt(const Tensor &x);
 Tensor rsqrt(const Tensor &x);
-Tensor sin(const Tensor &x);
-Tensor cos(const Tensor &x);
 Tensor relu(const Tensor &x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor &x, const std::string &approximate = "none");

@@ -1,4 +1,5 @@
-// Unary elementwise ops: neg .. logical_not, gelu, the composed ops (silu, ...), relu_.
+// Unary elementwise ops: neg .. logical_not, gelu, the composed ops (silu, ...), the C
+// library's functions (sin, ...), relu_.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -36,6 +37,11 @@ template <class Pred, class F> void unary_kernel(const Tensor &out, const Tensor
       KILN_FAIL("internal: unary kernel has no ", out.dtype(), " instantiation");
     }
   });
+}
+
+template <class T> T kiln_lm_fn(T v, float (*f32)(float), double (*f64)(double)) {
+  if constexpr (std::is_same_v<T, float>) return f32(v);
+  else return f64(v);
 }
 
 struct FloatTypes {
@@ -162,8 +168,12 @@ void composed(const Tensor &out, const Tensor &x, ArrayFn<float> f32, ArrayFn<do
 KILN_VECMATH_OPS(KILN_TRANSCENDENTAL)
 KILN_FLOAT_UNARY(sqrt, Sqrt, std::sqrt(v))
 KILN_FLOAT_UNARY(rsqrt, Rsqrt, T(1) / std::sqrt(v))
-KILN_FLOAT_UNARY(sin, Sin, std::sin(v))
-KILN_FLOAT_UNARY(cos, Cos, std::cos(v))
+// A function of the libm list (runtime/ops.def): both dtypes call the list's definitions,
+// which the JIT calls too.
+#define KILN_LIBM(Id, fn, def)                                                                                 \
+  KILN_FLOAT_UNARY(fn, Id, kiln_lm_fn<T>(v, kiln_lm_##fn##_f32, kiln_lm_##fn##_f64))
+KILN_LIBM_OPS(KILN_LIBM)
+#undef KILN_LIBM
 KILN_FLOAT_UNARY(reciprocal, Reciprocal, T(1) / v)
 #undef KILN_TRANSCENDENTAL
 #undef KILN_FLOAT_UNARY
@@ -322,13 +332,12 @@ KILN_VECMATH_OPS(KILN_VECMATH_ADAPTER)
 #undef KILN_VECMATH_ADAPTER
 #define KILN_COMPOSED_ADAPTER(Id, fn, def) KILN_UNARY_ADAPTER(Id, fn)
 KILN_COMPOSED_OPS(KILN_COMPOSED_ADAPTER)
+KILN_LIBM_OPS(KILN_COMPOSED_ADAPTER)
 #undef KILN_COMPOSED_ADAPTER
 KILN_UNARY_ADAPTER(Neg, neg)
 KILN_UNARY_ADAPTER(Abs, abs)
 KILN_UNARY_ADAPTER(Sqrt, sqrt)
 KILN_UNARY_ADAPTER(Rsqrt, rsqrt)
-KILN_UNARY_ADAPTER(Sin, sin)
-KILN_UNARY_ADAPTER(Cos, cos)
 KILN_UNARY_ADAPTER(Relu, relu)
 KILN_UNARY_ADAPTER(Reciprocal, reciprocal)
 KILN_UNARY_ADAPTER(Square, square)

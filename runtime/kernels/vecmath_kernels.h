@@ -44,6 +44,15 @@ KILN_COMPOSED_KERNELS(KILN_PW_DECLARE)
 #undef KILN_PW_DECLARE_OP
 #undef KILN_PW_DECLARE
 
+/* One pair per line of the libm list (runtime/ops.def): kiln_lm_sin_f32(v), kiln_lm_sin_f64(v),
+ * ..., the line's definition in each precision (runtime/kernels/libm_kernels.cpp). The eager
+ * kernels, the JIT (a host symbol, called per element) and the kernel interpreter call these. */
+#define KILN_LM_DECLARE_OP(Id, fn, def)                                                                    \
+  float kiln_lm_##fn##_f32(float v);                                                                       \
+  double kiln_lm_##fn##_f64(double v);
+KILN_LIBM_OPS(KILN_LM_DECLARE_OP)
+#undef KILN_LM_DECLARE_OP
+
 #ifdef __cplusplus
 }
 #endif

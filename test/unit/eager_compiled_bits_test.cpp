@@ -51,24 +51,22 @@ struct Case {
 #define UNARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &) { return expr; }}
 #define BINARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &y) { return expr; }, true}
 
-// Every pointwise op, and every lowered pow exponent; sin, cos and remainder have no lowering
-// (they run eagerly inside a compiled function too) and are swept anyway. Each
-// line of the vector-math list (runtime/ops.def) and of the
-// composed-op list (runtime/ops.def) is a case by itself.
+// Every pointwise op, and every lowered pow exponent; remainder has no lowering
+// (it runs eagerly inside a compiled function too) and is swept anyway. Each
+// line of the vector-math, libm and composed-op lists (runtime/ops.def) is a
+// case by itself.
 std::vector<Case> cases() {
   return {
 #define X(Id, fn, f64) UNARY(#fn, Id, kiln::fn(x)),
       KILN_VECMATH_OPS(X)
 #undef X
 #define X(Id, fn, def) UNARY(#fn, Id, kiln::fn(x)),
-      KILN_COMPOSED_OPS(X)
+      KILN_COMPOSED_OPS(X) KILN_LIBM_OPS(X)
 #undef X
       UNARY("gelu_none", Gelu, kiln::gelu(x, "none")),
       UNARY("gelu_tanh", Gelu, kiln::gelu(x, "tanh")),
       UNARY("sqrt", Sqrt, kiln::sqrt(x)),
       UNARY("rsqrt", Rsqrt, kiln::rsqrt(x)),
-      UNARY("sin", Sin, kiln::sin(x)),
-      UNARY("cos", Cos, kiln::cos(x)),
       UNARY("neg", Neg, kiln::neg(x)),
       UNARY("abs", Abs, kiln::abs(x)),
       UNARY("relu", Relu, kiln::relu(x)),
@@ -278,7 +276,7 @@ TEST(EagerCompiledBits, LoweredOpsAreCompiled) {
   Tensor x = tensor_of(v), y = tensor_of(w);
   for (const Case &c : cases()) {
     std::string n = c.name;
-    // No lowering (Eager ops: sin, cos, remainder), not fusing (copy), or a misfit of the rule (a tensor
+    // No lowering (Eager ops: remainder), not fusing (copy), or a misfit of the rule (a tensor
     // exponent, float floor division). Composites (gelu, silu) are decomposed into fusing ops.
     bool kernel = lowering_expected(c.op) && (is_fusible(c.op) || op_kind(c.op) == OpKind::Composite);
     if (!kernel || n == "pow_tensor" || n == "div_floor") continue;

@@ -20,6 +20,8 @@ const std::vector<DType> kAllTypes = {kBool, kInt32, kInt64, kFloat32, kFloat64}
 // Mixed-sign values with fractions: -2.75, -1.5, ... (never exactly 0 at odd i).
 double signed_frac(int64_t i) { return (i % 11) * 0.625 - 3.1 + (i % 3) * 0.01; }
 double positive(int64_t i) { return 0.05 + (i % 13) * 0.37; }
+double unit_frac(int64_t i) { return (i % 11) * 0.18 - 0.9 + (i % 3) * 0.01; }   // asin, acos, atanh: [-0.9, 0.92]
+double above_one(int64_t i) { return 1.0 + (i % 13) * 0.41; }                    // acosh
 double small_int(int64_t i) { return double((i * 7) % 11) - 5; } // -5 .. 5
 double nonzero_int(int64_t i) { double v = small_int(i); return v == 0 ? 3 : v; }
 double bool_gen(int64_t i) { return (i * 5) % 3 == 0; }
@@ -73,6 +75,17 @@ const std::vector<FloatUnaryCase> kFloatUnary = {
     {"rsqrt", rsqrt, ref_rsqrt, positive},
     {"sin", sin, [](double x) { return std::sin(x); }, signed_frac},
     {"cos", cos, [](double x) { return std::cos(x); }, signed_frac},
+    {"tan", tan, [](double x) { return std::tan(x); }, signed_frac},
+    {"asin", asin, [](double x) { return std::asin(x); }, unit_frac},
+    {"acos", acos, [](double x) { return std::acos(x); }, unit_frac},
+    {"atan", atan, [](double x) { return std::atan(x); }, signed_frac},
+    {"sinh", sinh, [](double x) { return std::sinh(x); }, signed_frac},
+    {"cosh", cosh, [](double x) { return std::cosh(x); }, signed_frac},
+    {"asinh", asinh, [](double x) { return std::asinh(x); }, signed_frac},
+    {"acosh", acosh, [](double x) { return std::acosh(x); }, above_one},
+    {"atanh", atanh, [](double x) { return std::atanh(x); }, unit_frac},
+    {"log2", log2, [](double x) { return std::log2(x); }, positive},
+    {"log10", log10, [](double x) { return std::log10(x); }, positive},
     {"tanh", tanh, [](double x) { return std::tanh(x); }, signed_frac},
     {"sigmoid", sigmoid, ref_sigmoid, signed_frac},
     {"erf", erf, [](double x) { return std::erf(x); }, signed_frac},
@@ -692,6 +705,55 @@ TEST(ElementwiseUnary, Exp2NanInfPowersAndSubnormals) {
   }
 }
 
+// torch's formulas for the composed activations, in double (aten's CPU kernels).
+double ref_hardswish(double x) { return std::isnan(x) ? x : x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
+double ref_mish(double x) { return x * std::tanh(x > 20 ? x : std::log1p(std::exp(x))); } // softplus, threshold 20
+double ref_log_sigmoid(double x) { return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x)); }
+double ref_selu(double x) {
+  const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+  return x > 0 ? scale * x : scale * alpha * std::expm1(x);
+}
+
+// hardswish, mish, log_sigmoid and selu (the composed-op list): values over
+// [-30, 30] in each float dtype and layout against torch's formulas, NaN and
+// +-inf as torch gives them, and integer or bool input refused.
+TEST(ElementwiseUnary, ComposedActivationsValuesNanInfAndErrors) {
+  struct C {
+    const char *name;
+    Tensor (*fn)(const Tensor &);
+    double (*ref)(double);
+    double inf_result, minus_inf_result;
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const std::vector<C> cases = {
+      {"hardswish", hardswish, ref_hardswish, inf, nan},      // -inf * 0
+      {"mish", mish, ref_mish, inf, nan},                     // -inf * tanh(0)
+      {"log_sigmoid", log_sigmoid, ref_log_sigmoid, 0.0, -inf},
+      {"selu", selu, ref_selu, inf, -1.7580993408473766},    // -scale * alpha
+  };
+  for (const C &c : cases) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (Layout l : layouts_for({6, 10})) {
+        Tensor x = make_layout({6, 10}, dt, [](int64_t i) { return -30.0 + double(i) * 1.0171 - (i % 2) * 0.003; }, l);
+        Tensor y = c.fn(x);
+        EXPECT_EQ(y.dtype(), dt) << c.name;
+        EXPECT_EQ(y.sizes().vec(), (Shape{6, 10})) << c.name;
+        expect_values(y, ref_unary(x, c.ref), dt == kFloat32 ? 1e-5 : 1e-12, dt == kFloat32 ? 1e-6 : 1e-14,
+                      std::string(c.name) + " " + std::string(name(dt)) + " " + layout_name(l));
+      }
+      std::vector<double> y = values(c.fn(tensor(std::vector<double>{nan, inf, -inf}).to(dt)));
+      EXPECT_TRUE(std::isnan(y[0])) << c.name;
+      EXPECT_EQ(y[1], c.inf_result) << c.name;
+      if (std::isnan(c.minus_inf_result)) EXPECT_TRUE(std::isnan(y[2])) << c.name << " " << y[2];
+      else if (std::isinf(c.minus_inf_result)) EXPECT_EQ(y[2], c.minus_inf_result) << c.name;
+      else EXPECT_NEAR(y[2], c.minus_inf_result, 1e-6) << c.name;
+    }
+    for (DType dt : {kInt64, kInt32, kBool})
+      expect_error([&] { c.fn(make({3}, dt, dt == kBool ? Gen(bool_gen) : Gen(small_int))); },
+                   std::string(c.name) + ": expected a floating-point tensor, got " + std::string(name(dt)));
+  }
+}
+
 // torch.nn.functional.softsign, x / (1 + |x|), in double: a composed op.
 double ref_softsign(double x) { return x / (1.0 + std::abs(x)); }
 
@@ -740,6 +802,12 @@ TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
                                    {OpId::Log, log, p},       {OpId::Log1p, log1p, p},      {OpId::Expm1, expm1, f},
                                    {OpId::Sqrt, sqrt, p},     {OpId::Rsqrt, rsqrt, p},      {OpId::Sin, sin, f},
                                    {OpId::Cos, cos, f},       {OpId::Tanh, tanh, f},        {OpId::Sigmoid, sigmoid, f},
+                                   {OpId::Tan, tan, f},       {OpId::Asin, asin, f},        {OpId::Acos, acos, f},
+                                   {OpId::Atan, atan, f},     {OpId::Sinh, sinh, f},        {OpId::Cosh, cosh, f},
+                                   {OpId::Asinh, asinh, f},   {OpId::Acosh, acosh, p},      {OpId::Atanh, atanh, f},
+                                   {OpId::Log2, log2, p},     {OpId::Log10, log10, p},      {OpId::Mish, mish, f},
+                                   {OpId::Hardswish, hardswish, f}, {OpId::LogSigmoid, log_sigmoid, f},
+                                   {OpId::Selu, selu, f},
                                    {OpId::Relu, relu, f},     {OpId::Silu, silu, f},        {OpId::Erf, erf, f},
                                    {OpId::Hardsigmoid, hardsigmoid, f}, {OpId::Softsign, softsign, f},
                                    {OpId::Reciprocal, reciprocal, f}, {OpId::Square, square, i},

@@ -31,6 +31,7 @@ std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 std::vector<Case> cases() {
   manual_seed(7);
   Tensor x = randn({4, 6}), y = randn({4, 6}), pos = rand({4, 6}) + 0.5, row = randn({6});
+  Tensor unit = rand({4, 6}) * 1.8 - 0.9; // asin, acos, atanh: inside (-1, 1)
   Tensor mask = gt(randn({4, 6}), 0.0), ints = randint(1, 9, {4, 6});
   Tensor m = randn({6, 5}), b3 = randn({2, 4, 6}), b3w = randn({2, 6, 3});
   Tensor img = randn({2, 3, 8, 8}), cw = randn({4, 3, 3, 3}), cb = randn({4});
@@ -45,7 +46,11 @@ std::vector<Case> cases() {
       unary("log1p", log1p, pos), unary("expm1", expm1, x), unary("sqrt", sqrt, pos), unary("rsqrt", rsqrt, pos),
       unary("sin", sin, x), unary("cos", cos, x), unary("tanh", tanh, x), unary("sigmoid", sigmoid, x),
       unary("relu", relu, x), unary("silu", silu, x), unary("hardsigmoid", hardsigmoid, x), unary("erf", erf, x), unary("reciprocal", reciprocal, pos),
-      unary("softsign", softsign, x), unary("exp2", exp2, x),
+      unary("softsign", softsign, x), unary("exp2", exp2, x), unary("hardswish", hardswish, x),
+      unary("mish", mish, x), unary("log_sigmoid", log_sigmoid, x), unary("selu", selu, x),
+      unary("tan", tan, x), unary("asin", asin, unit), unary("acos", acos, unit), unary("atan", atan, x),
+      unary("sinh", sinh, x), unary("cosh", cosh, x), unary("asinh", asinh, x), unary("acosh", acosh, pos + 1.0),
+      unary("atanh", atanh, unit), unary("log2", log2, pos), unary("log10", log10, pos),
       unary("square", square, x), unary("floor", floor, x), unary("ceil", ceil, x), unary("round", round, x),
       unary("sign", sign, x), unary("logical_not", logical_not, mask),
       {"gelu", {x}, [](auto &a) { return one(gelu(a[0], "tanh") + gelu(a[0])); }},
