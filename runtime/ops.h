@@ -229,6 +229,94 @@ Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, cons
                                     const Tensor &attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt);
 
+// ---- composites: torch's functions that are compositions of the ops above, as torch's
+// CompositeImplicitAutograd ones are (runtime/kernels/composite.cpp). Each validates its
+// arguments (a kiln::Error naming it), then calls those ops: a traced call records them,
+// so a compiled function fuses them with their neighbours, and they have no table entry.
+// Activations (float inputs only, as torch's, except hardtanh, threshold, clamp_min/max):
+Tensor leaky_relu(const Tensor &x, const Scalar &negative_slope = 0.01);
+Tensor elu(const Tensor &x, const Scalar &alpha = 1, const Scalar &scale = 1, const Scalar &input_scale = 1);
+Tensor celu(const Tensor &x, const Scalar &alpha = 1);
+Tensor softplus(const Tensor &x, const Scalar &beta = 1, const Scalar &threshold = 20);
+Tensor hardtanh(const Tensor &x, const Scalar &min_val = -1, const Scalar &max_val = 1);
+// torch.threshold: value where x <= threshold, else x (x's dtype).
+Tensor threshold(const Tensor &x, const Scalar &threshold, const Scalar &value);
+Tensor clamp_min(const Tensor &x, const Scalar &min);
+Tensor clamp_max(const Tensor &x, const Scalar &max);
+// log(z / (1 - z)), z = clamp(x, eps, 1 - eps) when eps is given; integer inputs promote to float32.
+Tensor logit(const Tensor &x, std::optional<double> eps = std::nullopt);
+// Classification (bool results; integer inputs are never NaN or infinite).
+Tensor isnan(const Tensor &x);
+Tensor isinf(const Tensor &x);
+Tensor isposinf(const Tensor &x);
+Tensor isneginf(const Tensor &x);
+Tensor isfinite(const Tensor &x);
+// NaN -> nan (0), +inf -> posinf (the dtype's max), -inf -> neginf (its lowest); integers: a copy.
+Tensor nan_to_num(const Tensor &x, std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
+// Reductions: any / all of nonzero elements (bool results); logsumexp (float), stable as torch's.
+Tensor any(const Tensor &x);
+Tensor any(const Tensor &x, int64_t dim, bool keepdim = false);
+Tensor all(const Tensor &x);
+Tensor all(const Tensor &x, int64_t dim, bool keepdim = false);
+Tensor logsumexp(const Tensor &x, IntArrayRef dim, bool keepdim = false);
+// Eager comparisons of whole tensors (they read values: a traced call reports them as item() is).
+bool allclose(const Tensor &a, const Tensor &b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+bool equal(const Tensor &a, const Tensor &b);
+// Linear algebra: outer product of two 1-D tensors; beta * input + alpha * (sum of) batch products.
+Tensor outer(const Tensor &a, const Tensor &b);
+Tensor baddbmm(const Tensor &input, const Tensor &batch1, const Tensor &batch2, const Scalar &beta = 1,
+               const Scalar &alpha = 1);
+Tensor addbmm(const Tensor &input, const Tensor &batch1, const Tensor &batch2, const Scalar &beta = 1,
+              const Scalar &alpha = 1);
+// n-th forward difference along dim.
+Tensor diff(const Tensor &x, int64_t n = 1, int64_t dim = -1);
+// Movement: views where torch's are views, copies (cat, reshape of an expand) where torch copies.
+std::vector<Tensor> unbind(const Tensor &x, int64_t dim = 0);
+Tensor movedim(const Tensor &x, IntArrayRef source, IntArrayRef destination);
+Tensor unflatten(const Tensor &x, int64_t dim, IntArrayRef sizes);
+Tensor repeat(const Tensor &x, IntArrayRef repeats);
+Tensor tile(const Tensor &x, IntArrayRef reps);
+Tensor roll(const Tensor &x, IntArrayRef shifts, IntArrayRef dims = {});
+Tensor flip(const Tensor &x, IntArrayRef dims);
+// int64 class indices -> int64 one-hot rows; num_classes -1: max + 1 (read from the values).
+Tensor one_hot(const Tensor &indices, int64_t num_classes = -1);
+// nn (runtime/kernels/composite_nn.cpp): relu6 = hardtanh(x, 0, 6); the norms over their
+// dims with biased variance (float inputs), torch's defaults.
+Tensor relu6(const Tensor &x);
+Tensor group_norm(const Tensor &input, int64_t num_groups, const Tensor &weight = {}, const Tensor &bias = {},
+                  double eps = 1e-5);
+// Input statistics only (use_input_stats=false normalizes with the running ones, as batch_norm).
+Tensor instance_norm(const Tensor &input, const Tensor &running_mean = {}, const Tensor &running_var = {},
+                     const Tensor &weight = {}, const Tensor &bias = {}, bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+// eps defaults to the dtype's epsilon, as torch's.
+Tensor rms_norm(const Tensor &input, IntArrayRef normalized_shape, const Tensor &weight = {},
+                std::optional<double> eps = std::nullopt);
+Tensor local_response_norm(const Tensor &input, int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0);
+Tensor normalize(const Tensor &input, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+Tensor cosine_similarity(const Tensor &x1, const Tensor &x2, int64_t dim = 1, double eps = 1e-8);
+Tensor pairwise_distance(const Tensor &x1, const Tensor &x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
+// 1-D forms through the 2-D ops: input [N, C, L] or [C, L].
+Tensor conv1d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+              IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+Tensor max_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  IntArrayRef dilation = 1, bool ceil_mode = false);
+Tensor avg_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool1d(const Tensor &x, IntArrayRef output_size);
+// torch.nn.functional.pad: pad = (left, right) of the last dim, then of the one before, ...;
+// mode constant (value, default 0; negative padding crops), reflect, replicate, circular.
+Tensor pad(const Tensor &x, IntArrayRef pad, const std::string &mode = "constant",
+           std::optional<double> value = std::nullopt);
+// torch.nn.functional.interpolate for [N, C, L] and [N, C, H, W]: mode nearest, linear (3-D) or
+// bilinear (4-D, align_corners both ways); exactly one of size and scale_factor.
+Tensor interpolate(const Tensor &x, std::optional<std::vector<int64_t>> size = std::nullopt,
+                   std::optional<std::vector<double>> scale_factor = std::nullopt,
+                   const std::string &mode = "nearest", std::optional<bool> align_corners = std::nullopt);
+Tensor pixel_shuffle(const Tensor &x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor &x, int64_t downscale_factor);
+
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).
 void set_num_threads(int n);

@@ -363,6 +363,67 @@ public:
   Tensor &zero_();
   Tensor &fill_(const Scalar &value);
 
+  // ---- the composites and newer unary ops (runtime/ops.h), as methods
+  Tensor exp2() const;
+  Tensor log2() const;
+  Tensor log10() const;
+  Tensor tan() const;
+  Tensor asin() const;
+  Tensor acos() const;
+  Tensor atan() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
+  Tensor asinh() const;
+  Tensor acosh() const;
+  Tensor atanh() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor clamp_min(const Scalar &min) const;
+  Tensor clamp_max(const Scalar &max) const;
+  Tensor logit(std::optional<double> eps = std::nullopt) const;
+  Tensor nan_to_num(std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
+                    std::optional<double> neginf = std::nullopt) const;
+  Tensor any() const;
+  Tensor any(int64_t dim, bool keepdim = false) const;
+  Tensor all() const;
+  Tensor all(int64_t dim, bool keepdim = false) const;
+  Tensor logsumexp(IntArrayRef dim, bool keepdim = false) const;
+  Tensor outer(const Tensor &other) const;
+  Tensor diff(int64_t n = 1, int64_t dim = -1) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor movedim(IntArrayRef source, IntArrayRef destination) const;
+  Tensor unflatten(int64_t dim, IntArrayRef sizes) const;
+  Tensor repeat(IntArrayRef repeats) const;
+  Tensor tile(IntArrayRef reps) const;
+  Tensor roll(IntArrayRef shifts, IntArrayRef dims = {}) const;
+  bool allclose(const Tensor &other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  bool equal(const Tensor &other) const;
+  // Tensors like this one (its dtype unless given), and this one in other's dtype.
+  Tensor new_empty(IntArrayRef size, std::optional<DType> dtype = std::nullopt) const;
+  Tensor new_zeros(IntArrayRef size, std::optional<DType> dtype = std::nullopt) const;
+  Tensor new_ones(IntArrayRef size, std::optional<DType> dtype = std::nullopt) const;
+  Tensor new_full(IntArrayRef size, const Scalar &fill_value, std::optional<DType> dtype = std::nullopt) const;
+  Tensor type_as(const Tensor &other) const;
+  // In place: self = f(self) (torch's x.exp_(), ...); an Error when f's result dtype is
+  // not self's (exp_ of an integer tensor), as torch's.
+  Tensor &neg_();
+  Tensor &abs_();
+  Tensor &exp_();
+  Tensor &log_();
+  Tensor &sqrt_();
+  Tensor &rsqrt_();
+  Tensor &sin_();
+  Tensor &cos_();
+  Tensor &tanh_();
+  Tensor &sigmoid_();
+  Tensor &reciprocal_();
+  Tensor &floor_();
+  Tensor &ceil_();
+  Tensor &round_();
+  Tensor &square_();
+  Tensor &masked_fill_(const Tensor &mask, const Scalar &value);
+
   // ---- reductions
   Tensor sum(std::optional<DType> dtype = std::nullopt) const;
   Tensor sum(IntArrayRef dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;

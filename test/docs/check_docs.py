@@ -204,7 +204,33 @@ def ops_reference(root):
             traits = ", ".join(t for t in e["traits"] if t not in SHOWN_ELSEWHERE)
             out.append(f"| `{name}` | {cpp} | {e['kind']} | {attrs} | {compiled_column(e)} | {fuses_column(e)} "
                        f"| {grad} | {traits} |")
+    out.extend(composites_section(root))
     return "\n".join(out) + "\n", errors
+
+
+def composites_section(root):
+    """The composites of runtime/ops.h (its `// ---- composites` section): functions
+    without a table entry that call the ops above, so they trace, compile and fuse as those."""
+    text = (root / "runtime" / "ops.h").read_text()
+    start = text.index("// ---- composites")
+    section = re.sub(r"//[^\n]*", "", text[start:text.index("// ----", start + 1)])
+    names = {}
+    for stmt in section.split(";"):
+        stmt = " ".join(stmt.split())
+        m = re.match(r"^(?:[\w:<>, ]+?[ &*])(\w+)\(", stmt)
+        if m:
+            names.setdefault(m.group(1), []).append(stmt)
+    out = ["\n## Composites\n",
+           "torch's functions that kiln builds from the ops above (`runtime/kernels/composite.cpp`), as torch's",
+           "CompositeImplicitAutograd functions are: a traced call records the ops they call, so they compile and",
+           "fuse as those ops do (elementwise parts into JIT kernels); `allclose` and `equal` read values and run",
+           "eagerly. Methods of the same name exist where torch has them. Torch-style option structs for many of",
+           "these and for the nn ops: `kiln::nn::functional` (`runtime/functional.h`).\n",
+           "| C++ | compiled |", "|---|---|"]
+    for name, sigs in names.items():
+        compiled = "eager (reads values)" if name in ("allclose", "equal") else "as the ops it calls"
+        out.append("| " + "<br>".join(f"`{s}`" for s in sigs) + f" | {compiled} |")
+    return out
 
 
 def main():

@@ -20,7 +20,7 @@ namespace {
 using Inputs = std::function<std::vector<Tensor>()>;
 
 // Same shape and the same values, element by element (eager ops in double).
-bool equal(const Tensor &a, const Tensor &b) {
+bool same_values(const Tensor &a, const Tensor &b) {
   if (a.sizes().vec() != b.sizes().vec()) return false;
   if (a.numel() == 0) return true;
   return amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>() == 0.0;
@@ -120,7 +120,7 @@ void expect_same(const Tensor &got, const Tensor &want, const std::string &what)
     if (want.size(d) > 1) {
       EXPECT_EQ(got.stride(d), want.stride(d)) << what << ": stride of dim " << d;
     }
-  EXPECT_TRUE(equal(got, want)) << what << ": got " << got << " want " << want;
+  EXPECT_TRUE(same_values(got, want)) << what << ": got " << got << " want " << want;
 }
 
 void expect_same_outcome(const Outcome &got, const Outcome &want, const std::string &what) {
@@ -132,7 +132,7 @@ void expect_same_outcome(const Outcome &got, const Outcome &want, const std::str
   ASSERT_EQ(got.out.size(), want.out.size()) << what;
   for (size_t i = 0; i < want.out.size(); ++i) expect_same(got.out[i], want.out[i], what + " output " + std::to_string(i));
   for (size_t i = 0; i < want.in.size(); ++i) {
-    EXPECT_TRUE(equal(got.in[i], want.in[i])) << what << ": input " << i << " after the call is " << got.in[i]
+    EXPECT_TRUE(same_values(got.in[i], want.in[i])) << what << ": input " << i << " after the call is " << got.in[i]
                                               << ", eager left " << want.in[i];
     // A result eager gives memory of its own must not be the caller's input
     // (writing to it would change the input).
@@ -187,15 +187,15 @@ TEST(StridedInputs, IssueExamplesCompileWithFallbackOff) {
     std::vector<Tensor> in = x();
     Tensor before = in[0].clone();
     std::vector<Tensor> out = f(in);
-    EXPECT_TRUE(equal(in[0], before)) << "the caller's input was overwritten: " << in[0];
-    EXPECT_TRUE(equal(out[0], full({3, 2}, -2.0)));
+    EXPECT_TRUE(same_values(in[0], before)) << "the caller's input was overwritten: " << in[0];
+    EXPECT_TRUE(same_values(out[0], full({3, 2}, -2.0)));
   }
   {
     CompiledFunction f = compile([](const V &in) { Tensor r = in[0].reshape({-1}); r.mul_(0); return V{r}; }, off);
     std::vector<Tensor> in = x();
     Tensor before = in[0].clone();
     f(in);
-    EXPECT_TRUE(equal(in[0], before)) << "the caller's input was zeroed: " << in[0];
+    EXPECT_TRUE(same_values(in[0], before)) << "the caller's input was zeroed: " << in[0];
   }
   {
     CompiledFunction f =
@@ -203,24 +203,24 @@ TEST(StridedInputs, IssueExamplesCompileWithFallbackOff) {
     std::vector<Tensor> in = x();
     Tensor before = in[0].clone();
     std::vector<Tensor> out = f(in);
-    EXPECT_TRUE(equal(out[0], before)) << "contiguous() copied before the update: " << out[0];
-    EXPECT_TRUE(equal(in[0], before * 10.0));
+    EXPECT_TRUE(same_values(out[0], before)) << "contiguous() copied before the update: " << out[0];
+    EXPECT_TRUE(same_values(in[0], before * 10.0));
   }
   {
     CompiledFunction f = compile([](const V &in) { Tensor c = in[0].contiguous(); c.add_(1); return V{c}; }, off);
     std::vector<Tensor> out = f({tensor({1.f}).expand({4})});
-    EXPECT_TRUE(equal(out[0], full({4}, 2.0)));
+    EXPECT_TRUE(same_values(out[0], full({4}, 2.0)));
   }
   {
     CompiledFunction f = compile([](const V &in) { return V{in[0].t().view({6})}; }, off);
     std::vector<Tensor> in = x();
-    EXPECT_TRUE(equal(f(in)[0], arange(0, 6, 1, kFloat32)));
+    EXPECT_TRUE(same_values(f(in)[0], arange(0, 6, 1, kFloat32)));
   }
   {
     ModelFn fn = [](const V &in) { Tensor y = in[0] * 2.0; y.t().add_(1); return V{y.view({6})}; };
     CompiledFunction f = compile(fn, off);
     Tensor c = iota(6).view({2, 3});
-    EXPECT_TRUE(equal(f({c})[0], fn({c})[0]));
+    EXPECT_TRUE(same_values(f({c})[0], fn({c})[0]));
     EXPECT_EQ(f.stats().eager_calls, 0);
   }
 }
@@ -236,9 +236,9 @@ TEST(Layout, ElementwiseResultOfTransposedInputIsTransposed) {
   EXPECT_EQ(where(x > 2.0, x, 0.0).strides().vec(), (std::vector<int64_t>{1, 3}));
   // So the transpose of the result is contiguous: view accepts it, contiguous() is itself.
   Tensor y = x + 3.0;
-  EXPECT_TRUE(equal(y.t().view({6}), arange(3, 9, 1, kFloat32)));
+  EXPECT_TRUE(same_values(y.t().view({6}), arange(3, 9, 1, kFloat32)));
   y.t().contiguous().add_(100);
-  EXPECT_TRUE(equal(y, x + 103.0)) << "contiguous() of the transposed result is the result itself";
+  EXPECT_TRUE(same_values(y, x + 103.0)) << "contiguous() of the transposed result is the result itself";
 }
 
 TEST(Layout, FirstInputThatOrdersTwoDimsDecides) {

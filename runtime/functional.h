@@ -1,0 +1,244 @@
+// kiln::nn::functional: torch C++'s torch::nn::functional names and option structs, so
+// that code written against libtorch ports mechanically:
+//
+//   namespace F = kiln::nn::functional;
+//   y = F::gelu(x, F::GELUFuncOptions().approximate("tanh"));
+//   y = F::leaky_relu(x, F::LeakyReLUFuncOptions().negative_slope(0.2).inplace(true));
+//
+// Each function calls the free function of runtime/ops.h with the options as its
+// arguments (that function validates them and names itself in errors); inplace(true)
+// writes the result into the input, as torch's. Header-only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ops.h"
+
+namespace kiln::nn {
+
+// An option: a chained setter `T &name(value)` and a getter `name()`, as torch's TORCH_ARG.
+#define KILN_ARG(Self, T, name, init)                                                                        \
+public:                                                                                                      \
+  Self &name(const T &v) {                                                                                   \
+    name##_ = v;                                                                                             \
+    return *this;                                                                                            \
+  }                                                                                                          \
+  const T &name() const { return name##_; }                                                                  \
+                                                                                                             \
+private:                                                                                                     \
+  T name##_ = init;
+
+struct ReLUFuncOptions {
+  KILN_ARG(ReLUFuncOptions, bool, inplace, false)
+};
+using ReLU6FuncOptions = ReLUFuncOptions;
+using SELUFuncOptions = ReLUFuncOptions;
+using SiLUFuncOptions = ReLUFuncOptions;
+using HardswishFuncOptions = ReLUFuncOptions;
+using MishFuncOptions = ReLUFuncOptions;
+
+struct LeakyReLUFuncOptions {
+  KILN_ARG(LeakyReLUFuncOptions, double, negative_slope, 1e-2)
+  KILN_ARG(LeakyReLUFuncOptions, bool, inplace, false)
+};
+
+struct ELUFuncOptions {
+  KILN_ARG(ELUFuncOptions, double, alpha, 1.0)
+  KILN_ARG(ELUFuncOptions, bool, inplace, false)
+};
+
+struct CELUFuncOptions {
+  KILN_ARG(CELUFuncOptions, double, alpha, 1.0)
+  KILN_ARG(CELUFuncOptions, bool, inplace, false)
+};
+
+struct GELUFuncOptions {
+  KILN_ARG(GELUFuncOptions, std::string, approximate, "none")
+};
+
+struct HardtanhFuncOptions {
+  KILN_ARG(HardtanhFuncOptions, double, min_val, -1.0)
+  KILN_ARG(HardtanhFuncOptions, double, max_val, 1.0)
+  KILN_ARG(HardtanhFuncOptions, bool, inplace, false)
+};
+
+struct SoftplusFuncOptions {
+  KILN_ARG(SoftplusFuncOptions, double, beta, 1.0)
+  KILN_ARG(SoftplusFuncOptions, double, threshold, 20.0)
+};
+
+struct ThresholdFuncOptions {
+  ThresholdFuncOptions(double threshold, double value) : threshold_(threshold), value_(value) {}
+  KILN_ARG(ThresholdFuncOptions, double, threshold, 0.0)
+  KILN_ARG(ThresholdFuncOptions, double, value, 0.0)
+  KILN_ARG(ThresholdFuncOptions, bool, inplace, false)
+};
+
+struct SoftmaxFuncOptions {
+  SoftmaxFuncOptions(int64_t dim) : dim_(dim) {}
+  KILN_ARG(SoftmaxFuncOptions, int64_t, dim, -1)
+  KILN_ARG(SoftmaxFuncOptions, std::optional<DType>, dtype, std::nullopt)
+};
+using LogSoftmaxFuncOptions = SoftmaxFuncOptions;
+
+struct LayerNormFuncOptions {
+  LayerNormFuncOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  KILN_ARG(LayerNormFuncOptions, std::vector<int64_t>, normalized_shape, {})
+  KILN_ARG(LayerNormFuncOptions, Tensor, weight, {})
+  KILN_ARG(LayerNormFuncOptions, Tensor, bias, {})
+  KILN_ARG(LayerNormFuncOptions, double, eps, 1e-5)
+};
+
+struct BatchNormFuncOptions {
+  KILN_ARG(BatchNormFuncOptions, Tensor, weight, {})
+  KILN_ARG(BatchNormFuncOptions, Tensor, bias, {})
+  KILN_ARG(BatchNormFuncOptions, bool, training, false)
+  KILN_ARG(BatchNormFuncOptions, double, momentum, 0.1)
+  KILN_ARG(BatchNormFuncOptions, double, eps, 1e-5)
+};
+
+struct Conv2dFuncOptions {
+  KILN_ARG(Conv2dFuncOptions, Tensor, bias, {})
+  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, stride, {1})
+  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, padding, {0})
+  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, dilation, {1})
+  KILN_ARG(Conv2dFuncOptions, int64_t, groups, 1)
+};
+
+struct MaxPool2dFuncOptions {
+  MaxPool2dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, kernel_size, {})
+  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, stride, {}) // empty: kernel_size
+  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, padding, {0})
+  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, dilation, {1})
+  KILN_ARG(MaxPool2dFuncOptions, bool, ceil_mode, false)
+};
+
+struct AvgPool2dFuncOptions {
+  AvgPool2dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, kernel_size, {})
+  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, stride, {})
+  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, padding, {0})
+  KILN_ARG(AvgPool2dFuncOptions, bool, ceil_mode, false)
+  KILN_ARG(AvgPool2dFuncOptions, bool, count_include_pad, true)
+};
+
+struct AdaptiveAvgPool2dFuncOptions {
+  AdaptiveAvgPool2dFuncOptions(std::vector<int64_t> output_size) : output_size_(std::move(output_size)) {}
+  KILN_ARG(AdaptiveAvgPool2dFuncOptions, std::vector<int64_t>, output_size, {})
+};
+
+struct DropoutFuncOptions {
+  KILN_ARG(DropoutFuncOptions, double, p, 0.5)
+  KILN_ARG(DropoutFuncOptions, bool, training, true)
+  KILN_ARG(DropoutFuncOptions, bool, inplace, false)
+};
+#undef KILN_ARG
+
+namespace functional {
+using kiln::nn::AdaptiveAvgPool2dFuncOptions;
+using kiln::nn::AvgPool2dFuncOptions;
+using kiln::nn::BatchNormFuncOptions;
+using kiln::nn::CELUFuncOptions;
+using kiln::nn::Conv2dFuncOptions;
+using kiln::nn::DropoutFuncOptions;
+using kiln::nn::ELUFuncOptions;
+using kiln::nn::GELUFuncOptions;
+using kiln::nn::HardswishFuncOptions;
+using kiln::nn::HardtanhFuncOptions;
+using kiln::nn::LayerNormFuncOptions;
+using kiln::nn::LeakyReLUFuncOptions;
+using kiln::nn::LogSoftmaxFuncOptions;
+using kiln::nn::MaxPool2dFuncOptions;
+using kiln::nn::MishFuncOptions;
+using kiln::nn::ReLU6FuncOptions;
+using kiln::nn::ReLUFuncOptions;
+using kiln::nn::SELUFuncOptions;
+using kiln::nn::SiLUFuncOptions;
+using kiln::nn::SoftmaxFuncOptions;
+using kiln::nn::SoftplusFuncOptions;
+using kiln::nn::ThresholdFuncOptions;
+
+namespace detail {
+// torch's inplace=true: the result is written into x's memory and x is returned.
+inline Tensor maybe_inplace(Tensor x, const Tensor &result, bool inplace) {
+  if (!inplace) return result;
+  x.copy_(result);
+  return x;
+}
+} // namespace detail
+
+inline Tensor relu(const Tensor &x, const ReLUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::relu(x), o.inplace());
+}
+inline Tensor relu6(const Tensor &x, const ReLU6FuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::hardtanh(x, 0, 6), o.inplace());
+}
+inline Tensor leaky_relu(const Tensor &x, const LeakyReLUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::leaky_relu(x, o.negative_slope()), o.inplace());
+}
+inline Tensor elu(const Tensor &x, const ELUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::elu(x, o.alpha()), o.inplace());
+}
+inline Tensor celu(const Tensor &x, const CELUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::celu(x, o.alpha()), o.inplace());
+}
+inline Tensor selu(const Tensor &x, const SELUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::selu(x), o.inplace());
+}
+inline Tensor silu(const Tensor &x, const SiLUFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::silu(x), o.inplace());
+}
+inline Tensor mish(const Tensor &x, const MishFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::mish(x), o.inplace());
+}
+inline Tensor hardswish(const Tensor &x, const HardswishFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::hardswish(x), o.inplace());
+}
+inline Tensor hardsigmoid(const Tensor &x) { return kiln::hardsigmoid(x); }
+inline Tensor gelu(const Tensor &x, const GELUFuncOptions &o = {}) { return kiln::gelu(x, o.approximate()); }
+inline Tensor hardtanh(const Tensor &x, const HardtanhFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::hardtanh(x, o.min_val(), o.max_val()), o.inplace());
+}
+inline Tensor softplus(const Tensor &x, const SoftplusFuncOptions &o = {}) {
+  return kiln::softplus(x, o.beta(), o.threshold());
+}
+inline Tensor softsign(const Tensor &x) { return kiln::softsign(x); }
+inline Tensor logsigmoid(const Tensor &x) { return kiln::log_sigmoid(x); }
+inline Tensor threshold(const Tensor &x, const ThresholdFuncOptions &o) {
+  return detail::maybe_inplace(x, kiln::threshold(x, o.threshold(), o.value()), o.inplace());
+}
+inline Tensor softmax(const Tensor &x, const SoftmaxFuncOptions &o) { return kiln::softmax(x, o.dim(), o.dtype()); }
+inline Tensor log_softmax(const Tensor &x, const LogSoftmaxFuncOptions &o) {
+  return kiln::log_softmax(x, o.dim(), o.dtype());
+}
+inline Tensor layer_norm(const Tensor &x, const LayerNormFuncOptions &o) {
+  return kiln::layer_norm(x, o.normalized_shape(), o.weight(), o.bias(), o.eps());
+}
+inline Tensor batch_norm(const Tensor &x, const Tensor &running_mean, const Tensor &running_var,
+                         const BatchNormFuncOptions &o = {}) {
+  return kiln::batch_norm(x, o.weight(), o.bias(), running_mean, running_var, o.training(), o.momentum(), o.eps());
+}
+inline Tensor linear(const Tensor &x, const Tensor &weight, const Tensor &bias = {}) {
+  return kiln::linear(x, weight, bias);
+}
+inline Tensor conv2d(const Tensor &x, const Tensor &weight, const Conv2dFuncOptions &o = {}) {
+  return kiln::conv2d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
+}
+inline Tensor max_pool2d(const Tensor &x, const MaxPool2dFuncOptions &o) {
+  return kiln::max_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+}
+inline Tensor avg_pool2d(const Tensor &x, const AvgPool2dFuncOptions &o) {
+  return kiln::avg_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
+}
+inline Tensor adaptive_avg_pool2d(const Tensor &x, const AdaptiveAvgPool2dFuncOptions &o) {
+  return kiln::adaptive_avg_pool2d(x, o.output_size());
+}
+inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
+  return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());
+}
+} // namespace functional
+} // namespace kiln::nn
