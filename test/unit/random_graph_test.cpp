@@ -120,8 +120,8 @@ void check_passes(Checker &c, uint64_t seed) {
   check_pipeline(c, rg, pipeline, "", inputs, want);
 }
 
-void check_compile(Checker &c, uint64_t seed) {
-  RandomGraph rg = random_graph(seed);
+void check_compile(Checker &c, uint64_t seed, const RandomGraphOptions &o = {}) {
+  RandomGraph rg = random_graph(seed, o);
   CompileOptions opts;
   opts.fallback = Fallback::Off;
   CompiledFunction f = compile(rg.fn, opts);
@@ -359,6 +359,25 @@ TEST_P(RandomGraphCompile, CompiledAgreesWithEager) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomGraphCompile, ::testing::Range<uint64_t>(0, kCompileCases));
+
+// Graphs that also draw the newer elementwise ops (extended_graph_options: the libm
+// list, the composed activations, composites): compiled equals eager, and the
+// generator reaches the new ops.
+TEST(RandomGraphExtended, CompiledAgreesWithEagerAndCoversTheNewOps) {
+  Checker c;
+  std::map<std::string, int> ops;
+  for (uint64_t seed : random_graph_seeds(5000000, 150)) {
+    check_compile(c, seed, extended_graph_options());
+    if (c.failures >= kMaxFailures) break;
+    if (replaying()) continue;
+    std::unique_ptr<ir::Graph> g = random_graph(seed, extended_graph_options()).trace();
+    for (const ir::Node *n : g->nodes())
+      if (n->kind() == ir::Node::Kind::Op) ++ops[std::string(op_info(n->op()).mnemonic)];
+  }
+  if (replaying()) return;
+  for (const char *op : {"sin", "tan", "asinh", "acosh", "log2", "mish", "selu", "log_sigmoid", "hardswish"})
+    EXPECT_GT(ops[op], 0) << "no graph with " << op;
+}
 
 class RandomGraphCompileStrided : public ::testing::TestWithParam<uint64_t> {};
 

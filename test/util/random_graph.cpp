@@ -131,6 +131,7 @@ private:
   }
 
   void unary() {
+    if (o_.extended_ops && c_.chance(60)) return extended_unary();
     Val a = pick();
     const Tensor &x = a.t;
     switch (c_.below(12)) {
@@ -148,6 +149,42 @@ private:
     default:
       if (a.bound > 3) return push(exp(tanh(x)), std::exp(1.0));
       return push(exp(x), std::exp(a.bound));
+    }
+  }
+
+  // The newer elementwise ops, with their inputs kept in their domains (tanh, abs + 1)
+  // so that NaN stays the exception it is in a model.
+  void extended_unary() {
+    Val a = pick();
+    const Tensor &x = a.t;
+    const double b = a.bound;
+    switch (c_.below(24)) {
+    case 0: return push(sin(x), 1);
+    case 1: return push(cos(x), 1);
+    case 2: return push(tan(tanh(x)), 1.6);
+    case 3: return push(asin(tanh(x)), 1.6);
+    case 4: return push(acos(tanh(x)), 3.2);
+    case 5: return push(atan(x), 1.6);
+    case 6: return push(sinh(tanh(x)), 1.2);
+    case 7: return push(cosh(tanh(x)), 1.6);
+    case 8: return push(asinh(x), b);
+    case 9: return push(acosh(abs(x) + 1.0), b + 1);
+    case 10: return push(atanh(tanh(x) * 0.9), 1.5);
+    case 11: return push(log2(abs(x) + 0.5), b + 1);
+    case 12: return push(log10(abs(x) + 0.5), b + 1);
+    case 13: return push(hardswish(x), b);
+    case 14: return push(mish(x), b);
+    case 15: return push(log_sigmoid(x), b + 1);
+    case 16: return push(selu(x), 1.06 * b + 1.76);
+    case 17: return push(leaky_relu(x, 0.2), b);
+    case 18: return push(elu(x, 0.5), std::max(b, 0.5));
+    case 19: return push(softplus(x, 2.0, 3.0), b + 1);
+    case 20: return push(hardtanh(x, -0.5, 0.75), 1);
+    case 21: return push(nan_to_num(logit(sigmoid(x), 1e-3)), 7);
+    case 22: return push(where(isfinite(x), x, 0.0), b);
+    default:
+      if (x.dim() == 0) return push(relu6(x), std::min(b, 6.0));
+      return push(logsumexp(x, {x.dim() - 1}, true), b + std::log(double(x.size(-1)) + 1));
     }
   }
 
@@ -577,6 +614,14 @@ RandomGraphOptions contraction_graph_options() {
   o.contractions = true;
   o.max_ops = 8;
   o.max_numel = 8192;
+  return o;
+}
+
+RandomGraphOptions extended_graph_options() {
+  RandomGraphOptions o;
+  o.extended_ops = true;
+  o.max_ops = 8;
+  o.max_numel = 512;
   return o;
 }
 

@@ -59,11 +59,19 @@ struct RandomGraphOptions {
   // addmm or conv2d (stride, padding, dilation, groups including depthwise),
   // with the other ops around them as epilogues and producers.
   bool contractions = false;
+  // unary() draws from the ops issue 16 added too (extended_graph_options()): the libm
+  // list (sin, tan, asinh, log2, ...), the composed activations (mish, selu, ...) and
+  // composites (leaky_relu, softplus, nan_to_num, logsumexp, ...). Off by default so
+  // that a byte string makes the graph it made before the option existed.
+  bool extended_ops = false;
 };
 
 // The options of contraction-heavy graphs: contractions on, larger values (8192
 // elements), fewer ops (each contraction is a compile of its own).
 RandomGraphOptions contraction_graph_options();
+
+// The options of graphs that also draw the newer elementwise ops (extended_ops).
+RandomGraphOptions extended_graph_options();
 
 // The longest reduction of any contraction in `g` (K of a GEMM, (Cin / groups)
 // * kh * kw of a conv); 0 without contractions. Tests scale tolerances with it.
