@@ -17,7 +17,23 @@
 
 #include "runtime/ops.h"
 
+namespace kiln {
+// torch's mode names (torch::kCircular, ...) for the string options below.
+inline constexpr const char kConstant[] = "constant", kReflect[] = "reflect", kReplicate[] = "replicate",
+                            kCircular[] = "circular", kNearest[] = "nearest", kLinear[] = "linear",
+                            kBilinear[] = "bilinear";
+} // namespace kiln
+
 namespace kiln::nn {
+
+// A list option that also takes one value, as torch's ExpandingArray: .stride(2) or .stride({2, 1}).
+struct Ints : std::vector<int64_t> {
+  Ints() = default;
+  Ints(int64_t v) : std::vector<int64_t>{v} {}
+  Ints(int v) : std::vector<int64_t>{v} {}
+  Ints(std::initializer_list<int64_t> l) : std::vector<int64_t>(l) {}
+  Ints(std::vector<int64_t> v) : std::vector<int64_t>(std::move(v)) {}
+};
 
 // An option: a chained setter `T &name(value)` and a getter `name()`, as torch's TORCH_ARG.
 #define KILN_ARG(Self, T, name, init)                                                                        \
@@ -86,7 +102,8 @@ using LogSoftmaxFuncOptions = SoftmaxFuncOptions;
 
 struct LayerNormFuncOptions {
   LayerNormFuncOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
-  KILN_ARG(LayerNormFuncOptions, std::vector<int64_t>, normalized_shape, {})
+  LayerNormFuncOptions(int64_t normalized_shape) : normalized_shape_(Ints{normalized_shape}) {}
+  KILN_ARG(LayerNormFuncOptions, Ints, normalized_shape, {})
   KILN_ARG(LayerNormFuncOptions, Tensor, weight, {})
   KILN_ARG(LayerNormFuncOptions, Tensor, bias, {})
   KILN_ARG(LayerNormFuncOptions, double, eps, 1e-5)
@@ -102,33 +119,109 @@ struct BatchNormFuncOptions {
 
 struct Conv2dFuncOptions {
   KILN_ARG(Conv2dFuncOptions, Tensor, bias, {})
-  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, stride, {1})
-  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, padding, {0})
-  KILN_ARG(Conv2dFuncOptions, std::vector<int64_t>, dilation, {1})
+  KILN_ARG(Conv2dFuncOptions, Ints, stride, {1})
+  KILN_ARG(Conv2dFuncOptions, Ints, padding, {0})
+  KILN_ARG(Conv2dFuncOptions, Ints, dilation, {1})
   KILN_ARG(Conv2dFuncOptions, int64_t, groups, 1)
 };
 
 struct MaxPool2dFuncOptions {
   MaxPool2dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
-  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, kernel_size, {})
-  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, stride, {}) // empty: kernel_size
-  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, padding, {0})
-  KILN_ARG(MaxPool2dFuncOptions, std::vector<int64_t>, dilation, {1})
+  MaxPool2dFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(MaxPool2dFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(MaxPool2dFuncOptions, Ints, stride, {}) // empty: kernel_size
+  KILN_ARG(MaxPool2dFuncOptions, Ints, padding, {0})
+  KILN_ARG(MaxPool2dFuncOptions, Ints, dilation, {1})
   KILN_ARG(MaxPool2dFuncOptions, bool, ceil_mode, false)
 };
 
 struct AvgPool2dFuncOptions {
   AvgPool2dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
-  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, kernel_size, {})
-  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, stride, {})
-  KILN_ARG(AvgPool2dFuncOptions, std::vector<int64_t>, padding, {0})
+  AvgPool2dFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(AvgPool2dFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(AvgPool2dFuncOptions, Ints, stride, {})
+  KILN_ARG(AvgPool2dFuncOptions, Ints, padding, {0})
   KILN_ARG(AvgPool2dFuncOptions, bool, ceil_mode, false)
   KILN_ARG(AvgPool2dFuncOptions, bool, count_include_pad, true)
 };
 
 struct AdaptiveAvgPool2dFuncOptions {
   AdaptiveAvgPool2dFuncOptions(std::vector<int64_t> output_size) : output_size_(std::move(output_size)) {}
-  KILN_ARG(AdaptiveAvgPool2dFuncOptions, std::vector<int64_t>, output_size, {})
+  AdaptiveAvgPool2dFuncOptions(int64_t output_size) : output_size_(Ints{output_size}) {}
+  KILN_ARG(AdaptiveAvgPool2dFuncOptions, Ints, output_size, {})
+};
+
+struct Conv1dFuncOptions {
+  KILN_ARG(Conv1dFuncOptions, Tensor, bias, {})
+  KILN_ARG(Conv1dFuncOptions, Ints, stride, {1})
+  KILN_ARG(Conv1dFuncOptions, Ints, padding, {0})
+  KILN_ARG(Conv1dFuncOptions, Ints, dilation, {1})
+  KILN_ARG(Conv1dFuncOptions, int64_t, groups, 1)
+};
+
+struct MaxPool1dFuncOptions {
+  MaxPool1dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  MaxPool1dFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(MaxPool1dFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(MaxPool1dFuncOptions, Ints, stride, {})
+  KILN_ARG(MaxPool1dFuncOptions, Ints, padding, {0})
+  KILN_ARG(MaxPool1dFuncOptions, Ints, dilation, {1})
+  KILN_ARG(MaxPool1dFuncOptions, bool, ceil_mode, false)
+};
+
+struct AvgPool1dFuncOptions {
+  AvgPool1dFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  AvgPool1dFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(AvgPool1dFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(AvgPool1dFuncOptions, Ints, stride, {})
+  KILN_ARG(AvgPool1dFuncOptions, Ints, padding, {0})
+  KILN_ARG(AvgPool1dFuncOptions, bool, ceil_mode, false)
+  KILN_ARG(AvgPool1dFuncOptions, bool, count_include_pad, true)
+};
+
+struct GroupNormFuncOptions {
+  GroupNormFuncOptions(int64_t num_groups) : num_groups_(num_groups) {}
+  KILN_ARG(GroupNormFuncOptions, int64_t, num_groups, 1)
+  KILN_ARG(GroupNormFuncOptions, Tensor, weight, {})
+  KILN_ARG(GroupNormFuncOptions, Tensor, bias, {})
+  KILN_ARG(GroupNormFuncOptions, double, eps, 1e-5)
+};
+
+struct NormalizeFuncOptions {
+  KILN_ARG(NormalizeFuncOptions, double, p, 2.0)
+  KILN_ARG(NormalizeFuncOptions, int64_t, dim, 1)
+  KILN_ARG(NormalizeFuncOptions, double, eps, 1e-12)
+};
+
+struct CosineSimilarityFuncOptions {
+  KILN_ARG(CosineSimilarityFuncOptions, int64_t, dim, 1)
+  KILN_ARG(CosineSimilarityFuncOptions, double, eps, 1e-8)
+};
+
+struct PairwiseDistanceFuncOptions {
+  KILN_ARG(PairwiseDistanceFuncOptions, double, p, 2.0)
+  KILN_ARG(PairwiseDistanceFuncOptions, double, eps, 1e-6)
+  KILN_ARG(PairwiseDistanceFuncOptions, bool, keepdim, false)
+};
+
+struct PadFuncOptions {
+  PadFuncOptions(std::vector<int64_t> pad) : pad_(std::move(pad)) {}
+  PadFuncOptions(int64_t pad) : pad_(Ints{pad}) {}
+  KILN_ARG(PadFuncOptions, Ints, pad, {})
+  KILN_ARG(PadFuncOptions, std::string, mode, kConstant)
+  KILN_ARG(PadFuncOptions, double, value, 0.0)
+};
+
+struct InterpolateFuncOptions {
+  KILN_ARG(InterpolateFuncOptions, std::optional<std::vector<int64_t>>, size, std::nullopt)
+  KILN_ARG(InterpolateFuncOptions, std::optional<std::vector<double>>, scale_factor, std::nullopt)
+  KILN_ARG(InterpolateFuncOptions, std::string, mode, kNearest)
+  KILN_ARG(InterpolateFuncOptions, std::optional<bool>, align_corners, std::nullopt)
+};
+
+struct PixelShuffleFuncOptions {
+  PixelShuffleFuncOptions(int64_t upscale_factor) : upscale_factor_(upscale_factor) {}
+  KILN_ARG(PixelShuffleFuncOptions, int64_t, upscale_factor, 1)
 };
 
 struct DropoutFuncOptions {
@@ -140,7 +233,17 @@ struct DropoutFuncOptions {
 
 namespace functional {
 using kiln::nn::AdaptiveAvgPool2dFuncOptions;
+using kiln::nn::AvgPool1dFuncOptions;
 using kiln::nn::AvgPool2dFuncOptions;
+using kiln::nn::Conv1dFuncOptions;
+using kiln::nn::CosineSimilarityFuncOptions;
+using kiln::nn::GroupNormFuncOptions;
+using kiln::nn::InterpolateFuncOptions;
+using kiln::nn::MaxPool1dFuncOptions;
+using kiln::nn::NormalizeFuncOptions;
+using kiln::nn::PadFuncOptions;
+using kiln::nn::PairwiseDistanceFuncOptions;
+using kiln::nn::PixelShuffleFuncOptions;
 using kiln::nn::BatchNormFuncOptions;
 using kiln::nn::CELUFuncOptions;
 using kiln::nn::Conv2dFuncOptions;
@@ -237,6 +340,38 @@ inline Tensor avg_pool2d(const Tensor &x, const AvgPool2dFuncOptions &o) {
 inline Tensor adaptive_avg_pool2d(const Tensor &x, const AdaptiveAvgPool2dFuncOptions &o) {
   return kiln::adaptive_avg_pool2d(x, o.output_size());
 }
+inline Tensor conv1d(const Tensor &x, const Tensor &weight, const Conv1dFuncOptions &o = {}) {
+  return kiln::conv1d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
+}
+inline Tensor max_pool1d(const Tensor &x, const MaxPool1dFuncOptions &o) {
+  return kiln::max_pool1d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+}
+inline Tensor avg_pool1d(const Tensor &x, const AvgPool1dFuncOptions &o) {
+  return kiln::avg_pool1d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
+}
+inline Tensor group_norm(const Tensor &x, const GroupNormFuncOptions &o) {
+  return kiln::group_norm(x, o.num_groups(), o.weight(), o.bias(), o.eps());
+}
+inline Tensor normalize(const Tensor &x, const NormalizeFuncOptions &o = {}) {
+  return kiln::normalize(x, o.p(), o.dim(), o.eps());
+}
+inline Tensor cosine_similarity(const Tensor &a, const Tensor &b, const CosineSimilarityFuncOptions &o = {}) {
+  return kiln::cosine_similarity(a, b, o.dim(), o.eps());
+}
+inline Tensor pairwise_distance(const Tensor &a, const Tensor &b, const PairwiseDistanceFuncOptions &o = {}) {
+  return kiln::pairwise_distance(a, b, o.p(), o.eps(), o.keepdim());
+}
+inline Tensor pad(const Tensor &x, const PadFuncOptions &o) {
+  return kiln::pad(x, o.pad(), o.mode(), o.mode() == kConstant ? std::optional<double>(o.value()) : std::nullopt);
+}
+inline Tensor interpolate(const Tensor &x, const InterpolateFuncOptions &o = {}) {
+  return kiln::interpolate(x, o.size(), o.scale_factor(), o.mode(), o.align_corners());
+}
+inline Tensor pixel_shuffle(const Tensor &x, const PixelShuffleFuncOptions &o) {
+  return kiln::pixel_shuffle(x, o.upscale_factor());
+}
+inline Tensor embedding(const Tensor &input, const Tensor &weight) { return kiln::embedding(weight, input); }
+inline Tensor one_hot(const Tensor &x, int64_t num_classes = -1) { return kiln::one_hot(x, num_classes); }
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());
 }

@@ -66,6 +66,26 @@ TEST(Functional, OptionsReachTheirArguments) {
   EXPECT_TRUE(same(F::batch_norm(img, mean, var, F::BatchNormFuncOptions().weight(g).eps(1e-2)),
                    batch_norm(img, g, {}, mean, var, false, 0.1, 1e-2)));
   EXPECT_TRUE(same(F::dropout(x, F::DropoutFuncOptions().p(0.2).training(false)), x));
+  Tensor wave = rnd({2, 4, 20}, 10), w1 = rnd({6, 2, 3}, 11);
+  EXPECT_TRUE(same(F::conv1d(wave, w1, F::Conv1dFuncOptions().stride({2}).padding({1}).groups(2)),
+                   conv1d(wave, w1, {}, 2, 1, 1, 2)));
+  EXPECT_TRUE(same(F::max_pool1d(wave, F::MaxPool1dFuncOptions({3}).stride({2})), max_pool1d(wave, 3, 2)));
+  // One value where torch's ExpandingArray takes one: kernel 3, stride 2, as above.
+  EXPECT_TRUE(same(F::max_pool1d(wave, F::MaxPool1dFuncOptions(3).stride(2)), max_pool1d(wave, 3, 2)));
+  EXPECT_TRUE(same(F::conv1d(wave, w1, F::Conv1dFuncOptions().stride(2).padding(1).groups(2)),
+                   conv1d(wave, w1, {}, 2, 1, 1, 2)));
+  EXPECT_TRUE(same(F::avg_pool1d(wave, F::AvgPool1dFuncOptions({4}).padding({1}).count_include_pad(false)),
+                   avg_pool1d(wave, 4, {}, 1, false, false)));
+  EXPECT_TRUE(same(F::group_norm(img, F::GroupNormFuncOptions(3).weight(g).eps(1e-3)), group_norm(img, 3, g, {}, 1e-3)));
+  EXPECT_TRUE(same(F::normalize(x, F::NormalizeFuncOptions().p(1).dim(0)), normalize(x, 1, 0)));
+  EXPECT_TRUE(same(F::cosine_similarity(x, w * x, F::CosineSimilarityFuncOptions().dim(-1)), cosine_similarity(x, w * x, -1)));
+  EXPECT_TRUE(same(F::pairwise_distance(x, -x, F::PairwiseDistanceFuncOptions().p(1).keepdim(true)),
+                   pairwise_distance(x, -x, 1, 1e-6, true)));
+  EXPECT_TRUE(same(F::pad(x, F::PadFuncOptions({1, 2}).mode(kiln::kCircular)), pad(x, {1, 2}, "circular")));
+  EXPECT_TRUE(same(F::pad(x, F::PadFuncOptions({1, 0, 0, 2}).value(-5)), pad(x, {1, 0, 0, 2}, "constant", -5)));
+  EXPECT_TRUE(same(F::interpolate(img, F::InterpolateFuncOptions().size(std::vector<int64_t>{5, 7}).mode(kiln::kBilinear).align_corners(true)),
+                   interpolate(img, std::vector<int64_t>{5, 7}, std::nullopt, "bilinear", true)));
+  EXPECT_TRUE(same(F::pixel_shuffle(rnd({1, 8, 2, 2}, 12), F::PixelShuffleFuncOptions(2)), pixel_shuffle(rnd({1, 8, 2, 2}, 12), 2)));
   EXPECT_THROW(F::dropout(x), Error); // torch's default training=true; kiln has no training yet
 }
 
