@@ -239,11 +239,17 @@ Tensor gelu(const Tensor &x, const std::string &approximate) {
   return out;
 }
 
+// torch's softsign is Python, x / (1 + |x|), whose true division promotes bool and
+// integer inputs to float32; its other activations are kernels that refuse them.
+constexpr bool promotes_integers(OpId id) { return id == OpId::Softsign; }
+
 // The composed ops (the composed-op list, runtime/ops.def): float-only, as torch's
-// activations (an integer input is an error), the result in the input's dtype.
+// activations (an integer input is an error, or promotes where torch's does), the
+// result in the input's dtype.
 #define KILN_COMPOSED_OP(Id, fn, def)                                                                          \
   Tensor fn(const Tensor &x) {                                                                                 \
     detail::check_defined(x, #fn, "self");                                                                     \
+    if (!x.is_floating_point() && promotes_integers(OpId::Id)) return fn(to(x, kFloat32));                    \
     check_floating(x, #fn);                                                                                    \
     KILN_TRACE(Id, {x});                                                                                       \
     Tensor out = detail::make_elementwise_result(x.sizes(), x.dtype(), {&x});                                  \

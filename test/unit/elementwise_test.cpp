@@ -780,9 +780,13 @@ TEST(ElementwiseUnary, SoftsignValuesNanInfAndErrors) {
     EXPECT_EQ(y[5], -1.0);
     EXPECT_EQ(y[6], 0.5);
   }
-  expect_error([&] { softsign(make({3}, kInt64, small_int)); }, "softsign: expected a floating-point tensor, got int64");
-  expect_error([&] { softsign(make({3}, kInt32, small_int)); }, "softsign: expected a floating-point tensor, got int32");
-  expect_error([&] { softsign(make({3}, kBool, bool_gen)); }, "softsign: expected a floating-point tensor, got bool");
+  // torch's softsign is x / (1 + |x|): integers and bools promote to float32 (true division).
+  for (DType dt : {kInt64, kInt32, kBool}) {
+    Tensor i = make({6}, dt, dt == kBool ? Gen(bool_gen) : Gen(small_int));
+    Tensor y = softsign(i);
+    EXPECT_EQ(y.dtype(), kFloat32) << dt;
+    expect_values(y, ref_unary(i, ref_softsign), 2e-7, 0, "softsign promoted");
+  }
 }
 
 TEST(ElementwiseAdapters, RunOpMatchesTypedCall) {
