@@ -349,6 +349,19 @@ Space group_space(const ir::Graph &body, std::vector<int64_t> domain, const Dims
   return sp;
 }
 
+// A per-row result's strides along the kernel's outer (kept) dims, from its type's
+// layout: eager's, e.g. x + sum(...) on a transposed x is laid out as x. The type has
+// the reduced dims kept as 1 (the domain's rank) or dropped (the kept dims in order).
+std::vector<int64_t> row_output_strides(const Space &sp, const ir::TensorType &t) {
+  const size_t kept = sp.domain.size() - sp.reduced.size();
+  const bool keepdim = t.shape.size() == sp.domain.size();
+  KILN_CHECK(keepdim || t.shape.size() == kept, "codegen: row result ", t.str(), " in a group of domain ",
+             shape_str(sp.domain));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < kept; ++i) out.push_back((*t.strides)[keepdim ? sp.perm[i] : i]);
+  return out;
+}
+
 bool is_reduction(const ir::Node *n) { return n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Reduction; }
 
 // Body nodes whose results are per-row values with the reduced dims dropped: a
@@ -472,7 +485,7 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
     const ir::Value *o = body.outputs()[i];
     const ir::TensorType &t = group.results().at(i)->type();
     if (IntArrayRef(o->type().shape) != IntArrayRef(domain)) {
-      k.output_per_row(expr.at(o));
+      k.output_per_row(expr.at(o), t.strides ? row_output_strides(sp, t) : std::vector<int64_t>{});
       continue;
     }
     std::vector<int64_t> st = t.strides ? std::vector<int64_t>(t.strides->begin(), t.strides->end())

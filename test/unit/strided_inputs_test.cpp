@@ -225,6 +225,31 @@ TEST(StridedInputs, IssueExamplesCompileWithFallbackOff) {
   }
 }
 
+// A reduction group's per-row result laid out as a transposed input (eager's rule
+// for x + sum(...)) is stored in that layout, with the reduced dim dropped or kept
+// as 1. The kernel used to store per-row results row-major whatever their type's
+// layout (found by fuzz_random_graph: linear with K = 1 on a transposed input;
+// test/fuzz-regressions/random_graph/crash-row-result-in-transposed-layout).
+TEST(StridedInputs, ReductionGroupRowResultsKeepEagersLayout) {
+  CompileOptions off;
+  off.fallback = Fallback::Off;
+  const Tensor w = tensor({3.f, -2.f});
+  const std::vector<std::pair<const char *, ModelFn>> fns = {
+      {"dropped", [w](const V &in) { return V{in[0] + sum(in[0].unsqueeze(3) * w, {3}), -sum(in[0].unsqueeze(3) * w, {3})}; }},
+      {"kept as 1", [](const V &in) { return V{in[0] + sum(in[1], {2}, true)}; }},
+      {"linear, K = 1", [](const V &in) { return V{in[0] + linear(in[0], ones({1, 1}), tensor({0.5f}))}; }},
+  };
+  // Integer values: the sums are exact in any order.
+  auto make = [] {
+    return std::vector<Tensor>{iota(42).view({6, 7}).t().unsqueeze(2), iota(7 * 6 * 3).view({7, 6, 3}) - 20.0};
+  };
+  for (const auto &[name, fn] : fns) {
+    CompiledFunction f = compile(fn, off);
+    for (int call = 0; call < 2; ++call) expect_same_outcome(run(f, make), run(fn, make), name);
+    EXPECT_EQ(f.stats().eager_calls, 0) << name;
+  }
+}
+
 // ---- eager layouts: torch's rule, by hand.
 
 TEST(Layout, ElementwiseResultOfTransposedInputIsTransposed) {
