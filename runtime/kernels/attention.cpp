@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/composite_internal.h"
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/kernels/nn_rowops.h"
 #include "runtime/op_adapters.h"
@@ -41,14 +42,7 @@ int64_t batch_offset(int64_t b, IntArrayRef batch, const Dims &st) {
   return off;
 }
 
-// True when `from` broadcasts to exactly `to`.
-bool broadcasts_to(IntArrayRef from, IntArrayRef to) {
-  if (from.size() > to.size()) return false;
-  const size_t off = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != 1 && from[d] != to[off + d]) return false;
-  return true;
-}
+using detail::broadcasts_to;
 
 struct SdpaPlan {
   Dims batch;

@@ -10,30 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/composite_internal.h"
 #include "runtime/ops.h"
 
 namespace kiln {
 namespace {
-
-void check_float(const Tensor &x, const char *op) {
-  detail::check_defined(x, op, "self");
-  KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point tensor, got ", x.dtype(), " (shape ",
-             shape_str(x.sizes()), ")");
-}
-
-void check_not_bool(const Tensor &x, const char *op) {
-  detail::check_defined(x, op, "self");
-  KILN_CHECK(x.dtype() != kBool, op, ": not supported on bool tensors (shape ", shape_str(x.sizes()), ")");
-}
-
-// Whether `from` broadcasts to exactly `to` (numpy rules, trailing dims aligned).
-bool broadcasts_to(IntArrayRef from, IntArrayRef to) {
-  if (from.size() > to.size()) return false;
-  const size_t lead = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  return true;
-}
+using detail::broadcasts_to;
+using detail::check_float;
+using detail::check_not_bool;
 
 // beta * input + alpha * product, input broadcast to the product's shape; beta = 0
 // ignores input (its NaN and inf too) and alpha = 1 / beta = 1 multiply nothing, as torch's.

@@ -11,17 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/composite_internal.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
 namespace {
 
-void check_float(const Tensor &x, const char *op, const char *arg = "input") {
-  detail::check_defined(x, op, arg);
-  KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point ", arg, ", got ", x.dtype(), " (shape ",
-             shape_str(x.sizes()), ")");
-}
+// Its inputs are named "input", as torch's nn functions name them.
+void check_float(const Tensor &x, const char *op, const char *arg = "input") { detail::check_float(x, op, arg); }
 
 Tensor index_tensor(const std::vector<int64_t> &idx) { return tensor(idx); }
 

@@ -1,0 +1,32 @@
+// Argument checks shared by the composites (composite.cpp, composite_nn.cpp) and
+// attention.cpp: each names the function at fault.
+#pragma once
+
+#include <string_view>
+
+#include "runtime/tensor.h"
+
+namespace kiln::detail {
+
+// "<op>: expected a floating-point <what>, got int64 (shape [3])"; what = "tensor" or the argument.
+inline void check_float(const Tensor &x, const char *op, const char *what = "tensor") {
+  check_defined(x, op, std::string_view(what) == "tensor" ? "self" : what);
+  KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point ", what, ", got ", x.dtype(), " (shape ",
+             shape_str(x.sizes()), ")");
+}
+
+inline void check_not_bool(const Tensor &x, const char *op) {
+  check_defined(x, op, "self");
+  KILN_CHECK(x.dtype() != kBool, op, ": not supported on bool tensors (shape ", shape_str(x.sizes()), ")");
+}
+
+// Whether `from` broadcasts to exactly `to` (numpy rules, trailing dims aligned).
+inline bool broadcasts_to(IntArrayRef from, IntArrayRef to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
+} // namespace kiln::detail
