@@ -4,7 +4,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config python3 llvm-19-dev llvm-19-tools
           libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang-19 libclang-rt-19-dev libssl-dev
-          libdnnl-dev)  # oneDNN: bench/ compares kiln's GEMM with it; never linked into the library
+          libdnnl-dev   # oneDNN: bench/ compares kiln's GEMM with it; never linked into the library
+          ocl-icd-opencl-dev)  # libdnnl-dev's recommendation, which --no-install-recommends skips: Debian's oneDNN
+                               # is built with an OpenCL GPU runtime, and its CMake config requires OpenCL
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
