@@ -225,6 +225,39 @@ std::vector<Tensor> split(const Tensor &x, IntArrayRef split_sizes, int64_t dim 
 std::vector<Tensor> chunk(const Tensor &x, int64_t chunks, int64_t dim = 0);
 Tensor index_select(const Tensor &x, int64_t dim, const Tensor &index);
 Tensor gather(const Tensor &x, int64_t dim, const Tensor &index);
+// Scans along dim, run eagerly inside compiled code too. cumsum / cumprod: bool and integer
+// inputs give int64 unless dtype is given; float32 accumulates in double, as torch's CPU kernels.
+Tensor cumsum(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor cumprod(const Tensor &x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor logcumsumexp(const Tensor &x, int64_t dim);
+// Sorting along dim: (values, int64 indices). Always stable (equal values keep their order);
+// NaN sorts above every number, as torch's.
+std::tuple<Tensor, Tensor> sort(const Tensor &x, int64_t dim = -1, bool descending = false);
+std::tuple<Tensor, Tensor> sort(const Tensor &x, std::optional<bool> stable, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor &x, int64_t dim = -1, bool descending = false);
+// The k largest (smallest) elements along dim and their int64 indices, in sorted order (also
+// for sorted=false, whose order torch leaves unspecified); ties keep the lower index first.
+std::tuple<Tensor, Tensor> topk(const Tensor &x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// Scatter along dim: a copy of x where out[i][index[i][j]] = src[i][j] (for dim 1; index has x's
+// rank and is no larger than src, nor than x outside dim). A repeated index keeps the last write.
+Tensor scatter(const Tensor &x, int64_t dim, const Tensor &index, const Tensor &src);
+Tensor scatter(const Tensor &x, int64_t dim, const Tensor &index, const Scalar &value);
+Tensor scatter_add(const Tensor &x, int64_t dim, const Tensor &index, const Tensor &src);
+// reduce: "sum", "prod", "mean", "amax", "amin" (NaN propagates); include_self=false leaves x's
+// own value out wherever something is scattered to. "mean" of integers rounds down, as torch's.
+Tensor scatter_reduce(const Tensor &x, int64_t dim, const Tensor &index, const Tensor &src, const std::string &reduce,
+                      bool include_self = true);
+// A copy of x with alpha * source.select(dim, k) added to x.select(dim, index[k]) for every k.
+Tensor index_add(const Tensor &x, int64_t dim, const Tensor &index, const Tensor &source, const Scalar &alpha = 1);
+// Shapes that depend on the values: eager only (a traced call reports them as item() is).
+// nonzero: [count, x.dim()] int64 coordinates in row-major order; masked_select: 1-D, mask broadcast.
+Tensor nonzero(const Tensor &x);
+Tensor masked_select(const Tensor &x, const Tensor &mask);
+// Random: bernoulli(p) draws 1 with probability p per element (p's floating dtype); normal(mean,
+// std, size). A traced call records the drawn values as constants, as randn's.
+Tensor bernoulli(const Tensor &p);
+Tensor bernoulli(const Tensor &x, double p);
+Tensor normal(double mean, double std, IntArrayRef size, TensorOptions options = {});
 Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, const Tensor &value,
                                     const Tensor &attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -201,6 +202,34 @@ private:
 };
 
 class Tensor;
+
+namespace detail {
+[[noreturn]] void fail_accessor_index(int64_t index, int64_t size);
+void check_accessor(const Tensor &t, DType dtype, size_t rank);
+} // namespace detail
+
+// Element access through strides (Tensor::accessor<T, N>(), torch's TensorAccessor): a[i] is
+// the (N-1)-dim accessor at index i of the first dim, and for N == 1 the element itself.
+// Each index is checked against its size. Valid while the tensor it came from lives.
+template <class T, size_t N> class TensorAccessor {
+public:
+  TensorAccessor(T *data, const int64_t *sizes, const int64_t *strides)
+      : data_(data), sizes_(sizes), strides_(strides) {}
+  decltype(auto) operator[](int64_t i) const {
+    if (i < 0 || i >= sizes_[0]) [[unlikely]]
+      detail::fail_accessor_index(i, sizes_[0]);
+    if constexpr (N == 1) return data_[i * strides_[0]];
+    else return TensorAccessor<T, N - 1>(data_ + i * strides_[0], sizes_ + 1, strides_ + 1);
+  }
+  int64_t size(size_t d) const { return sizes_[d]; }
+  int64_t stride(size_t d) const { return strides_[d]; }
+  T *data() const { return data_; }
+
+private:
+  T *data_;
+  const int64_t *sizes_;
+  const int64_t *strides_;
+};
 
 // A 4-D tensor's memory layout (torch's at::MemoryFormat): Contiguous is
 // row-major NCHW; ChannelsLast keeps the NCHW shape with NHWC strides
@@ -443,6 +472,39 @@ public:
   Tensor std(IntArrayRef dim = {}, std::optional<double> correction = std::nullopt, bool keepdim = false) const;
   Tensor norm(const Scalar &p = 2, IntArrayRef dim = {}, bool keepdim = false) const;
 
+  // ---- scans, sorting and scatter (runtime/ops.h), random fills, element access
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor cumprod(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor logcumsumexp(int64_t dim) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  Tensor scatter(int64_t dim, const Tensor &index, const Tensor &src) const;
+  Tensor scatter(int64_t dim, const Tensor &index, const Scalar &value) const;
+  Tensor scatter_add(int64_t dim, const Tensor &index, const Tensor &src) const;
+  Tensor scatter_reduce(int64_t dim, const Tensor &index, const Tensor &src, const std::string &reduce,
+                        bool include_self = true) const;
+  Tensor index_add(int64_t dim, const Tensor &index, const Tensor &source, const Scalar &alpha = 1) const;
+  Tensor nonzero() const;
+  Tensor masked_select(const Tensor &mask) const;
+  // In place: self = the out-of-place result (its dtype must be self's).
+  Tensor &cumsum_(int64_t dim);
+  Tensor &scatter_(int64_t dim, const Tensor &index, const Tensor &src);
+  Tensor &scatter_(int64_t dim, const Tensor &index, const Scalar &value);
+  Tensor &scatter_add_(int64_t dim, const Tensor &index, const Tensor &src);
+  Tensor &scatter_reduce_(int64_t dim, const Tensor &index, const Tensor &src, const std::string &reduce,
+                          bool include_self = true);
+  Tensor &index_add_(int64_t dim, const Tensor &index, const Tensor &source, const Scalar &alpha = 1);
+  // Random fills of a floating tensor, from the generator manual_seed sets.
+  Tensor &normal_(double mean = 0, double std = 1);
+  Tensor &uniform_(double from = 0, double to = 1);
+  Tensor &bernoulli_(double p = 0.5);
+  Tensor &bernoulli_(const Tensor &p);
+  // torch's t.accessor<float, 2>()[i][j]: element access through the strides, for loops over a
+  // CPU tensor. Checks the dtype and rank once, and each index against its size. Writes through
+  // it are seen by compiled functions that captured the tensor (its version is bumped here).
+  template <class T, size_t N> TensorAccessor<T, N> accessor() const;
+
   // ---- nn / linear algebra
   Tensor softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
   Tensor log_softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
@@ -600,6 +662,13 @@ void check_defined(const Tensor &t, const char *op, const char *arg);
 template <class T> T *Tensor::data_ptr() const {
   KILN_CHECK(dtype() == dtype_of<T>, "data_ptr: tensor has dtype ", dtype(), " but was read as ", dtype_of<T>);
   return static_cast<T *>(data_ptr());
+}
+
+template <class T, size_t N> TensorAccessor<T, N> Tensor::accessor() const {
+  static_assert(N > 0, "accessor: a 0-dim tensor's element is item<T>()");
+  detail::check_accessor(*this, dtype_of<std::remove_const_t<T>>, N);
+  T *p = static_cast<T *>(data_ptr());
+  return TensorAccessor<T, N>(p, impl().sizes.data(), impl().strides.data());
 }
 
 template <class T> T Tensor::item() const {

@@ -127,6 +127,18 @@ std::vector<Case> cases() {
       {"index_select", {x, idx, gidx}, [](auto &a) {
          return std::vector<Tensor>{index_select(a[0], 0, tensor({3, 1})), gather(a[0], 1, a[2])};
        }},
+      {"scans", {x}, [](auto &a) {
+         return std::vector<Tensor>{cumsum(a[0], 1), cumprod(a[0], 0, kFloat64), logcumsumexp(a[0], -1)};
+       }},
+      {"sort", {x}, [](auto &a) {
+         auto [v, i] = sort(a[0], 1, true);
+         auto [tv, ti] = topk(a[0], 2, 0, false);
+         return std::vector<Tensor>{v, i, tv, ti};
+       }},
+      {"scatter", {x, gidx, y}, [](auto &a) {
+         return std::vector<Tensor>{scatter(a[0], 1, a[1], a[2]), scatter_reduce(a[0], 1, a[1], a[2], "amax", false),
+                                    index_add(a[0], 0, tensor({3, 1}), a[2].slice(0, 0, 2), 2)};
+       }},
       {"factories", {x}, [](auto &a) {
          return std::vector<Tensor>{a[0] + full({4, 6}, 2.0), arange(0, 6, 1, kFloat32) + a[0], linspace(0, 1, 6) * a[0],
                                     eye(4, 6) + a[0]};
