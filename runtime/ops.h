@@ -316,6 +316,11 @@ Tensor interpolate(const Tensor &x, std::optional<std::vector<int64_t>> size = s
                    const std::string &mode = "nearest", std::optional<bool> align_corners = std::nullopt);
 Tensor pixel_shuffle(const Tensor &x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor &x, int64_t downscale_factor);
+// torch.einsum: "ij,jk->ik" (explicit output) or "ij,jk" (implicit: the subscripts that appear
+// once, alphabetically); "..." broadcasts; a subscript repeated in one operand takes its diagonal;
+// subscripts absent from the output are summed. Operands are contracted left to right, each pair
+// through permute/reshape and bmm (runtime/kernels/composite_linalg.cpp).
+Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).
