@@ -224,6 +224,16 @@ struct PixelShuffleFuncOptions {
   KILN_ARG(PixelShuffleFuncOptions, int64_t, upscale_factor, 1)
 };
 
+struct ConvTranspose2dFuncOptions {
+  KILN_ARG(ConvTranspose2dFuncOptions, Tensor, bias, {})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, stride, {1})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, padding, {0})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, output_padding, {0})
+  KILN_ARG(ConvTranspose2dFuncOptions, int64_t, groups, 1)
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, dilation, {1})
+};
+using ConvTranspose1dFuncOptions = ConvTranspose2dFuncOptions;
+
 struct DropoutFuncOptions {
   KILN_ARG(DropoutFuncOptions, double, p, 0.5)
   KILN_ARG(DropoutFuncOptions, bool, training, true)
@@ -264,6 +274,8 @@ using kiln::nn::SiLUFuncOptions;
 using kiln::nn::SoftmaxFuncOptions;
 using kiln::nn::SoftplusFuncOptions;
 using kiln::nn::ThresholdFuncOptions;
+using kiln::nn::ConvTranspose1dFuncOptions;
+using kiln::nn::ConvTranspose2dFuncOptions;
 
 namespace detail {
 // torch's inplace=true: the result is written into x's memory and x is returned.
@@ -372,6 +384,14 @@ inline Tensor pixel_shuffle(const Tensor &x, const PixelShuffleFuncOptions &o) {
 }
 inline Tensor embedding(const Tensor &input, const Tensor &weight) { return kiln::embedding(weight, input); }
 inline Tensor one_hot(const Tensor &x, int64_t num_classes = -1) { return kiln::one_hot(x, num_classes); }
+inline Tensor conv_transpose2d(const Tensor &x, const Tensor &weight, const ConvTranspose2dFuncOptions &o = {}) {
+  return kiln::conv_transpose2d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                o.dilation());
+}
+inline Tensor conv_transpose1d(const Tensor &x, const Tensor &weight, const ConvTranspose1dFuncOptions &o = {}) {
+  return kiln::conv_transpose1d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                o.dilation());
+}
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());
 }

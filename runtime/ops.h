@@ -321,6 +321,14 @@ Tensor pixel_unshuffle(const Tensor &x, int64_t downscale_factor);
 // subscripts absent from the output are summed. Operands are contracted left to right, each pair
 // through permute/reshape and bmm (runtime/kernels/composite_linalg.cpp).
 Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands);
+// Transposed convolutions (weight [C_in, C_out / groups, k...]), torch's argument order: the
+// input zero-inserted by stride and padded, then conv2d with the flipped, group-transposed weight.
+Tensor conv_transpose1d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
+Tensor conv_transpose2d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).
