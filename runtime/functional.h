@@ -234,6 +234,15 @@ struct ConvTranspose2dFuncOptions {
 };
 using ConvTranspose1dFuncOptions = ConvTranspose2dFuncOptions;
 
+struct UnfoldFuncOptions {
+  UnfoldFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  UnfoldFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(UnfoldFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(UnfoldFuncOptions, Ints, dilation, {1})
+  KILN_ARG(UnfoldFuncOptions, Ints, padding, {0})
+  KILN_ARG(UnfoldFuncOptions, Ints, stride, {1})
+};
+
 struct DropoutFuncOptions {
   KILN_ARG(DropoutFuncOptions, double, p, 0.5)
   KILN_ARG(DropoutFuncOptions, bool, training, true)
@@ -276,6 +285,7 @@ using kiln::nn::SoftplusFuncOptions;
 using kiln::nn::ThresholdFuncOptions;
 using kiln::nn::ConvTranspose1dFuncOptions;
 using kiln::nn::ConvTranspose2dFuncOptions;
+using kiln::nn::UnfoldFuncOptions;
 
 namespace detail {
 // torch's inplace=true: the result is written into x's memory and x is returned.
@@ -391,6 +401,10 @@ inline Tensor conv_transpose2d(const Tensor &x, const Tensor &weight, const Conv
 inline Tensor conv_transpose1d(const Tensor &x, const Tensor &weight, const ConvTranspose1dFuncOptions &o = {}) {
   return kiln::conv_transpose1d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
                                 o.dilation());
+}
+// torch's F::unfold: im2col, [N, C, H, W] -> [N, C * kh * kw, L].
+inline Tensor unfold(const Tensor &x, const UnfoldFuncOptions &o) {
+  return kiln::im2col(x, o.kernel_size(), o.dilation(), o.padding(), o.stride());
 }
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());

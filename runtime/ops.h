@@ -329,6 +329,9 @@ Tensor conv_transpose1d(const Tensor &input, const Tensor &weight, const Tensor 
 Tensor conv_transpose2d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
                         IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
                         IntArrayRef dilation = 1);
+// torch.nn.functional.unfold's im2col: [N, C, H, W] (or [C, H, W]) -> [N, C * kh * kw, L] sliding blocks.
+Tensor im2col(const Tensor &input, IntArrayRef kernel_size, IntArrayRef dilation = 1, IntArrayRef padding = 0,
+              IntArrayRef stride = 1);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).
