@@ -243,6 +243,13 @@ struct UnfoldFuncOptions {
   KILN_ARG(UnfoldFuncOptions, Ints, stride, {1})
 };
 
+struct AdaptiveMaxPool2dFuncOptions {
+  AdaptiveMaxPool2dFuncOptions(std::vector<int64_t> output_size) : output_size_(std::move(output_size)) {}
+  AdaptiveMaxPool2dFuncOptions(int64_t output_size) : output_size_(Ints{output_size}) {}
+  KILN_ARG(AdaptiveMaxPool2dFuncOptions, Ints, output_size, {})
+};
+using AdaptiveMaxPool1dFuncOptions = AdaptiveMaxPool2dFuncOptions;
+
 struct DropoutFuncOptions {
   KILN_ARG(DropoutFuncOptions, double, p, 0.5)
   KILN_ARG(DropoutFuncOptions, bool, training, true)
@@ -286,6 +293,8 @@ using kiln::nn::ThresholdFuncOptions;
 using kiln::nn::ConvTranspose1dFuncOptions;
 using kiln::nn::ConvTranspose2dFuncOptions;
 using kiln::nn::UnfoldFuncOptions;
+using kiln::nn::AdaptiveMaxPool1dFuncOptions;
+using kiln::nn::AdaptiveMaxPool2dFuncOptions;
 
 namespace detail {
 // torch's inplace=true: the result is written into x's memory and x is returned.
@@ -405,6 +414,12 @@ inline Tensor conv_transpose1d(const Tensor &x, const Tensor &weight, const Conv
 // torch's F::unfold: im2col, [N, C, H, W] -> [N, C * kh * kw, L].
 inline Tensor unfold(const Tensor &x, const UnfoldFuncOptions &o) {
   return kiln::im2col(x, o.kernel_size(), o.dilation(), o.padding(), o.stride());
+}
+inline Tensor adaptive_max_pool2d(const Tensor &x, const AdaptiveMaxPool2dFuncOptions &o) {
+  return std::get<0>(kiln::adaptive_max_pool2d(x, o.output_size()));
+}
+inline Tensor adaptive_max_pool1d(const Tensor &x, const AdaptiveMaxPool1dFuncOptions &o) {
+  return std::get<0>(kiln::adaptive_max_pool1d(x, o.output_size()));
 }
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());

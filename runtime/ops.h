@@ -332,6 +332,10 @@ Tensor conv_transpose2d(const Tensor &input, const Tensor &weight, const Tensor 
 // torch.nn.functional.unfold's im2col: [N, C, H, W] (or [C, H, W]) -> [N, C * kh * kw, L] sliding blocks.
 Tensor im2col(const Tensor &input, IntArrayRef kernel_size, IntArrayRef dilation = 1, IntArrayRef padding = 0,
               IntArrayRef stride = 1);
+// Adaptive max pooling: the values and int64 indices into H * W (L), as torch's; window i spans
+// [floor(i * H / oh), ceil((i + 1) * H / oh)); NaN propagates.
+std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor &x, IntArrayRef output_size);
+std::tuple<Tensor, Tensor> adaptive_max_pool1d(const Tensor &x, IntArrayRef output_size);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).
