@@ -336,6 +336,12 @@ Tensor im2col(const Tensor &input, IntArrayRef kernel_size, IntArrayRef dilation
 // [floor(i * H / oh), ceil((i + 1) * H / oh)); NaN propagates.
 std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor &x, IntArrayRef output_size);
 std::tuple<Tensor, Tensor> adaptive_max_pool1d(const Tensor &x, IntArrayRef output_size);
+// torch.repeat_interleave: each element repeated `repeats` times along dim (flattened input when
+// dim is nullopt). The tensor forms read the repeats' values (a traced call reports them as item()
+// is); repeat_interleave(repeats) gives the indices [0] * r0 + [1] * r1 + ...
+Tensor repeat_interleave(const Tensor &self, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor &repeats);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).

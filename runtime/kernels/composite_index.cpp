@@ -1,0 +1,78 @@
+// repeat_interleave (runtime/ops.h, "composites"): a scalar count is an expand of a new
+// dim after `dim` merged into it; per-element counts become the index list
+// [0] * r0 + [1] * r1 + ..., gathered with index_select. The counts are values, read
+// on the host: a traced call reads them as item() does (a graph break), as one_hot's
+// num_classes -1.
+#include <algorithm>
+#include <vector>
+
+#include "runtime/kernels/composite_internal.h"
+#include "runtime/ops.h"
+
+namespace kiln {
+namespace {
+
+const char *kOp = "repeat_interleave";
+
+// The counts of an integer 0-dim or 1-D tensor, on the host.
+std::vector<int64_t> read_counts(const Tensor &repeats) {
+  detail::check_defined(repeats, kOp, "repeats");
+  KILN_CHECK(repeats.dtype() == kInt64 || repeats.dtype() == kInt32, kOp,
+             ": repeats must be an int64 or int32 tensor, got ", repeats.dtype());
+  KILN_CHECK(repeats.dim() <= 1, kOp, ": repeats must be a 0-dim or 1-D tensor, got shape ",
+             shape_str(repeats.sizes()));
+  if (repeats.is_meta()) (void)repeats.item(); // reports the read to the tracer and throws
+  Tensor r = contiguous(to(repeats, kInt64));
+  const int64_t *p = static_cast<const int64_t *>(r.raw_data());
+  std::vector<int64_t> counts(p, p + r.numel());
+  for (int64_t c : counts) KILN_CHECK(c >= 0, kOp, ": repeats can not be negative, got ", c);
+  return counts;
+}
+
+} // namespace
+
+Tensor repeat_interleave(const Tensor &self, int64_t repeats, std::optional<int64_t> dim) {
+  detail::check_defined(self, kOp, "self");
+  KILN_CHECK(repeats >= 0, kOp, ": repeats can not be negative, got ", repeats);
+  Tensor x = dim ? self : flatten(self);
+  const int64_t d = dim ? detail::wrap_dim(*dim, std::max<int64_t>(x.dim(), 1), kOp) : 0;
+  if (x.dim() == 0) x = reshape(x, {1});
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end()), merged = shape;
+  shape.insert(shape.begin() + d + 1, repeats);
+  merged[size_t(d)] *= repeats;
+  return reshape(expand(unsqueeze(x, d + 1), shape), merged);
+}
+
+Tensor repeat_interleave(const Tensor &repeats) {
+  detail::check_defined(repeats, kOp, "repeats");
+  KILN_CHECK(repeats.dim() == 1, kOp, ": repeat_interleave(repeats) accepts only a 1-D repeats tensor, got shape ",
+             shape_str(repeats.sizes()));
+  const std::vector<int64_t> counts = read_counts(repeats);
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < counts.size(); ++i) idx.insert(idx.end(), size_t(counts[i]), int64_t(i));
+  return to(tensor(idx), repeats.dtype());
+}
+
+Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optional<int64_t> dim) {
+  detail::check_defined(self, kOp, "self");
+  const std::vector<int64_t> counts = read_counts(repeats);
+  if (repeats.dim() == 0 || counts.size() == 1) return repeat_interleave(self, counts[0], dim);
+  Tensor x = dim ? self : flatten(self);
+  const int64_t d = dim ? detail::wrap_dim(*dim, std::max<int64_t>(x.dim(), 1), kOp) : 0;
+  if (x.dim() == 0) x = reshape(x, {1});
+  KILN_CHECK( int64_t(counts.size()) == x.size(d), kOp,
+             ": repeats must have the same size as input along dim, but got repeats of shape ",
+             shape_str(repeats.sizes()), " and input of shape ", shape_str(self.sizes()), " along dim ", d);
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < counts.size(); ++i) idx.insert(idx.end(), size_t(counts[i]), int64_t(i));
+  return index_select(x, d, tensor(idx));
+}
+
+Tensor Tensor::repeat_interleave(int64_t repeats, std::optional<int64_t> dim) const {
+  return kiln::repeat_interleave(*this, repeats, dim);
+}
+Tensor Tensor::repeat_interleave(const Tensor &repeats, std::optional<int64_t> dim) const {
+  return kiln::repeat_interleave(*this, repeats, dim);
+}
+
+} // namespace kiln
