@@ -342,6 +342,9 @@ std::tuple<Tensor, Tensor> adaptive_max_pool1d(const Tensor &x, IntArrayRef outp
 Tensor repeat_interleave(const Tensor &self, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
 Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optional<int64_t> dim = std::nullopt);
 Tensor repeat_interleave(const Tensor &repeats);
+// Rounding toward zero, and x - trunc(x) (float; trunc of an integer tensor is a copy, frac an Error).
+Tensor trunc(const Tensor &x);
+Tensor frac(const Tensor &x);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).

@@ -399,6 +399,8 @@ public:
   Tensor roll(IntArrayRef shifts, IntArrayRef dims = {}) const;
   bool allclose(const Tensor &other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   bool equal(const Tensor &other) const;
+  Tensor trunc() const;
+  Tensor frac() const;
   Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
   Tensor repeat_interleave(const Tensor &repeats, std::optional<int64_t> dim = std::nullopt) const;
   // Every window of `size` elements along `dimension`, `step` apart, as a new last dim (a view).

@@ -486,3 +486,37 @@ TEST(Composite, RepeatInterleaveCompiled) {
   off.fallback = Fallback::Off;
   EXPECT_THROW(compile(counted, off)(kiln::testing::copies(in2)), kiln::Error);
 }
+
+// trunc rounds toward zero (floor for x >= 0, ceil below); frac = x - trunc(x).
+TEST(Composite, TruncAndFrac) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Layout l : layouts_for({5, 8})) {
+      Tensor x = make_layout({5, 8}, dt, spread, l);
+      const std::string what = std::string(name(dt)) + " " + layout_name(l);
+      auto tr = [](double v) { return std::isnan(v) || std::isinf(v) ? v : (v < 0 ? std::ceil(v) : std::floor(v)); };
+      Tensor t = trunc(x);
+      EXPECT_EQ(t.dtype(), dt);
+      expect_values(t, ref_unary(x, tr), 0, 0, what + " trunc");
+      expect_values(x.frac(), ref_unary(x, [&](double v) { return std::isinf(v) ? kNan : v - tr(v); }), 0, 0,
+                    what + " frac");
+      expect_values(x.trunc(), ref_unary(x, tr), 0, 0, what + " trunc method");
+    }
+  Tensor neg_half = trunc(tensor({-0.5f}));
+  EXPECT_TRUE(std::signbit(values(neg_half)[0])) << "trunc(-0.5) is -0";
+  Tensor i = make({4}, kInt64, [](int64_t k) { return double(k) - 2; });
+  Tensor ti = trunc(i);
+  EXPECT_EQ(ti.dtype(), kInt64);
+  expect_values(ti, {-2, -1, 0, 1}, 0, 0, "trunc int");
+  EXPECT_NE(ti.impl().storage->data(), i.impl().storage->data()) << "trunc of an integer tensor is a copy";
+  expect_error([&] { frac(i); }, "frac: expected a floating-point tensor, got int64");
+  expect_error([&] { trunc(make({2}, kBool, bool_gen)); }, "trunc: not supported on bool tensors");
+  EXPECT_EQ(trunc(zeros({0, 3})).sizes().vec(), (Shape{0, 3}));
+  Fn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{trunc(in[0] * 3.0) + frac(in[0] * 3.0)}; };
+  const std::vector<Tensor> in = {kiln::testing::rnd({4, 5}, 91)};
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
+  expect_values(want[0], ref_unary(in[0], [](double v) { return double(float(v * 3.0)); }), 1e-6, 1e-6, "trunc + frac");
+  EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 0));
+}
