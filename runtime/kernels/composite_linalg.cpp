@@ -207,6 +207,9 @@ Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands) 
     detail::check_defined(operands[k], "einsum", arg.c_str());
     KILN_CHECK(operands[k].dtype() == operands[0].dtype(), "einsum: operand ", k, " has dtype ", operands[k].dtype(),
                " but operand 0 has dtype ", operands[0].dtype(), " (expected the same dtype)");
+    // Its products are bmm's, which has no bool form: refused here, under einsum's name.
+    KILN_CHECK(operands[k].dtype() != kBool, "einsum: operand ", k, " is a bool tensor (shape ",
+               shape_str(operands[k].sizes()), "); expected a numeric dtype");
   }
   std::vector<Term> terms;
   for (size_t start = 0;;) {

@@ -151,6 +151,8 @@ TEST(Einsum, BadEquations) {
                "einsum: operand 1 has size 3 for the ellipsis (...) dims, where another operand has size 2");
   expect_error([&] { einsum("ij,jk", {a, b.to(kFloat64)}); }, "einsum: operand 1 has dtype float64 but operand 0 has dtype float32");
   expect_error([&] { einsum("ij", {}); }, "einsum: must provide at least one operand");
+  expect_error([&] { einsum("i,i", {zeros({2}, kBool), zeros({2}, kBool)}); },
+               "einsum: operand 0 is a bool tensor (shape [2]); expected a numeric dtype");
   expect_error([&] { einsum("ij,jk", {a, Tensor()}); }, "einsum");
 }
 
