@@ -2,9 +2,8 @@
 // composite_nn.cpp: each checks its arguments under its own name, then calls public ops,
 // so that a traced call records those ops (zero insertion, padding, the weight's flip)
 // and a compiled function fuses the conv's epilogue. The geometry is done on the host.
-#include <algorithm>
+#include <cstdint>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "runtime/kernels/composite_internal.h"
@@ -18,6 +17,14 @@ std::vector<int64_t> expand_arg(IntArrayRef v, size_t n, const char *op, const c
   KILN_CHECK(v.size() == 1 || v.size() == n, op, ": expected ", arg, " to have ", n == 1 ? "1 value" : "1 or 2 values",
              ", got ", shape_str(v));
   return v.size() == 1 ? std::vector<int64_t>(n, v[0]) : std::vector<int64_t>(v.begin(), v.end());
+}
+
+// weight and bias in input's dtype, as conv2d wants them (checked here under op's name).
+void check_same_dtype(const char *op, const Tensor &input, const Tensor &weight, const Tensor &bias) {
+  KILN_CHECK(weight.dtype() == input.dtype(), op, ": expected weight to have dtype ", input.dtype(),
+             " (as input), got ", weight.dtype());
+  KILN_CHECK(!bias.defined() || bias.dtype() == input.dtype(), op, ": expected bias to have dtype ", input.dtype(),
+             " (as input), got ", bias.dtype());
 }
 
 // x [N, C, H, W] with stride - 1 zeros between neighbouring elements of H and W:
@@ -55,6 +62,12 @@ Tensor conv_transpose(const char *op, const Tensor &input, const Tensor &weight,
                ": output padding must be smaller than either stride or dilation, got output_padding ", shape_str(op_),
                ", stride ", shape_str(s), " and dilation ", shape_str(d));
     KILN_CHECK(in[i] > 0, op, ": expected a non-empty spatial input, got shape ", shape_str(input.sizes()));
+    // Arguments can be anything a caller passes: keep the geometry's arithmetic in range.
+    const __int128 big = INT64_MAX / 4;
+    KILN_CHECK(__int128(in[i]) * s[size_t(i)] < big && __int128(d[size_t(i)]) * k[i] < big && p[size_t(i)] < big &&
+                   op_[size_t(i)] < big,
+               op, ": stride ", shape_str(s), ", padding ", shape_str(p), ", dilation ", shape_str(d),
+               " and kernel of shape ", shape_str(weight.sizes()), " are out of range");
     out[i] = (in[i] - 1) * s[size_t(i)] - 2 * p[size_t(i)] + d[size_t(i)] * (k[i] - 1) + op_[size_t(i)] + 1;
     KILN_CHECK(out[i] > 0 && k[i] > 0, op, ": the output size ", out[i], " (spatial dim ", i, ") for input of shape ",
                shape_str(input.sizes()), " and weight of shape ", shape_str(weight.sizes()), " is too small");
@@ -82,6 +95,8 @@ Tensor conv_transpose2d(const Tensor &input, const Tensor &weight, const Tensor 
              shape_str(input.sizes()));
   KILN_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [C_in, C_out / groups, kH, kW], got shape ",
              shape_str(weight.sizes()));
+  detail::check_float(input, op, "input");
+  check_same_dtype(op, input, weight, bias);
   const bool batched = input.dim() == 4;
   Tensor r = conv_transpose(op, batched ? input : unsqueeze(input, 0), weight, bias, expand_arg(stride, 2, op, "stride"),
                             expand_arg(padding, 2, op, "padding"), expand_arg(output_padding, 2, op, "output_padding"),
@@ -98,6 +113,8 @@ Tensor conv_transpose1d(const Tensor &input, const Tensor &weight, const Tensor 
              shape_str(input.sizes()));
   KILN_CHECK(weight.dim() == 3, op, ": expected a 3-D weight [C_in, C_out / groups, K], got shape ",
              shape_str(weight.sizes()));
+  detail::check_float(input, op, "input");
+  check_same_dtype(op, input, weight, bias);
   const bool batched = input.dim() == 3;
   Tensor x = unsqueeze(batched ? input : unsqueeze(input, 0), 2); // [N, C, 1, L]
   auto pair = [&](IntArrayRef v, int64_t h, const char *arg) {

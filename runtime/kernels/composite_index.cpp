@@ -14,6 +14,17 @@ namespace {
 
 const char *kOp = "repeat_interleave";
 
+// [0] * counts[0] + [1] * counts[1] + ... as an int64 tensor (its size checked as any tensor's).
+Tensor indices_of(const std::vector<int64_t> &counts) {
+  int64_t total = 0;
+  for (int64_t c : counts)
+    KILN_CHECK(!__builtin_add_overflow(total, c, &total), kOp, ": the repeats add up past int64");
+  Tensor idx = empty({total}, kInt64);
+  int64_t *out = static_cast<int64_t *>(idx.raw_data());
+  for (size_t i = 0; i < counts.size(); ++i) out = std::fill_n(out, counts[i], int64_t(i));
+  return idx;
+}
+
 // The counts of an integer 0-dim or 1-D tensor, on the host.
 std::vector<int64_t> read_counts(const Tensor &repeats) {
   detail::check_defined(repeats, kOp, "repeats");
@@ -39,7 +50,8 @@ Tensor repeat_interleave(const Tensor &self, int64_t repeats, std::optional<int6
   if (x.dim() == 0) x = reshape(x, {1});
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end()), merged = shape;
   shape.insert(shape.begin() + d + 1, repeats);
-  merged[size_t(d)] *= repeats;
+  KILN_CHECK(!__builtin_mul_overflow(merged[size_t(d)], repeats, &merged[size_t(d)]), kOp, ": ", repeats,
+             " repeats of dim ", d, " of input of shape ", shape_str(self.sizes()), " overflow int64");
   return reshape(expand(unsqueeze(x, d + 1), shape), merged);
 }
 
@@ -47,10 +59,7 @@ Tensor repeat_interleave(const Tensor &repeats) {
   detail::check_defined(repeats, kOp, "repeats");
   KILN_CHECK(repeats.dim() == 1, kOp, ": repeat_interleave(repeats) accepts only a 1-D repeats tensor, got shape ",
              shape_str(repeats.sizes()));
-  const std::vector<int64_t> counts = read_counts(repeats);
-  std::vector<int64_t> idx;
-  for (size_t i = 0; i < counts.size(); ++i) idx.insert(idx.end(), size_t(counts[i]), int64_t(i));
-  return to(tensor(idx), repeats.dtype());
+  return to(indices_of(read_counts(repeats)), repeats.dtype());
 }
 
 Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optional<int64_t> dim) {
@@ -63,9 +72,7 @@ Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optiona
   KILN_CHECK( int64_t(counts.size()) == x.size(d), kOp,
              ": repeats must have the same size as input along dim, but got repeats of shape ",
              shape_str(repeats.sizes()), " and input of shape ", shape_str(self.sizes()), " along dim ", d);
-  std::vector<int64_t> idx;
-  for (size_t i = 0; i < counts.size(); ++i) idx.insert(idx.end(), size_t(counts[i]), int64_t(i));
-  return index_select(x, d, tensor(idx));
+  return index_select(x, d, indices_of(counts));
 }
 
 Tensor Tensor::repeat_interleave(int64_t repeats, std::optional<int64_t> dim) const {

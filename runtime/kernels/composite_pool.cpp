@@ -29,6 +29,10 @@ std::tuple<Tensor, Tensor> adaptive_max(const char *op, const Tensor &x, int64_t
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   KILN_CHECK(C > 0 && H > 0 && W > 0, op, ": expected input to have non-zero size for non-batch dimensions, got shape ",
              shape_str(x.sizes()));
+  // The window arithmetic multiplies output and input sizes; the table holds oh * ow * K entries.
+  const __int128 big = int64_t(1) << 40;
+  KILN_CHECK(__int128(oh) * H < big && __int128(ow) * W < big, op, ": output_size [", oh, ", ", ow,
+             "] is too large for input of shape ", shape_str(x.sizes()));
   const int64_t kh = longest_window(H, oh), kw = longest_window(W, ow), K = kh * kw;
   std::vector<int64_t> table; // [oh, ow, K]: the H * W index of each window element
   table.reserve(size_t(oh * ow * K));

@@ -3,6 +3,7 @@
 // (torch.nn.functional.unfold), each kernel tap a strided slice of the zero-padded input,
 // stacked: a traced call records pad, slices and stack, so it fuses with what follows.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ Tensor Tensor::unfold(int64_t dimension, int64_t size, int64_t step) const {
   const int64_t st = nd == 0 ? 1 : stride[size_t(d)];
   if (nd > 0) {
     shape[size_t(d)] = (n - size) / step + 1;
-    stride[size_t(d)] = st * step;
+    // A step past the int64 range leaves one window, whose stride is never used.
+    if (__builtin_mul_overflow(st, step, &stride[size_t(d)])) stride[size_t(d)] = st;
   }
   shape.push_back(size);
   stride.push_back(st);
@@ -58,6 +60,10 @@ Tensor im2col(const Tensor &input, IntArrayRef kernel_size, IntArrayRef dilation
                ": kernel_size, dilation and stride must be positive, got kernel_size ", shape_str(k), ", dilation ",
                shape_str(d), " and stride ", shape_str(s));
     KILN_CHECK(p[size_t(i)] >= 0, op, ": padding must be non-negative, got ", shape_str(p));
+    // Arguments can be anything a caller passes: keep the arithmetic below in range.
+    const __int128 big = INT64_MAX / 4;
+    KILN_CHECK(__int128(d[size_t(i)]) * k[size_t(i)] < big && p[size_t(i)] < big, op, ": kernel_size ", shape_str(k),
+               ", dilation ", shape_str(d), " and padding ", shape_str(p), " are out of range");
     const int64_t span = d[size_t(i)] * (k[size_t(i)] - 1) + 1, padded = x.size(2 + i) + 2 * p[size_t(i)];
     KILN_CHECK(padded >= span, op, ": the padded input (", padded, " along spatial dim ", i,
                ") is smaller than the dilated kernel (", span, "), input shape ", shape_str(input.sizes()));

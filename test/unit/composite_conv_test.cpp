@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,9 +90,10 @@ TEST(ConvTranspose, Conv2dMatchesScatterLoop) {
           Shape want_shape;
           const std::vector<double> want = naive_conv_transpose2d(x, w, b, c.g, &want_shape);
           Tensor y = conv_transpose2d(x, w, b, c.g.s, c.g.p, c.g.op, c.g.groups, c.g.d);
-          const std::string what = "C" + std::to_string(c.C) + " g" + std::to_string(c.g.groups) + " s" +
-                                   std::to_string(c.g.s[0]) + " " + std::string(name(dt)) + (with_bias ? " bias" : "") +
-                                   (strided ? " strided" : "");
+          std::ostringstream os;
+          os << "C" << c.C << " g" << c.g.groups << " s" << c.g.s[0] << " " << name(dt) << (with_bias ? " bias" : "")
+             << (strided ? " strided" : "");
+          const std::string what = os.str();
           EXPECT_EQ(y.dtype(), dt) << what;
           EXPECT_EQ(y.sizes().vec(), want_shape) << what;
           const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
@@ -153,6 +155,16 @@ TEST(ConvTranspose, BadArguments) {
   expect_error([&] { conv_transpose2d(x, w, {}, 1, 3); }, "conv_transpose2d: the output size -1 (spatial dim 0)");
   expect_error([&] { conv_transpose2d(zeros({1, 4, 0, 3}), w); }, "conv_transpose2d: expected a non-empty spatial input");
   expect_error([&] { conv_transpose2d(Tensor(), w); }, "conv_transpose2d");
+  expect_error([&] { conv_transpose2d(x.to(kInt64), w.to(kInt64)); },
+               "conv_transpose2d: expected a floating-point input, got int64");
+  expect_error([&] { conv_transpose2d(x, w.to(kFloat64)); },
+               "conv_transpose2d: expected weight to have dtype float32 (as input), got float64");
+  expect_error([&] { conv_transpose2d(x, w, zeros({2}, kFloat64)); },
+               "conv_transpose2d: expected bias to have dtype float32 (as input), got float64");
+  expect_error([&] { conv_transpose2d(x, w, {}, int64_t(1) << 62); }, "conv_transpose2d: stride [4611686018427387904, "
+                                                                       "4611686018427387904], padding [0, 0]");
+  expect_error([&] { conv_transpose1d(zeros({1, 4, 3}, kInt32), zeros({4, 2, 3}, kInt32)); },
+               "conv_transpose1d: expected a floating-point input, got int32");
   expect_error([&] { conv_transpose1d(zeros({1, 4, 3}), zeros({4, 2, 3}), {}, 1, 0, 0, 1, {2, 2}); },
                "conv_transpose1d: expected dilation to have 1 value");
   expect_error([&] { conv_transpose1d(zeros({1, 4, 3}), zeros({4, 2, 3}), {}, 1, 0, 1); },

@@ -112,6 +112,8 @@ TEST(AdaptiveMaxPool, BadInput) {
   expect_error([&] { adaptive_max_pool2d(zeros({1, 2, 4, 4}), {0, 2}); }, "adaptive_max_pool2d: output_size must be positive, got 0");
   expect_error([&] { adaptive_max_pool2d(zeros({1, 2, 0, 4}), {2, 2}); },
                "adaptive_max_pool2d: expected input to have non-zero size for non-batch dimensions, got shape [1, 2, 0, 4]");
+  expect_error([&] { adaptive_max_pool2d(zeros({1, 1, 4, 4}), {int64_t(1) << 40, 1}); },
+               "adaptive_max_pool2d: output_size [1099511627776, 1] is too large for input of shape [1, 1, 4, 4]");
   expect_error([&] { adaptive_max_pool1d(zeros({1, 2, 4}), {2, 2}); }, "adaptive_max_pool1d: output_size must be one value");
   expect_error([&] { adaptive_max_pool1d(zeros({4}), {2}); }, "adaptive_max_pool1d: expected a 2-D [C, L] or 3-D");
   auto [v, i] = adaptive_max_pool2d(zeros({0, 2, 4, 4}), {2, 2}); // an empty batch is fine

@@ -458,6 +458,10 @@ TEST(Composite, RepeatInterleave) {
   expect_error([&] { repeat_interleave(scalar_tensor(2, kInt64)); },
                "repeat_interleave: repeat_interleave(repeats) accepts only a 1-D repeats tensor");
   expect_error([&] { repeat_interleave(x, 2, 2); }, "repeat_interleave");
+  expect_error([&] { repeat_interleave(x, INT64_MAX, 0); },
+               "repeat_interleave: 9223372036854775807 repeats of dim 0 of input of shape [2, 3] overflow int64");
+  expect_error([&] { repeat_interleave(x, tensor(std::vector<int64_t>{INT64_MAX, INT64_MAX}), 0); },
+               "repeat_interleave: the repeats add up past int64");
 }
 
 // The int form traces (shapes only); the tensor form reads the counts, which a traced

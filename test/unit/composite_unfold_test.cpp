@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ TEST(Unfold, TensorUnfoldIsAViewOfTheWindows) {
   expect_error([&] { t.unfold(0, -1, 1); }, "unfold: size is -1 but must be >= 0");
   expect_error([&] { t.unfold(2, 1, 1); }, "unfold");
   expect_error([&] { s.unfold(0, 2, 1); }, "unfold: maximum size for tensor at dimension 0 is 1 but size is 2");
+  Tensor one = make({3, 4}, kFloat32, gen).unfold(1, 2, INT64_MAX); // a step past every stride: one window
+  ASSERT_EQ(one.sizes().vec(), (Shape{3, 1, 2}));
+  expect_values(one, {gen(0), gen(1), gen(4), gen(5), gen(8), gen(9)}, 0, 0, "huge step");
 }
 
 TEST(Unfold, Im2colMatchesNaiveLoop) {
@@ -93,8 +97,9 @@ TEST(Unfold, Im2colMatchesNaiveLoop) {
                     const int64_t h = oh * c.s[0] - c.p[0] + i * c.d[0], w = ow * c.s[1] - c.p[1] + j * c.d[1];
                     want.push_back(h < 0 || h >= H || w < 0 || w >= W ? 0.0 : read_at(x, {n, ch, h, w}));
                   }
-        const std::string what = "k" + std::to_string(c.k[0]) + "x" + std::to_string(c.k[1]) + " s" +
-                                 std::to_string(c.s[0]) + " " + std::string(name(dt)) + " " + layout_name(l);
+        std::ostringstream os;
+        os << "k" << c.k[0] << "x" << c.k[1] << " s" << c.s[0] << " " << name(dt) << " " << layout_name(l);
+        const std::string what = os.str();
         Tensor y = im2col(x, c.k, c.d, c.p, c.s);
         ASSERT_EQ(y.sizes().vec(), (Shape{N, C * c.k[0] * c.k[1], Ho * Wo})) << what;
         expect_values(y, want, 0, 0, what);
@@ -111,6 +116,10 @@ TEST(Unfold, Im2colMatchesNaiveLoop) {
   expect_error([&] { im2col(zeros({1, 1, 3, 3}), {2, 2}, 1, 0, 0); }, "unfold: kernel_size, dilation and stride must be positive");
   expect_error([&] { im2col(zeros({1, 1, 3, 3}), {2, 2}, 1, -1); }, "unfold: padding must be non-negative");
   expect_error([&] { im2col(zeros({1, 1, 3, 3}), {2, 2, 2}); }, "unfold: expected kernel_size to have 1 or 2 values");
+  expect_error([&] { im2col(zeros({1, 1, 3, 3}), {2, 2}, int64_t(1) << 62); },
+               "unfold: kernel_size [2, 2], dilation [4611686018427387904, 4611686018427387904] and padding [0, 0] "
+               "are out of range");
+  expect_error([&] { im2col(zeros({1, 1, 3, 3}), {2, 2}, 1, INT64_MAX); }, "unfold: kernel_size [2, 2]");
 }
 
 // Patches into a linear layer (a ViT-style patch embedding) and a 1-D sliding mean:
