@@ -14,12 +14,13 @@ namespace {
 
 const char *kOp = "repeat_interleave";
 
-// [0] * counts[0] + [1] * counts[1] + ... as an int64 tensor (its size checked as any tensor's).
+// [0] * counts[0] + [1] * counts[1] + ... as an int64 tensor (its size checked as any
+// tensor's). Made directly, not by a factory op: a traced call takes it as a constant.
 Tensor indices_of(const std::vector<int64_t> &counts) {
   int64_t total = 0;
   for (int64_t c : counts)
     KILN_CHECK(!__builtin_add_overflow(total, c, &total), kOp, ": the repeats add up past int64");
-  Tensor idx = empty({total}, kInt64);
+  Tensor idx = detail::make_tensor({total}, kInt64);
   int64_t *out = static_cast<int64_t *>(idx.raw_data());
   for (size_t i = 0; i < counts.size(); ++i) out = std::fill_n(out, counts[i], int64_t(i));
   return idx;
@@ -33,10 +34,17 @@ std::vector<int64_t> read_counts(const Tensor &repeats) {
   KILN_CHECK(repeats.dim() <= 1, kOp, ": repeats must be a 0-dim or 1-D tensor, got shape ",
              shape_str(repeats.sizes()));
   if (repeats.is_meta()) (void)repeats.item(); // reports the read to the tracer and throws
-  Tensor r = contiguous(to(repeats, kInt64));
-  const int64_t *p = static_cast<const int64_t *>(r.raw_data());
-  std::vector<int64_t> counts(p, p + r.numel());
-  for (int64_t c : counts) KILN_CHECK(c >= 0, kOp, ": repeats can not be negative, got ", c);
+  // Read through its strides, calling no op: while tracing, ops on a captured tensor record
+  // nodes and give meta results.
+  const char *base = static_cast<const char *>(repeats.raw_data());
+  const int64_t n = repeats.numel(), step = repeats.dim() == 0 ? 0 : repeats.stride(0);
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = repeats.dtype() == kInt64 ? reinterpret_cast<const int64_t *>(base)[i * step]
+                                                : reinterpret_cast<const int32_t *>(base)[i * step];
+    KILN_CHECK(c >= 0, kOp, ": repeats can not be negative, got ", c);
+    counts[size_t(i)] = c;
+  }
   return counts;
 }
 

@@ -426,7 +426,7 @@ TEST(Composite, RepeatInterleave) {
           EXPECT_EQ(y.dtype(), dt) << what;
           ASSERT_EQ(y.sizes().vec(), shape) << what << " dim " << dim;
           expect_values(y, want, 0, 0, what + " tensor repeats dim " + std::to_string(dim));
-          if (cs == std::vector<int64_t>(cs.size(), 2)) {
+          if (std::all_of(cs.begin(), cs.end(), [](int64_t c) { return c == 2; })) {
             expect_values(repeat_interleave(x, 2, dim), want, 0, 0, what + " int repeats");
             expect_values(x.repeat_interleave(tensor(std::vector<int64_t>{2}), dim), want, 0, 0, what + " one count");
           }
@@ -441,7 +441,9 @@ TEST(Composite, RepeatInterleave) {
   Tensor idx = repeat_interleave(tensor(std::vector<int64_t>{1, 0, 3, 2}));
   EXPECT_EQ(idx.dtype(), kInt64);
   expect_values(idx, {0, 2, 2, 2, 3, 3}, 0, 0, "repeat_interleave(repeats)");
-  EXPECT_EQ(repeat_interleave(tensor(std::vector<int32_t>{2, 1})).dtype(), kInt32);
+  Tensor i32 = repeat_interleave(tensor(std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(i32.dtype(), kInt32);
+  expect_values(i32, {0, 0, 1}, 0, 0, "int32 repeats");
   expect_values(repeat_interleave(scalar_tensor(5.0), 3, 0), {5, 5, 5}, 0, 0, "0-dim");
   expect_values(repeat_interleave(tensor({1.0f, 2.0f}), scalar_tensor(2, kInt64)), {1, 1, 2, 2}, 0, 0, "0-dim repeats");
   Tensor x = zeros({2, 3});
@@ -489,6 +491,21 @@ TEST(Composite, RepeatInterleaveCompiled) {
   CompileOptions off;
   off.fallback = Fallback::Off;
   EXPECT_THROW(compile(counted, off)(kiln::testing::copies(in2)), kiln::Error);
+  // Counts captured as a constant (a strided view) are known while tracing: no graph break.
+  Tensor counts = tensor(std::vector<int64_t>{2, 9, 0, 9, 1}).slice(0, 0, 5, 2); // {2, 0, 1}
+  Fn captured = [=](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{repeat_interleave(in[0], counts, 0) * 3.0, repeat_interleave(counts) + 0};
+  };
+  CompiledFunction h = compile(captured, off);
+  const std::vector<Tensor> want3 = captured(kiln::testing::copies(in2));
+  ASSERT_EQ(want3[0].sizes().vec(), (Shape{3, 2}));
+  std::vector<double> rows;
+  for (int64_t r : {0, 0, 2})
+    for (int64_t c = 0; c < 2; ++c) rows.push_back(3.0 * read_at(in2[0], {r, c}));
+  expect_values(want3[0], rows, 1e-6, 0, "captured counts");
+  expect_values(want3[1], {0, 0, 2}, 0, 0, "captured counts' indices");
+  for (int call = 0; call < 2; ++call)
+    EXPECT_TRUE(kiln::testing::all_close(h(kiln::testing::copies(in2)), want3, 0)) << "call " << call;
 }
 
 // trunc rounds toward zero (floor for x >= 0, ceil below); frac = x - trunc(x).
