@@ -146,3 +146,23 @@ TEST(Unfold, CompiledEqualsEager) {
   for (int call = 0; call < 2; ++call)
     EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
 }
+
+// Tensor::unfold inside a compiled function on inputs, transposed views and computed
+// intermediates (whose layout the compiler chooses): equal to eager.
+TEST(Unfold, CompiledOnViewsAndIntermediates) {
+  Fn fn = [](const std::vector<Tensor> &in) {
+    Tensor a = in[0].unfold(1, 3, 2);
+    Tensor b = in[0].t().unfold(0, 2, 1);
+    Tensor c = (in[0] * 2.0 + 1.0).unfold(-1, 4, 3);
+    Tensor d = (in[0].exp() + in[1]).t().unfold(1, 2, 2).sum({-1});
+    Tensor e = relu(in[0]).unfold(0, 2, 1).unfold(1, 3, 1);
+    return std::vector<Tensor>{a * 1.0, b + 0.5, c.exp(), d, e * 3.0};
+  };
+  const std::vector<Tensor> in = {kiln::testing::rnd({5, 8}, 64), kiln::testing::rnd({5, 8}, 65)};
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
+  for (int call = 0; call < 2; ++call)
+    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+}
