@@ -83,6 +83,8 @@ std::vector<Case> cases() {
       {"...ij,...jk->...ik", {{2, 1, 3, 4}, {5, 4, 2}}, {"XYij", "Yjk"}, "XYik"}, // broadcast batch dims
       {"...ij,...jk", {{3, 3, 4}, {4, 2}}, {"Xij", "jk"}, "Xik"},
       {"i...->...", {{3, 2, 4}}, {"iXY"}, "XY"},
+      {"...ij->ij", {{2, 3, 4, 5}}, {"XYij"}, "ij"},                          // ellipsis absent from the output: summed
+      {"...i,...i->i", {{2, 3}, {4, 1, 3}}, {"Yi", "XYi"}, "i"},
       {"...ii->...i", {{2, 3, 3}}, {"Xii"}, "Xi"},
       {"...,...->...", {{2, 3}, {3}}, {"XY", "Y"}, "XY"},
       {"b...,b...->b", {{2, 3, 4}, {2, 3, 4}}, {"bXY", "bXY"}, "b"},
