@@ -224,6 +224,32 @@ struct PixelShuffleFuncOptions {
   KILN_ARG(PixelShuffleFuncOptions, int64_t, upscale_factor, 1)
 };
 
+struct ConvTranspose2dFuncOptions {
+  KILN_ARG(ConvTranspose2dFuncOptions, Tensor, bias, {})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, stride, {1})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, padding, {0})
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, output_padding, {0})
+  KILN_ARG(ConvTranspose2dFuncOptions, int64_t, groups, 1)
+  KILN_ARG(ConvTranspose2dFuncOptions, Ints, dilation, {1})
+};
+using ConvTranspose1dFuncOptions = ConvTranspose2dFuncOptions;
+
+struct UnfoldFuncOptions {
+  UnfoldFuncOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  UnfoldFuncOptions(int64_t kernel_size) : kernel_size_(Ints{kernel_size}) {}
+  KILN_ARG(UnfoldFuncOptions, Ints, kernel_size, {})
+  KILN_ARG(UnfoldFuncOptions, Ints, dilation, {1})
+  KILN_ARG(UnfoldFuncOptions, Ints, padding, {0})
+  KILN_ARG(UnfoldFuncOptions, Ints, stride, {1})
+};
+
+struct AdaptiveMaxPool2dFuncOptions {
+  AdaptiveMaxPool2dFuncOptions(std::vector<int64_t> output_size) : output_size_(std::move(output_size)) {}
+  AdaptiveMaxPool2dFuncOptions(int64_t output_size) : output_size_(Ints{output_size}) {}
+  KILN_ARG(AdaptiveMaxPool2dFuncOptions, Ints, output_size, {})
+};
+using AdaptiveMaxPool1dFuncOptions = AdaptiveMaxPool2dFuncOptions;
+
 struct DropoutFuncOptions {
   KILN_ARG(DropoutFuncOptions, double, p, 0.5)
   KILN_ARG(DropoutFuncOptions, bool, training, true)
@@ -264,6 +290,11 @@ using kiln::nn::SiLUFuncOptions;
 using kiln::nn::SoftmaxFuncOptions;
 using kiln::nn::SoftplusFuncOptions;
 using kiln::nn::ThresholdFuncOptions;
+using kiln::nn::ConvTranspose1dFuncOptions;
+using kiln::nn::ConvTranspose2dFuncOptions;
+using kiln::nn::UnfoldFuncOptions;
+using kiln::nn::AdaptiveMaxPool1dFuncOptions;
+using kiln::nn::AdaptiveMaxPool2dFuncOptions;
 
 namespace detail {
 // torch's inplace=true: the result is written into x's memory and x is returned.
@@ -372,6 +403,24 @@ inline Tensor pixel_shuffle(const Tensor &x, const PixelShuffleFuncOptions &o) {
 }
 inline Tensor embedding(const Tensor &input, const Tensor &weight) { return kiln::embedding(weight, input); }
 inline Tensor one_hot(const Tensor &x, int64_t num_classes = -1) { return kiln::one_hot(x, num_classes); }
+inline Tensor conv_transpose2d(const Tensor &x, const Tensor &weight, const ConvTranspose2dFuncOptions &o = {}) {
+  return kiln::conv_transpose2d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                o.dilation());
+}
+inline Tensor conv_transpose1d(const Tensor &x, const Tensor &weight, const ConvTranspose1dFuncOptions &o = {}) {
+  return kiln::conv_transpose1d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                o.dilation());
+}
+// torch's F::unfold: im2col, [N, C, H, W] -> [N, C * kh * kw, L].
+inline Tensor unfold(const Tensor &x, const UnfoldFuncOptions &o) {
+  return kiln::im2col(x, o.kernel_size(), o.dilation(), o.padding(), o.stride());
+}
+inline Tensor adaptive_max_pool2d(const Tensor &x, const AdaptiveMaxPool2dFuncOptions &o) {
+  return std::get<0>(kiln::adaptive_max_pool2d(x, o.output_size()));
+}
+inline Tensor adaptive_max_pool1d(const Tensor &x, const AdaptiveMaxPool1dFuncOptions &o) {
+  return std::get<0>(kiln::adaptive_max_pool1d(x, o.output_size()));
+}
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());
 }

@@ -349,6 +349,35 @@ Tensor interpolate(const Tensor &x, std::optional<std::vector<int64_t>> size = s
                    const std::string &mode = "nearest", std::optional<bool> align_corners = std::nullopt);
 Tensor pixel_shuffle(const Tensor &x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor &x, int64_t downscale_factor);
+// torch.einsum: "ij,jk->ik" (explicit output) or "ij,jk" (implicit: the subscripts that appear
+// once, alphabetically); "..." broadcasts; a subscript repeated in one operand takes its diagonal;
+// subscripts absent from the output are summed. Operands are contracted left to right, each pair
+// through permute/reshape and bmm (runtime/kernels/composite_linalg.cpp).
+Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands);
+// Transposed convolutions (weight [C_in, C_out / groups, k...]), torch's argument order: the
+// input zero-inserted by stride and padded, then conv2d with the flipped, group-transposed weight.
+Tensor conv_transpose1d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
+Tensor conv_transpose2d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
+// torch.nn.functional.unfold's im2col: [N, C, H, W] (or [C, H, W]) -> [N, C * kh * kw, L] sliding blocks.
+Tensor im2col(const Tensor &input, IntArrayRef kernel_size, IntArrayRef dilation = 1, IntArrayRef padding = 0,
+              IntArrayRef stride = 1);
+// Adaptive max pooling: the values and int64 indices into H * W (L), as torch's; window i spans
+// [floor(i * H / oh), ceil((i + 1) * H / oh)); NaN propagates.
+std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor &x, IntArrayRef output_size);
+std::tuple<Tensor, Tensor> adaptive_max_pool1d(const Tensor &x, IntArrayRef output_size);
+// torch.repeat_interleave: each element repeated `repeats` times along dim (flattened input when
+// dim is nullopt). The tensor forms read the repeats' values (a traced call reports them as item()
+// is); repeat_interleave(repeats) gives the indices [0] * r0 + [1] * r1 + ...
+Tensor repeat_interleave(const Tensor &self, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor &self, const Tensor &repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor &repeats);
+// Rounding toward zero, and x - trunc(x) (float; trunc of an integer tensor is a copy, frac an Error).
+Tensor trunc(const Tensor &x);
+Tensor frac(const Tensor &x);
 
 // ---- threads
 // Threads used by kiln's own kernels (default: the number of cores).

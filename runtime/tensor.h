@@ -428,6 +428,12 @@ public:
   Tensor roll(IntArrayRef shifts, IntArrayRef dims = {}) const;
   bool allclose(const Tensor &other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   bool equal(const Tensor &other) const;
+  Tensor trunc() const;
+  Tensor frac() const;
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
+  Tensor repeat_interleave(const Tensor &repeats, std::optional<int64_t> dim = std::nullopt) const;
+  // Every window of `size` elements along `dimension`, `step` apart, as a new last dim (a view).
+  Tensor unfold(int64_t dimension, int64_t size, int64_t step) const;
   // Tensors like this one (its dtype unless given), and this one in other's dtype.
   Tensor new_empty(IntArrayRef size, std::optional<DType> dtype = std::nullopt) const;
   Tensor new_zeros(IntArrayRef size, std::optional<DType> dtype = std::nullopt) const;

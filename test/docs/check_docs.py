@@ -229,6 +229,8 @@ def composites_section(root):
            "| C++ | compiled |", "|---|---|"]
     for name, sigs in names.items():
         compiled = "eager (reads values)" if name in ("allclose", "equal") else "as the ops it calls"
+        if name == "repeat_interleave":  # its tensor-of-counts forms read the counts
+            compiled = "as the ops it calls (int repeats); eager (reads values) with a tensor of repeats"
         out.append("| " + "<br>".join(f"`{s}`" for s in sigs) + f" | {compiled} |")
     return out
 

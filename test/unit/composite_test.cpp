@@ -395,3 +395,149 @@ TEST(Composite, CompiledEqualsEager) {
     EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
   EXPECT_GE(f.kernels_per_call(in), 1);
 }
+
+// repeat_interleave: out[..., k, ...] = x[..., src(k), ...] where src maps output positions to
+// input ones by the counts (written as a loop over the counts here).
+TEST(Composite, RepeatInterleave) {
+  auto sources = [](const std::vector<int64_t> &counts) {
+    std::vector<int64_t> src;
+    for (size_t i = 0; i < counts.size(); ++i)
+      for (int64_t r = 0; r < counts[i]; ++r) src.push_back(int64_t(i));
+    return src;
+  };
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBool})
+    for (Layout l : layouts_for({3, 4})) {
+      Tensor x = make_layout({3, 4}, dt, [](int64_t k) { return double(k % 7) - 2; }, l);
+      const std::string what = std::string(name(dt)) + " " + layout_name(l);
+      for (int64_t dim : {0, 1, -1}) {
+        const int64_t d = dim < 0 ? dim + 2 : dim;
+        for (const std::vector<int64_t> &counts : {std::vector<int64_t>{2, 2, 2, 2}, {0, 3, 1, 2}}) {
+          std::vector<int64_t> cs(counts.begin(), counts.begin() + x.size(d));
+          const std::vector<int64_t> src = sources(cs);
+          Shape shape = {3, 4};
+          shape[size_t(d)] = int64_t(src.size());
+          std::vector<double> want;
+          for_each_index(shape, [&](const Shape &o, int64_t) {
+            Shape at = o;
+            at[size_t(d)] = src[size_t(o[size_t(d)])];
+            want.push_back(read_at(x, at));
+          });
+          Tensor y = repeat_interleave(x, tensor(cs), dim);
+          EXPECT_EQ(y.dtype(), dt) << what;
+          ASSERT_EQ(y.sizes().vec(), shape) << what << " dim " << dim;
+          expect_values(y, want, 0, 0, what + " tensor repeats dim " + std::to_string(dim));
+          if (std::all_of(cs.begin(), cs.end(), [](int64_t c) { return c == 2; })) {
+            expect_values(repeat_interleave(x, 2, dim), want, 0, 0, what + " int repeats");
+            expect_values(x.repeat_interleave(tensor(std::vector<int64_t>{2}), dim), want, 0, 0, what + " one count");
+          }
+        }
+      }
+      // No dim: the flattened input.
+      std::vector<double> flat;
+      for (double v : values(x)) flat.insert(flat.end(), {v, v, v});
+      expect_values(x.repeat_interleave(3), flat, 0, 0, what + " flattened");
+      EXPECT_EQ(repeat_interleave(x, 0).sizes().vec(), (Shape{0}));
+    }
+  Tensor idx = repeat_interleave(tensor(std::vector<int64_t>{1, 0, 3, 2}));
+  EXPECT_EQ(idx.dtype(), kInt64);
+  expect_values(idx, {0, 2, 2, 2, 3, 3}, 0, 0, "repeat_interleave(repeats)");
+  Tensor i32 = repeat_interleave(tensor(std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(i32.dtype(), kInt32);
+  expect_values(i32, {0, 0, 1}, 0, 0, "int32 repeats");
+  expect_values(repeat_interleave(scalar_tensor(5.0), 3, 0), {5, 5, 5}, 0, 0, "0-dim");
+  expect_values(repeat_interleave(tensor({1.0f, 2.0f}), scalar_tensor(2, kInt64)), {1, 1, 2, 2}, 0, 0, "0-dim repeats");
+  Tensor x = zeros({2, 3});
+  expect_error([&] { repeat_interleave(x, -1); }, "repeat_interleave: repeats can not be negative, got -1");
+  expect_error([&] { repeat_interleave(x, tensor(std::vector<int64_t>{1, -2}), 0); },
+               "repeat_interleave: repeats can not be negative, got -2");
+  expect_error([&] { repeat_interleave(x, tensor(std::vector<int64_t>{1, 2}), 1); },
+               "repeat_interleave: repeats must have the same size as input along dim, but got repeats of shape [2] and "
+               "input of shape [2, 3] along dim 1");
+  expect_error([&] { repeat_interleave(x, tensor({1.0f, 2.0f}), 0); },
+               "repeat_interleave: repeats must be an int64 or int32 tensor, got float32");
+  expect_error([&] { repeat_interleave(x, zeros({2, 1}, kInt64), 0); },
+               "repeat_interleave: repeats must be a 0-dim or 1-D tensor, got shape [2, 1]");
+  expect_error([&] { repeat_interleave(scalar_tensor(2, kInt64)); },
+               "repeat_interleave: repeat_interleave(repeats) accepts only a 1-D repeats tensor");
+  expect_error([&] { repeat_interleave(x, 2, 2); }, "repeat_interleave");
+  expect_error([&] { repeat_interleave(x, INT64_MAX, 0); },
+               "repeat_interleave: 9223372036854775807 repeats of dim 0 of input of shape [2, 3] overflow int64");
+  expect_error([&] { repeat_interleave(x, tensor(std::vector<int64_t>{INT64_MAX, INT64_MAX}), 0); },
+               "repeat_interleave: the repeats add up past int64");
+}
+
+// The int form traces (shapes only); the tensor form reads the counts, which a traced
+// call cannot: compile falls back to eager for it and still gives eager's values.
+TEST(Composite, RepeatInterleaveCompiled) {
+  Fn fn = [](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{repeat_interleave(in[0] * 2.0, 3, 1).exp()};
+  };
+  const std::vector<Tensor> in = {kiln::testing::rnd({2, 3}, 81)};
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
+  for (int call = 0; call < 2; ++call)
+    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+  Fn counted = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{repeat_interleave(in[0], in[1], 0) + 1.0}; };
+  const std::vector<Tensor> in2 = {kiln::testing::rnd({3, 2}, 82), tensor(std::vector<int64_t>{1, 0, 2})};
+  CompileOptions allow;
+  allow.fallback = Fallback::Allow;
+  CompiledFunction g = compile(counted, allow); // the read breaks the trace: the call runs eagerly
+  const std::vector<Tensor> want2 = counted(kiln::testing::copies(in2));
+  EXPECT_EQ(want2[0].sizes().vec(), (Shape{3, 2}));
+  EXPECT_TRUE(kiln::testing::all_close(g(kiln::testing::copies(in2)), want2, 0));
+  EXPECT_EQ(g.stats().eager_calls, 1);
+  CompileOptions off;
+  off.fallback = Fallback::Off;
+  EXPECT_THROW(compile(counted, off)(kiln::testing::copies(in2)), kiln::Error);
+  // Counts captured as a constant (a strided view) are known while tracing: no graph break.
+  Tensor counts = tensor(std::vector<int64_t>{2, 9, 0, 9, 1}).slice(0, 0, 5, 2); // {2, 0, 1}
+  Fn captured = [=](const std::vector<Tensor> &in) {
+    return std::vector<Tensor>{repeat_interleave(in[0], counts, 0) * 3.0, repeat_interleave(counts) + 0};
+  };
+  CompiledFunction h = compile(captured, off);
+  const std::vector<Tensor> want3 = captured(kiln::testing::copies(in2));
+  ASSERT_EQ(want3[0].sizes().vec(), (Shape{3, 2}));
+  std::vector<double> rows;
+  for (int64_t r : {0, 0, 2})
+    for (int64_t c = 0; c < 2; ++c) rows.push_back(3.0 * read_at(in2[0], {r, c}));
+  expect_values(want3[0], rows, 1e-6, 0, "captured counts");
+  expect_values(want3[1], {0, 0, 2}, 0, 0, "captured counts' indices");
+  for (int call = 0; call < 2; ++call)
+    EXPECT_TRUE(kiln::testing::all_close(h(kiln::testing::copies(in2)), want3, 0)) << "call " << call;
+}
+
+// trunc rounds toward zero (floor for x >= 0, ceil below); frac = x - trunc(x).
+TEST(Composite, TruncAndFrac) {
+  for (DType dt : {kFloat32, kFloat64})
+    for (Layout l : layouts_for({5, 8})) {
+      Tensor x = make_layout({5, 8}, dt, spread, l);
+      const std::string what = std::string(name(dt)) + " " + layout_name(l);
+      auto tr = [](double v) { return std::isnan(v) || std::isinf(v) ? v : (v < 0 ? std::ceil(v) : std::floor(v)); };
+      Tensor t = trunc(x);
+      EXPECT_EQ(t.dtype(), dt);
+      expect_values(t, ref_unary(x, tr), 0, 0, what + " trunc");
+      expect_values(x.frac(), ref_unary(x, [&](double v) { return std::isinf(v) ? kNan : v - tr(v); }), 0, 0,
+                    what + " frac");
+      expect_values(x.trunc(), ref_unary(x, tr), 0, 0, what + " trunc method");
+    }
+  Tensor neg_half = trunc(tensor({-0.5f}));
+  EXPECT_TRUE(std::signbit(values(neg_half)[0])) << "trunc(-0.5) is -0";
+  Tensor i = make({4}, kInt64, [](int64_t k) { return double(k) - 2; });
+  Tensor ti = trunc(i);
+  EXPECT_EQ(ti.dtype(), kInt64);
+  expect_values(ti, {-2, -1, 0, 1}, 0, 0, "trunc int");
+  EXPECT_NE(ti.impl().storage->data(), i.impl().storage->data()) << "trunc of an integer tensor is a copy";
+  expect_error([&] { frac(i); }, "frac: expected a floating-point tensor, got int64");
+  expect_error([&] { trunc(make({2}, kBool, bool_gen)); }, "trunc: not supported on bool tensors");
+  EXPECT_EQ(trunc(zeros({0, 3})).sizes().vec(), (Shape{0, 3}));
+  Fn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{trunc(in[0] * 3.0) + frac(in[0] * 3.0)}; };
+  const std::vector<Tensor> in = {kiln::testing::rnd({4, 5}, 91)};
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
+  expect_values(want[0], ref_unary(in[0], [](double v) { return double(float(v * 3.0)); }), 1e-6, 1e-6, "trunc + frac");
+  EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 0));
+}

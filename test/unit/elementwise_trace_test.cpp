@@ -48,7 +48,7 @@ template <class F> Record trace_one(F &&f) {
   return g_log.empty() ? Record{OpId::Neg, {}, {}, false} : g_log.back();
 }
 
-double frac(int64_t i) { return (i % 7) * 0.55 - 1.7; }
+double spread_gen(int64_t i) { return (i % 7) * 0.55 - 1.7; }
 double pos(int64_t i) { return 0.2 + (i % 5) * 0.4; }
 
 void expect_same(const Tensor &x, const Tensor &y, const std::string &what) {
@@ -60,7 +60,7 @@ void expect_same(const Tensor &x, const Tensor &y, const std::string &what) {
 } // namespace
 
 TEST(ElementwiseTrace, RecordsReplayThroughAdapters) {
-  Tensor x = make({2, 3}, kFloat32, frac), y = make({3}, kFloat32, pos);
+  Tensor x = make({2, 3}, kFloat32, spread_gen), y = make({3}, kFloat32, pos);
   Tensor i = make({2, 3}, kInt64, [](int64_t k) { return double(k % 4) + 1; });
   Tensor m = make({2, 1}, kBool, [](int64_t k) { return double(k % 2); });
   Tensor xt = x.t(); // made before tracing starts: views record too
@@ -100,7 +100,7 @@ TEST(ElementwiseTrace, RecordsReplayThroughAdapters) {
 
 TEST(ElementwiseTrace, InPlaceOpsRecordFunctionalFormWithoutWriting) {
   Tensor y = make({3}, kFloat32, pos);
-  Tensor x = make({2, 3}, kFloat32, frac);
+  Tensor x = make({2, 3}, kFloat32, spread_gen);
   const std::vector<double> before = values(x);
   struct Case {
     const char *what;
@@ -139,7 +139,7 @@ TEST(ElementwiseTrace, InPlaceOpsRecordFunctionalFormWithoutWriting) {
 }
 
 TEST(ElementwiseTrace, ValidationRunsBeforeRecording) {
-  Tensor x = make({2, 3}, kFloat32, frac);
+  Tensor x = make({2, 3}, kFloat32, spread_gen);
   detail::TraceHooks hooks;
   hooks.record = fake_record;
   hooks.record_inplace = fake_record_inplace;
