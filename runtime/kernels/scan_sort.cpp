@@ -23,24 +23,8 @@
 namespace kiln {
 namespace {
 
-// Calls fn(offsets) for every line along dim d of `sizes`: offsets[k] is the element
-// offset of the line's first element in operand k. Lines run on the pool.
-template <size_t N, class Fn>
-void for_each_line(IntArrayRef sizes, int64_t d, const std::array<IntArrayRef, N> &strides, Fn &&fn) {
-  Dims outer(sizes);
-  outer[size_t(d)] = 1;
-  kernels::for_each_row<N>(outer, strides,
-                           [&](const std::array<int64_t, N> &off, int64_t len, const std::array<int64_t, N> &st) {
-                             std::array<int64_t, N> o;
-                             for (int64_t i = 0; i < len; ++i) {
-                               for (size_t k = 0; k < N; ++k) o[k] = off[k] + i * st[k];
-                               fn(o);
-                             }
-                           });
-}
-
-// A 0-dim tensor as the 1-element line [1] (scans and sorts treat it so, as torch's).
-Tensor as_line(const Tensor &t) { return t.dim() > 0 ? t : detail::make_view(t, {1}, {1}, t.storage_offset()); }
+using kernels::as_line;
+using kernels::for_each_line;
 
 // dim wrapped; a 0-dim tensor takes dim 0 or -1, as torch's scans and sorts.
 int64_t line_dim(const Tensor &x, int64_t dim, const char *op) {

@@ -24,6 +24,9 @@
 namespace kiln {
 namespace {
 
+using kernels::as_line;
+using kernels::for_each_line;
+
 enum class Reduce { Replace, Sum, Prod, Mean, Amax, Amin };
 
 Reduce parse_reduce(const std::string &r, const char *op) {
@@ -34,23 +37,6 @@ Reduce parse_reduce(const std::string &r, const char *op) {
   if (r == "amin") return Reduce::Amin;
   KILN_FAIL(op, ": reduce argument must be one of sum, prod, mean, amax, amin, got '", r, "'");
 }
-
-template <size_t N, class Fn>
-void for_each_line(IntArrayRef sizes, int64_t d, const std::array<IntArrayRef, N> &strides, Fn &&fn) {
-  Dims outer(sizes);
-  outer[size_t(d)] = 1;
-  kernels::for_each_row<N>(outer, strides,
-                           [&](const std::array<int64_t, N> &off, int64_t len, const std::array<int64_t, N> &st) {
-                             std::array<int64_t, N> o;
-                             for (int64_t i = 0; i < len; ++i) {
-                               for (size_t k = 0; k < N; ++k) o[k] = off[k] + i * st[k];
-                               fn(o);
-                             }
-                           });
-}
-
-// A 0-dim tensor as [1], so that every tensor here has a dim to work along.
-Tensor as_line(const Tensor &t) { return t.dim() > 0 ? t : detail::make_view(t, {1}, {1}, t.storage_offset()); }
 
 void check_index_dtype(const Tensor &index, const char *op) {
   KILN_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, op, ": expected index of dtype int64 (or int32), got ",

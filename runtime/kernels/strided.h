@@ -155,6 +155,27 @@ inline void copy_into(const Tensor &dst, const Tensor &src) {
   });
 }
 
+// Calls fn(offsets) for every line along dim d of `sizes`: offsets[k] is the element
+// offset of the line's first element in operand k (whose stride along d the caller
+// reads). Lines are independent tasks on the pool (scans, sorts, scatter).
+template <size_t N, class Fn>
+void for_each_line(IntArrayRef sizes, int64_t d, const std::array<IntArrayRef, N> &strides, Fn &&fn) {
+  Dims outer(sizes);
+  outer[size_t(d)] = 1;
+  for_each_row<N>(outer, strides, [&](const std::array<int64_t, N> &off, int64_t len, const std::array<int64_t, N> &st) {
+    std::array<int64_t, N> o;
+    for (int64_t i = 0; i < len; ++i) {
+      for (size_t k = 0; k < N; ++k) o[k] = off[k] + i * st[k];
+      fn(o);
+    }
+  });
+}
+
+// A 0-dim tensor as the 1-element line [1], so that it has a dim to work along.
+inline Tensor as_line(const Tensor &t) {
+  return t.dim() > 0 ? t : detail::make_view(t, {1}, {1}, t.storage_offset());
+}
+
 // A view of `t` with dim `d` narrowed to [start, start + len) (no checks, no trace).
 inline Tensor narrow_view(const Tensor &t, int64_t d, int64_t start, int64_t len) {
   Dims sz(t.sizes());
