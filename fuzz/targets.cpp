@@ -118,6 +118,9 @@ std::string compile_matches_interpreter(const uint8_t *data, size_t size) {
   // elementwise ops (extended_graph_options: libm list, composed activations, composites).
   if (size > 0 && data[size - 1] % 4 == 1)
     return compile_matches_interpreter(data, size, testing::extended_graph_options());
+  // And one in four (last byte 2 mod 4) a graph with scans, sorts, trunc and frac (scan_graph_options).
+  if (size > 0 && data[size - 1] % 4 == 2)
+    return compile_matches_interpreter(data, size, testing::scan_graph_options());
   if (size == 0 || data[size - 1] % 4 != 0) return "";
   testing::RandomGraphOptions copts = testing::contraction_graph_options();
   copts.max_ops = 6;

@@ -379,6 +379,24 @@ TEST(RandomGraphExtended, CompiledAgreesWithEagerAndCoversTheNewOps) {
     EXPECT_GT(ops[op], 0) << "no graph with " << op;
 }
 
+// Graphs with scans and sorts between the compiled groups, and trunc / frac fused
+// (scan_graph_options): compiled equals eager, and the generator reaches each op.
+TEST(RandomGraphScan, CompiledAgreesWithEagerAndCoversTheNewOps) {
+  Checker c;
+  std::map<std::string, int> ops;
+  for (uint64_t seed : random_graph_seeds(6000000, 120)) {
+    check_compile(c, seed, scan_graph_options());
+    if (c.failures >= kMaxFailures) break;
+    if (replaying()) continue;
+    std::unique_ptr<ir::Graph> g = random_graph(seed, scan_graph_options()).trace();
+    for (const ir::Node *n : g->nodes())
+      if (n->kind() == ir::Node::Kind::Op) ++ops[std::string(op_info(n->op()).mnemonic)];
+  }
+  if (replaying()) return;
+  for (const char *op : {"cumsum", "cumprod", "logcumsumexp", "sort", "topk", "floor", "ceil"})
+    EXPECT_GT(ops[op], 0) << "no graph with " << op;
+}
+
 class RandomGraphCompileStrided : public ::testing::TestWithParam<uint64_t> {};
 
 TEST_P(RandomGraphCompileStrided, CompiledAgreesWithEagerOnStridedInputs) {

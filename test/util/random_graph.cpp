@@ -131,6 +131,7 @@ private:
   }
 
   void unary() {
+    if (o_.scan_ops && c_.chance(40)) return scan_unary();
     if (o_.extended_ops && c_.chance(60)) return extended_unary();
     Val a = pick();
     const Tensor &x = a.t;
@@ -185,6 +186,28 @@ private:
     default:
       if (x.dim() == 0) return push(relu6(x), std::min(b, 6.0));
       return push(logsumexp(x, {x.dim() - 1}, true), b + std::log(double(x.size(-1)) + 1));
+    }
+  }
+
+  // Scans and sorts (eager steps inside compiled code) and the rounding composites.
+  void scan_unary() {
+    Val a = pick();
+    const Tensor &x = a.t;
+    const double b = a.bound;
+    if (x.dim() == 0 || x.numel() == 0) return push(trunc(x * 2.0), 2 * b);
+    const int64_t d = pick_dim(x);
+    const double n = double(x.size(d));
+    switch (c_.below(7)) {
+    case 0: return push(cumsum(x, d), b * n);
+    case 1: return push(cumprod(tanh(x), d), 1);
+    case 2: return push(logcumsumexp(x, d), b + std::log(n) + 1);
+    case 3: return push(std::get<0>(sort(x, d, c_.chance(50))), b);
+    case 4: {
+      const int64_t k = 1 + int64_t(c_.below(uint64_t(x.size(d))));
+      return push(std::get<0>(topk(x, k, d, c_.chance(50))), b);
+    }
+    case 5: return push(trunc(x * 2.0), 2 * b);
+    default: return push(frac(x), 1);
     }
   }
 
@@ -622,6 +645,13 @@ RandomGraphOptions extended_graph_options() {
   o.extended_ops = true;
   o.max_ops = 8;
   o.max_numel = 512;
+  return o;
+}
+
+RandomGraphOptions scan_graph_options() {
+  RandomGraphOptions o = extended_graph_options();
+  o.extended_ops = false;
+  o.scan_ops = true;
   return o;
 }
 

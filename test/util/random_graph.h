@@ -64,6 +64,10 @@ struct RandomGraphOptions {
   // composites (leaky_relu, softplus, nan_to_num, logsumexp, ...). Off by default so
   // that a byte string makes the graph it made before the option existed.
   bool extended_ops = false;
+  // unary() also draws the scans, sorts and rounding issue 16 added (scan_graph_options()):
+  // cumsum, cumprod, logcumsumexp, sort and topk values (eager steps between compiled
+  // groups), trunc and frac (fused). Off by default, for the same reason.
+  bool scan_ops = false;
 };
 
 // The options of contraction-heavy graphs: contractions on, larger values (8192
@@ -72,6 +76,9 @@ RandomGraphOptions contraction_graph_options();
 
 // The options of graphs that also draw the newer elementwise ops (extended_ops).
 RandomGraphOptions extended_graph_options();
+
+// The options of graphs that also draw scans, sorts, trunc and frac (scan_ops).
+RandomGraphOptions scan_graph_options();
 
 // The longest reduction of any contraction in `g` (K of a GEMM, (Cin / groups)
 // * kh * kw of a conv); 0 without contractions. Tests scale tolerances with it.
