@@ -170,15 +170,10 @@ TEST(Einsum, CompiledEqualsEager) {
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({2, 3, 8}, 42), kiln::testing::rnd({2, 3, 8}, 43),
                                   kiln::testing::rnd({7, 6}, 44), kiln::testing::rnd({7, 5}, 45)};
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
-  for (int call = 0; call < 2; ++call)
-    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+  kiln::testing::expect_compiled_equals_eager(fn, in, 1e-5);
   // The reference is a separate check: the bilinear form against the naive loop.
   Shape s;
-  expect_values(want[1], [&] {
+  expect_values(fn(kiln::testing::copies(in))[1], [&] {
     std::vector<double> v = naive_einsum({in[2], w, in[3]}, {"bn", "anm", "bm"}, "ba", &s);
     for (double &e : v) e = std::max(e, 0.0);
     return v;

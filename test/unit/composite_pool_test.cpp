@@ -131,10 +131,5 @@ TEST(AdaptiveMaxPool, CompiledEqualsEager) {
     return std::vector<Tensor>{linear(flatten(v, 1), lw), i, v1 * 2.0, i1};
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({2, 3, 7, 8}, 73), kiln::testing::rnd({2, 5, 9}, 74)};
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
-  for (int call = 0; call < 2; ++call)
-    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+  kiln::testing::expect_compiled_equals_eager(fn, in, 1e-5);
 }

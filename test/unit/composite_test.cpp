@@ -387,12 +387,7 @@ TEST(Composite, CompiledEqualsEager) {
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({5, 8}, 12), kiln::testing::rnd({5}, 13),
                                   kiln::testing::rnd({32}, 14)};
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
-  for (int call = 0; call < 2; ++call)
-    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+  CompiledFunction f = kiln::testing::expect_compiled_equals_eager(fn, in, 1e-5);
   EXPECT_GE(f.kernels_per_call(in), 1);
 }
 
@@ -473,12 +468,7 @@ TEST(Composite, RepeatInterleaveCompiled) {
     return std::vector<Tensor>{repeat_interleave(in[0] * 2.0, 3, 1).exp()};
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({2, 3}, 81)};
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
-  for (int call = 0; call < 2; ++call)
-    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-5)) << "call " << call;
+  kiln::testing::expect_compiled_equals_eager(fn, in, 1e-5);
   Fn counted = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{repeat_interleave(in[0], in[1], 0) + 1.0}; };
   const std::vector<Tensor> in2 = {kiln::testing::rnd({3, 2}, 82), tensor(std::vector<int64_t>{1, 0, 2})};
   CompileOptions allow;

@@ -95,6 +95,18 @@ inline ::testing::AssertionResult all_close(const std::vector<Tensor> &got, cons
   return ::testing::AssertionSuccess();
 }
 
+// fn compiled with fallback off, called twice (compile, then the cached plan) on copies
+// of `in`, equals fn run eagerly within tol; returns the compiled function for more checks.
+inline CompiledFunction expect_compiled_equals_eager(const TracedFunction &fn, const std::vector<Tensor> &in,
+                                                     double tol) {
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(fn, o);
+  const std::vector<Tensor> want = fn(copies(in));
+  for (int call = 0; call < 2; ++call) EXPECT_TRUE(all_close(f(copies(in)), want, tol)) << "call " << call;
+  return f;
+}
+
 inline int count_op(const ir::Graph &g, OpId id) {
   int n = 0;
   for (const ir::Node *node : g.nodes()) n += node->kind() == ir::Node::Kind::Op && node->op() == id;

@@ -341,12 +341,7 @@ TEST(ScanSort, CompiledEqualsEager) {
     return std::vector<Tensor>{v + 1, i, tv.exp(), ti, argsort(h, 1), pos * 2};
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({6, 9}, 4)};
-  CompileOptions o;
-  o.fallback = Fallback::Off;
-  CompiledFunction f = compile(fn, o);
-  const std::vector<Tensor> want = fn(kiln::testing::copies(in));
-  for (int call = 0; call < 2; ++call)
-    EXPECT_TRUE(kiln::testing::all_close(f(kiln::testing::copies(in)), want, 1e-6)) << "call " << call;
+  kiln::testing::expect_compiled_equals_eager(fn, in, 1e-6);
 }
 
 } // namespace
