@@ -365,20 +365,29 @@ std::vector<int64_t> row_output_strides(const Space &sp, const ir::TensorType &t
 bool is_reduction(const ir::Node *n) { return n->kind() == ir::Node::Kind::Op && n->info().kind == OpKind::Reduction; }
 
 // Body nodes whose results are per-row values with the reduced dims dropped: a
-// reduction without keepdim, and any node of that rank reading such a value.
-// (A node of that rank reading only plain inputs is not one: numpy aligns it
-// with the domain's trailing dims.)
+// reduction without keepdim, any node of that rank reading such a value, and any
+// node of that rank read by such a node (abs(b) in sum(x, -1) + abs(b), once
+// fusion merged b's group into the reduction's: the add aligns abs(b) with the
+// rows, so abs(b) is computed per row too). Otherwise a node of that rank reading
+// only plain inputs is not one: numpy aligns it with the domain's trailing dims.
+// Found as a fixed point, since each rule can feed the other.
 std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, const Space &sp) {
   std::unordered_set<const ir::Node *> rows;
-  std::unordered_set<const ir::Value *> row_values;
-  for (const ir::Node *n : body.nodes()) {
-    if (sp.domain.empty() || n->results().size() != 1 || n->result()->type().shape.size() != sp.dropped_rank())
-      continue;
-    bool row = is_reduction(n);
-    for (const ir::Value *v : n->operands()) row |= v && row_values.count(v);
-    if (!row) continue;
-    rows.insert(n);
-    row_values.insert(n->result());
+  auto row_rank = [&](const ir::Node *n) {
+    return !sp.domain.empty() && n->results().size() == 1 && n->result()->type().shape.size() == sp.dropped_rank();
+  };
+  auto is_row = [&](const ir::Node *n) {
+    if (is_reduction(n)) return true;
+    for (const ir::Value *v : n->operands())
+      if (v && v->producer() && rows.count(v->producer())) return true;
+    for (const ir::Use &u : body.uses(n->result()))
+      if (u.user && rows.count(u.user) && !is_reduction(u.user)) return true;
+    return false;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const ir::Node *n : body.nodes())
+      if (!rows.count(n) && row_rank(n) && is_row(n)) changed = rows.insert(n).second;
   }
   return rows;
 }

@@ -15,6 +15,7 @@
 #include "passes/fusion.h"
 #include "passes/pass_manager.h"
 #include "passes/plan_memory.h"
+#include "unit/graph_test_util.h"
 
 using namespace kiln;
 
@@ -86,6 +87,31 @@ TEST(Fuse, ReductionOverFirstDimJoinsItsPrologueAndEpilogue) {
   EXPECT_FALSE(sum_outside);
   EXPECT_EQ(count(*g).groups, 1);
   expect_same_results(fn, *g, in);
+}
+
+// A value of the rows' shape computed from a plain input (neg(b)) and added to a
+// reduction without keepdim is aligned with the rows by that add, not with the
+// domain's trailing dims: codegen computes it per row. Fuzzing found
+// [7, 6, 1, 1] summed over the last dim, where the trailing alignment loaded b
+// with strides [0, 6, 1, 0] (wrong elements, no error); with a square domain
+// the group ran eagerly.
+TEST(Fuse, ValueAddedToARowReductionIsComputedPerRow) {
+  auto row_plus = [](std::vector<int64_t> dims) {
+    return [dims](const std::vector<Tensor> &x) {
+      Tensor s = sum(x[0], dims);
+      return std::vector<Tensor>{relu(s / (abs(x[1]) + 0.5)), s - x[1].neg()};
+    };
+  };
+  struct Case {
+    std::vector<int64_t> a, b, dims;
+  };
+  for (const Case &c : {Case{{7, 6, 1, 1}, {7, 6, 1}, {3}}, Case{{3, 3}, {3}, {1}}, Case{{5, 4, 4}, {5, 4}, {2}},
+                        Case{{4, 4, 6}, {4, 6}, {1}}}) {
+    SCOPED_TRACE(shape_str(c.a));
+    std::vector<Tensor> in = {kiln::testing::rnd(c.a, 1), kiln::testing::rnd(c.b, 2)};
+    CompiledFunction f = kiln::testing::expect_compiled_equals_eager(row_plus(c.dims), in, 1e-5);
+    EXPECT_EQ(f.kernels_per_call(in), 1) << "one row kernel, none of it eager";
+  }
 }
 
 // remainder has no lowering rule and pow with a tensor exponent none that codegen
