@@ -368,8 +368,9 @@ bool is_reduction(const ir::Node *n) { return n->kind() == ir::Node::Kind::Op &&
 // reduction without keepdim, any node of that rank reading such a value, and any
 // node of that rank read by such a node (abs(b) in sum(x, -1) + abs(b), once
 // fusion merged b's group into the reduction's: the add aligns abs(b) with the
-// rows, so abs(b) is computed per row too). Otherwise a node of that rank reading
-// only plain inputs is not one: numpy aligns it with the domain's trailing dims.
+// rows, so abs(b) is computed per row too, unless numpy's alignment with the domain's
+// trailing dims is the rows' anyway). Otherwise a node of that rank reading only
+// plain inputs is not one: numpy aligns it with the domain's trailing dims.
 // Found as a fixed point, since each rule can feed the other.
 std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, const Space &sp) {
   std::unordered_set<const ir::Node *> rows;
@@ -380,6 +381,7 @@ std::unordered_set<const ir::Node *> row_nodes(const ir::Graph &body, const Spac
     if (is_reduction(n)) return true;
     for (const ir::Value *v : n->operands())
       if (v && v->producer() && rows.count(v->producer())) return true;
+    if (sp.dropped_rows_align()) return false; // numpy's alignment is the rows' already
     for (const ir::Use &u : body.uses(n->result()))
       if (u.user && rows.count(u.user) && !is_reduction(u.user)) return true;
     return false;
