@@ -111,6 +111,10 @@ double transcendental(KOp op, DType t, double x) {
   case KOp::Id: return t == DType::Float32 ? double(kiln_lm_##fn##_f32(float(x))) : kiln_lm_##fn##_f64(x);
     KILN_LIBM_OPS(X)
 #undef X
+#define X(Id, fn, def) case KOp::Id:
+    KILN_LIBM2_OPS(X)
+#undef X
+    break; // binary: eval_float
   case KOp::Sqrt: return std::sqrt(x);
   case KOp::Floor: return std::floor(x);
   case KOp::Ceil: return std::ceil(x);
@@ -138,6 +142,12 @@ Val eval_float(const Node &n, Val a, Val b, Val c) {
   case KOp::Abs: r.f = std::fabs(x); break;
   case KOp::Fma: r.f = std::fma(x, y, c.f); break;
   case KOp::Rsqrt: r.f = 1.0 / round_to(std::sqrt(x), n.dtype); break;
+#define X(Id, fn, def)                                                                                     \
+  case KOp::Id:                                                                                            \
+    r.f = n.dtype == DType::Float32 ? double(kiln_lm2_##fn##_f32(float(x), float(y))) : kiln_lm2_##fn##_f64(x, y); \
+    break;
+    KILN_LIBM2_OPS(X)
+#undef X
   default: r.f = transcendental(n.op, n.dtype, x); break;
   }
   r.f = round_to(r.f, n.dtype);

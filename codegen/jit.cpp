@@ -201,6 +201,11 @@ void define_host_symbols(orc::LLJIT &j) {
   add(p + "lm_" #fn "_f64", &kiln_lm_##fn##_f64);
   KILN_LIBM_OPS(X)
 #undef X
+#define X(Id, fn, def)                                                                                     \
+  add(p + "lm2_" #fn "_f32", &kiln_lm2_##fn##_f32);                                                        \
+  add(p + "lm2_" #fn "_f64", &kiln_lm2_##fn##_f64);
+  KILN_LIBM2_OPS(X)
+#undef X
   // The optimizer may turn loops into these calls.
   add("memcpy", &std::memcpy);
   add("memmove", &std::memmove);

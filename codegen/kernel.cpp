@@ -21,7 +21,7 @@ const char *op_name(KOp op) {
 #undef X
 #define X(Id, fn, f64)                                                                                 \
   case KOp::Id: return #Id;
-    KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
+    KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X) KILN_LIBM2_OPS(X)
 #undef X
   }
   return "?";
@@ -36,6 +36,10 @@ int op_arity(KOp op) {
 #define X(Id, fn, f64)                                                                                 \
   case KOp::Id: return 1;
     KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
+#undef X
+#define X(Id, fn, def)                                                                                 \
+  case KOp::Id: return 2;
+    KILN_LIBM2_OPS(X)
 #undef X
   }
   return 0;

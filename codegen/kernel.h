@@ -140,17 +140,19 @@ inline constexpr int kMaxKernelRank = 4;
 // Then one per function of the libm list (KOp::Sin, ...), trait Libm: float-only, a call
 // of the list's definition (kiln_lm_<fn>_f32 / _f64) per element in both dtypes, and
 // compute-bound like the transcendentals (is_transcendental holds for both traits).
+// Last, the binary ones of the binary libm list (KOp::Atan2, ...: kiln_lm2_<fn>_*), the
+// same trait with two operands.
 enum class KOp : uint8_t {
 #define X(name, arity, traits) name,
   KILN_KERNEL_OPS(X)
 #undef X
 #define X(Id, fn, f64) Id,
-  KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
+  KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X) KILN_LIBM2_OPS(X)
 #undef X
 };
 inline constexpr size_t kNumKOps = 0
 #define X(...) +1
-    KILN_KERNEL_OPS(X) KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
+    KILN_KERNEL_OPS(X) KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X) KILN_LIBM2_OPS(X)
 #undef X
     ;
 
@@ -163,7 +165,7 @@ inline constexpr KOpTrait kKOpTraits[] = {
     KILN_VECMATH_OPS(X)
 #undef X
 #define X(Id, fn, def) KOpTrait::Libm,
-    KILN_LIBM_OPS(X)
+    KILN_LIBM_OPS(X) KILN_LIBM2_OPS(X)
 #undef X
 };
 constexpr bool is_libm(KOp op) { return kKOpTraits[size_t(op)] == KOpTrait::Libm; }

@@ -160,8 +160,10 @@ private:
   Value *reduce_identity(const Node &r);
   Value *combine(IRBuilder<> &b, const Node &r, Value *acc, Value *x);
   Value *finish(IRBuilder<> &b, const Node &r, Value *acc);
-  Value *libm(IRBuilder<> &b, const char *name, Value *x);
-  Value *transcendental(IRBuilder<> &b, KOp op, DType t, Value *x);
+  // A call of host function kLibmSymbolPrefix + name: x -> T, or (x, y) -> T when y is given.
+  Value *libm(IRBuilder<> &b, const char *name, Value *x, Value *y = nullptr);
+  // y: the second operand of the binary libm list's functions (nullptr for the others).
+  Value *transcendental(IRBuilder<> &b, KOp op, DType t, Value *x, Value *y = nullptr);
   Value *constant(const Node &n);
   Value *compare(IRBuilder<> &b, KOp op, DType t, Value *x, Value *y);
   bool divides_by_row_statistic(const Node &n) const;

@@ -95,21 +95,23 @@ Value *Lowering::finish(IRBuilder<> &b, const Node &r, Value *acc) {
   return b.CreateFAdd(acc, llvm::ConstantFP::get(acc->getType(), 0.0));
 }
 
-Value *Lowering::libm(IRBuilder<> &b, const char *name, Value *x) {
-  llvm::Type *d = x->getType(); // double, or float for the libm list's _f32 functions
+Value *Lowering::libm(IRBuilder<> &b, const char *name, Value *x, Value *y) {
+  llvm::Type *d = x->getType(); // double, or float for the libm lists' _f32 functions
+  std::vector<llvm::Type *> params(y ? 2 : 1, d);
   llvm::FunctionCallee f =
-      m_.getOrInsertFunction(std::string(kLibmSymbolPrefix) + name, llvm::FunctionType::get(d, {d}, false));
+      m_.getOrInsertFunction(std::string(kLibmSymbolPrefix) + name, llvm::FunctionType::get(d, params, false));
   if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
     fn->setDoesNotThrow();
     fn->setDoesNotAccessMemory(); // pure: lets LLVM hoist and CSE the calls
     fn->setWillReturn();
   }
+  if (y) return b.CreateCall(f, {x, y});
   return b.CreateCall(f, {x});
 }
 
 // f32: inline vectorizable polynomial; f64: the list's float64 definition
 // (kiln_vm_<fn>_f64, scalar libm) through a host symbol.
-Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x) {
+Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x, Value *y) {
   bool f32 = t == DType::Float32;
   switch (op) {
 #define X(Id, fn, f64)                                                                                     \
@@ -119,6 +121,10 @@ Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x) {
 #define X(Id, fn, def)                                                                                     \
   case KOp::Id: return libm(b, f32 ? "lm_" #fn "_f32" : "lm_" #fn "_f64", x);
     KILN_LIBM_OPS(X)
+#undef X
+#define X(Id, fn, def)                                                                                     \
+  case KOp::Id: return libm(b, f32 ? "lm2_" #fn "_f32" : "lm2_" #fn "_f64", x, y);
+    KILN_LIBM2_OPS(X)
 #undef X
 #define X(name, arity, traits) case KOp::name:
     KILN_KERNEL_OPS(X)
@@ -192,6 +198,10 @@ Value *Lowering::emit_node(IRBuilder<> &b, const Node &n, const std::vector<Valu
     KILN_VECMATH_OPS(X) KILN_LIBM_OPS(X)
 #undef X
     return transcendental(b, n.op, n.dtype, x);
+#define X(Id, fn, def) case KOp::Id:
+    KILN_LIBM2_OPS(X)
+#undef X
+    return transcendental(b, n.op, n.dtype, x, y);
   case KOp::Fma:
     if (fp) return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});
     return b.CreateAdd(b.CreateMul(x, y), z);

@@ -103,14 +103,15 @@ std::string pow_misfit(const ir::Node &n, const Consts &c) {
 }
 
 // Integer division stays eager: a zero divisor must raise as in eager (the
-// kernel's division returns 0 for it and cannot report an error). So does float
-// floor division: eager's (torch's div_floor_floating) is exact through fmod,
-// which the kernels lack; floor(a / b) differed from it (1e30 // 3, ...).
+// kernel's division returns 0 for it and cannot report an error).
 std::string div_misfit(const ir::Node &n, const Consts &) {
   std::optional<std::string> mode = attrs::Div{n}.rounding_mode();
-  if (!mode) return "";
-  if (!is_floating(out_dtype(n))) return "integer division";
-  return *mode == "floor" ? "float floor division (eager's is exact through fmod)" : "";
+  return mode && !is_floating(out_dtype(n)) ? "integer division" : "";
+}
+
+// Integer fmod and remainder stay eager: a zero divisor must raise, as in eager.
+std::string fmod_misfit(const ir::Node &n, const Consts &) {
+  return is_floating(out_dtype(n)) ? "" : "integer " + std::string(n.mnemonic());
 }
 
 std::string mean_misfit(const ir::Node &n, const Consts &) {
@@ -131,11 +132,43 @@ Expr pow_rule(const Ctx &x) {
   no_lowering(x, "internal: pow_misfit admitted exponent " + std::to_string(e));
 }
 
+// Python's sign rule of a float fmod result r (eager's py_mod and floor_div_float):
+// r is nonzero and its sign differs from the divisor b's.
+Expr sign_differs_from_divisor(const Ctx &x, Expr r, Expr b) {
+  Expr zero = x.c(0.0);
+  Expr signs_differ = x.k.binary(KOp::Ne, x.k.binary(KOp::Lt, b, zero), x.k.binary(KOp::Lt, r, zero));
+  return x.k.binary(KOp::And, x.k.binary(KOp::Ne, r, zero), signs_differ);
+}
+
+// Eager's float floor division (torch's div_floor_floating, runtime/kernels/
+// elementwise_binary.cpp floor_div_float), step by step: exact through fmod, where
+// floor(a / b) is not (1e30 // 3).
+Expr floor_div_rule(const Ctx &x) {
+  Expr a = x.arg(0), b = x.arg(1), zero = x.c(0.0);
+  Expr q = a / b;
+  Expr mod = x.k.binary(KOp::Fmod, a, b);
+  Expr div = (a - mod) / b;
+  div = x.k.select(sign_differs_from_divisor(x, mod, b), div - x.c(1.0), div);
+  Expr fl = x.k.unary(KOp::Floor, div);
+  Expr r = x.k.select(x.k.binary(KOp::Gt, div - fl, x.c(0.5)), fl + x.c(1.0), fl);
+  r = x.k.select(x.k.binary(KOp::Eq, div, zero), x.k.binary(KOp::Copysign, zero, q), r);
+  return x.k.select(x.k.binary(KOp::Eq, b, zero), q, r);
+}
+
 Expr div_rule(const Ctx &x) {
   std::optional<std::string> mode = attrs::Div{x.node}.rounding_mode();
   if (!mode) return x.arg(0) / x.arg(1);
-  Expr q = x.arg(0) / x.arg(1); // div_misfit: float "trunc" only
+  if (*mode == "floor") return floor_div_rule(x); // div_misfit: float results only
+  Expr q = x.arg(0) / x.arg(1);
   return x.k.select(x.k.binary(KOp::Lt, q, x.c(0.0)), x.k.unary(KOp::Ceil, q), x.k.unary(KOp::Floor, q));
+}
+
+// Eager's float remainder (runtime/kernels/elementwise_binary.cpp py_mod), step by step:
+// r = fmod(a, b), exact; where r is nonzero and its sign differs from b's, r + b.
+Expr remainder_rule(const Ctx &x) {
+  Expr a = x.arg(0), b = x.arg(1); // fmod_misfit: a float result
+  Expr r = x.k.binary(KOp::Fmod, a, b);
+  return x.k.select(sign_differs_from_divisor(x, r, b), r + b, r);
 }
 
 Expr clamp_rule(const Ctx &x) {
@@ -211,6 +244,12 @@ const std::array<Rule, kNumOps> &rules() {
     set(OpId::Mul, [](const Ctx &x) { return x.arg(0) * x.arg(1); });
     set(OpId::Div, div_rule);
     set(OpId::Pow, pow_rule);
+    set(OpId::Remainder, remainder_rule);
+    // Each function of the binary libm list (runtime/ops.def) is its kernel op on the
+    // operands in the result dtype (fmod_misfit keeps integer fmod out).
+#define X(Id, fn, def) set(OpId::Id, [](const Ctx &x) { return x.k.binary(KOp::Id, x.arg(0), x.arg(1)); });
+    KILN_LIBM2_OPS(X)
+#undef X
     set(OpId::Maximum, [](const Ctx &x) { return x.k.binary(KOp::Max, x.arg(0), x.arg(1)); });
     set(OpId::Minimum, [](const Ctx &x) { return x.k.binary(KOp::Min, x.arg(0), x.arg(1)); });
     set(OpId::Eq, [](const Ctx &x) { return cmp(x, KOp::Eq); });
@@ -243,6 +282,8 @@ const std::array<Misfit, kNumOps> &misfits() {
     t[size_t(OpId::Pow)] = pow_misfit;
     t[size_t(OpId::Div)] = div_misfit;
     t[size_t(OpId::Mean)] = mean_misfit;
+    t[size_t(OpId::Fmod)] = fmod_misfit;
+    t[size_t(OpId::Remainder)] = fmod_misfit;
     return t;
   }();
   return table;

@@ -125,6 +125,17 @@ KILN_COMPOSED_OPS(X)
   static_assert(named_as(OpId::Id, #fn), "the libm list: " #fn " must be the mnemonic of " #Id);
 KILN_LIBM_OPS(X)
 #undef X
+// Each line of the binary libm list is a lowered elementwise binary op whose kernel is a
+// C library call (kiln_lm2_<fn>_f32 / _f64).
+#define X(Id, fn, def)                                                                                      \
+  static_assert(has_trait(OpId::Id, OpTrait::Pointwise) && has_trait(OpId::Id, OpTrait::Costly) &&         \
+                    lowering_expected(OpId::Id) && !is_transcendental(OpId::Id) &&                          \
+                    op_operands(OpId::Id).min == 2 && op_operands(OpId::Id).max == 2 &&                     \
+                    op_kind(OpId::Id) == OpKind::Elementwise,                                               \
+                "the binary libm list: " #Id " must be an elementwise binary Pointwise | Costly | Lowers op in ops.def"); \
+  static_assert(named_as(OpId::Id, #fn), "the binary libm list: " #fn " must be the mnemonic of " #Id);
+KILN_LIBM2_OPS(X)
+#undef X
 } // namespace
 
 namespace {

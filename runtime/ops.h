@@ -105,6 +105,15 @@ Tensor maximum(const Tensor &a, const Tensor &b);
 Tensor minimum(const Tensor &a, const Tensor &b);
 Tensor remainder(const Tensor &a, const Tensor &b);
 Tensor remainder(const Tensor &a, const Scalar &b);
+// The C library's binary functions (KILN_LIBM2_OPS: atan2, hypot, fmod, copysign), each
+// `Tensor fn(const Tensor &a, const Tensor &b);` with torch's dtype rules: atan2 and
+// copysign promote bool and integers to float32, hypot takes floating inputs only, fmod
+// keeps integer types (C's %: the dividend's sign; a zero divisor raises) but not bool.
+#define KILN_DECLARE_BINARY_OP(Id, fn, definition) Tensor fn(const Tensor &a, const Tensor &b);
+KILN_LIBM2_OPS(KILN_DECLARE_BINARY_OP)
+#undef KILN_DECLARE_BINARY_OP
+Tensor fmod(const Tensor &a, const Scalar &b);
+Tensor copysign(const Tensor &a, const Scalar &b);
 Tensor eq(const Tensor &a, const Tensor &b);
 Tensor eq(const Tensor &a, const Scalar &b);
 Tensor ne(const Tensor &a, const Tensor &b);
@@ -136,6 +145,11 @@ Tensor &mul_(Tensor &self, const Tensor &other);
 Tensor &mul_(Tensor &self, const Scalar &other);
 Tensor &div_(Tensor &self, const Tensor &other);
 Tensor &div_(Tensor &self, const Scalar &other);
+#define KILN_DECLARE_BINARY_INPLACE(Id, fn, definition) Tensor &fn##_(Tensor &self, const Tensor &other);
+KILN_LIBM2_OPS(KILN_DECLARE_BINARY_INPLACE)
+#undef KILN_DECLARE_BINARY_INPLACE
+Tensor &fmod_(Tensor &self, const Scalar &other);
+Tensor &copysign_(Tensor &self, const Scalar &other);
 Tensor &clamp_(Tensor &self, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 Tensor &relu_(Tensor &self);
 Tensor &zero_(Tensor &self);

@@ -359,6 +359,12 @@ public:
   Tensor minimum(const Tensor &other) const;
   Tensor remainder(const Tensor &other) const;
   Tensor remainder(const Scalar &other) const;
+  Tensor atan2(const Tensor &other) const;
+  Tensor hypot(const Tensor &other) const;
+  Tensor fmod(const Tensor &other) const;
+  Tensor fmod(const Scalar &other) const;
+  Tensor copysign(const Tensor &other) const;
+  Tensor copysign(const Scalar &other) const;
   Tensor eq(const Tensor &other) const;
   Tensor eq(const Scalar &other) const;
   Tensor ne(const Tensor &other) const;
@@ -387,6 +393,12 @@ public:
   Tensor &mul_(const Scalar &other);
   Tensor &div_(const Tensor &other);
   Tensor &div_(const Scalar &other);
+  Tensor &atan2_(const Tensor &other);
+  Tensor &hypot_(const Tensor &other);
+  Tensor &fmod_(const Tensor &other);
+  Tensor &fmod_(const Scalar &other);
+  Tensor &copysign_(const Tensor &other);
+  Tensor &copysign_(const Scalar &other);
   Tensor &clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
   Tensor &relu_();
   Tensor &zero_();
@@ -457,6 +469,23 @@ public:
   Tensor &ceil_();
   Tensor &round_();
   Tensor &square_();
+  Tensor &trunc_();
+  Tensor &frac_();
+  Tensor &tan_();
+  Tensor &asin_();
+  Tensor &acos_();
+  Tensor &atan_();
+  Tensor &sinh_();
+  Tensor &cosh_();
+  Tensor &asinh_();
+  Tensor &acosh_();
+  Tensor &atanh_();
+  Tensor &log2_();
+  Tensor &log10_();
+  Tensor &log1p_();
+  Tensor &expm1_();
+  Tensor &exp2_();
+  Tensor &erf_();
   Tensor &masked_fill_(const Tensor &mask, const Scalar &value);
 
   // ---- reductions

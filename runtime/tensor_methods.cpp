@@ -50,6 +50,12 @@ Tensor Tensor::maximum(const Tensor &other) const { return kiln::maximum(*this, 
 Tensor Tensor::minimum(const Tensor &other) const { return kiln::minimum(*this, other); }
 Tensor Tensor::remainder(const Tensor &other) const { return kiln::remainder(*this, other); }
 Tensor Tensor::remainder(const Scalar &other) const { return kiln::remainder(*this, other); }
+Tensor Tensor::atan2(const Tensor &other) const { return kiln::atan2(*this, other); }
+Tensor Tensor::hypot(const Tensor &other) const { return kiln::hypot(*this, other); }
+Tensor Tensor::fmod(const Tensor &other) const { return kiln::fmod(*this, other); }
+Tensor Tensor::fmod(const Scalar &other) const { return kiln::fmod(*this, other); }
+Tensor Tensor::copysign(const Tensor &other) const { return kiln::copysign(*this, other); }
+Tensor Tensor::copysign(const Scalar &other) const { return kiln::copysign(*this, other); }
 Tensor Tensor::eq(const Tensor &other) const { return kiln::eq(*this, other); }
 Tensor Tensor::eq(const Scalar &other) const { return kiln::eq(*this, other); }
 Tensor Tensor::ne(const Tensor &other) const { return kiln::ne(*this, other); }
@@ -76,6 +82,12 @@ Tensor & Tensor::mul_(const Tensor &other) { return kiln::mul_(*this, other); }
 Tensor & Tensor::mul_(const Scalar &other) { return kiln::mul_(*this, other); }
 Tensor & Tensor::div_(const Tensor &other) { return kiln::div_(*this, other); }
 Tensor & Tensor::div_(const Scalar &other) { return kiln::div_(*this, other); }
+Tensor & Tensor::atan2_(const Tensor &other) { return kiln::atan2_(*this, other); }
+Tensor & Tensor::hypot_(const Tensor &other) { return kiln::hypot_(*this, other); }
+Tensor & Tensor::fmod_(const Tensor &other) { return kiln::fmod_(*this, other); }
+Tensor & Tensor::fmod_(const Scalar &other) { return kiln::fmod_(*this, other); }
+Tensor & Tensor::copysign_(const Tensor &other) { return kiln::copysign_(*this, other); }
+Tensor & Tensor::copysign_(const Scalar &other) { return kiln::copysign_(*this, other); }
 Tensor & Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max ) { return kiln::clamp_(*this, min, max); }
 Tensor & Tensor::relu_() { return kiln::relu_(*this); }
 Tensor & Tensor::zero_() { return kiln::zero_(*this); }

@@ -416,6 +416,23 @@ Tensor &Tensor::floor_() { return inplace(*this, "floor_", kiln::floor); }
 Tensor &Tensor::ceil_() { return inplace(*this, "ceil_", kiln::ceil); }
 Tensor &Tensor::round_() { return inplace(*this, "round_", kiln::round); }
 Tensor &Tensor::square_() { return inplace(*this, "square_", kiln::square); }
+Tensor &Tensor::trunc_() { return inplace(*this, "trunc_", kiln::trunc); }
+Tensor &Tensor::frac_() { return inplace(*this, "frac_", kiln::frac); }
+Tensor &Tensor::tan_() { return inplace(*this, "tan_", kiln::tan); }
+Tensor &Tensor::asin_() { return inplace(*this, "asin_", kiln::asin); }
+Tensor &Tensor::acos_() { return inplace(*this, "acos_", kiln::acos); }
+Tensor &Tensor::atan_() { return inplace(*this, "atan_", kiln::atan); }
+Tensor &Tensor::sinh_() { return inplace(*this, "sinh_", kiln::sinh); }
+Tensor &Tensor::cosh_() { return inplace(*this, "cosh_", kiln::cosh); }
+Tensor &Tensor::asinh_() { return inplace(*this, "asinh_", kiln::asinh); }
+Tensor &Tensor::acosh_() { return inplace(*this, "acosh_", kiln::acosh); }
+Tensor &Tensor::atanh_() { return inplace(*this, "atanh_", kiln::atanh); }
+Tensor &Tensor::log2_() { return inplace(*this, "log2_", kiln::log2); }
+Tensor &Tensor::log10_() { return inplace(*this, "log10_", kiln::log10); }
+Tensor &Tensor::log1p_() { return inplace(*this, "log1p_", kiln::log1p); }
+Tensor &Tensor::expm1_() { return inplace(*this, "expm1_", kiln::expm1); }
+Tensor &Tensor::exp2_() { return inplace(*this, "exp2_", kiln::exp2); }
+Tensor &Tensor::erf_() { return inplace(*this, "erf_", kiln::erf); }
 Tensor &Tensor::masked_fill_(const Tensor &mask, const Scalar &value) {
   detail::check_defined(*this, "masked_fill_", "self");
   detail::check_defined(mask, "masked_fill_", "mask");

@@ -1,6 +1,6 @@
 // Binary elementwise ops with broadcasting and torch's type promotion: add, sub,
-// mul, div, pow, maximum, minimum, remainder, comparisons, logical and/or, and
-// the in-place add_, sub_, mul_, div_.
+// mul, div, pow, maximum, minimum, remainder, the binary libm list (atan2, hypot, fmod,
+// copysign), comparisons, logical and/or, and the in-place add_, sub_, mul_, div_, atan2_...
 #include <cmath>
 #include <optional>
 #include <string>
@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
+#include "runtime/kernels/vecmath_kernels.h"
 #include "runtime/op_adapters.h"
 #include "runtime/op_attrs.h"
 #include "runtime/version.h"
@@ -165,10 +166,17 @@ Rounding parse_rounding(const std::optional<std::string> &mode, const char *op) 
 
 DType div_result(DType promoted, Rounding r) { return r == Rounding::None ? detail::float_type(promoted) : promoted; }
 
+// A function of the binary libm list in T's precision (float or double).
+template <class T> T lm2(T x, T y, float (*f32)(float, float), double (*f64)(double, double)) {
+  if constexpr (std::is_same_v<T, float>) return f32(x, y);
+  else return f64(x, y);
+}
+
 // torch's div_floor_floating: floor(a / b) computed so that a == b * q + fmod(a, b) holds.
+// The lowering rule computes the same steps (codegen/op_lowering.cpp div_rule).
 template <class T> T floor_div_float(T a, T b) {
   if (b == 0) return a / b;
-  T mod = std::fmod(a, b);
+  T mod = lm2(a, b, kiln_lm2_fmod_f32, kiln_lm2_fmod_f64);
   T div = (a - mod) / b;
   if (mod != 0 && (b < 0) != (mod < 0)) div -= T(1);
   if (div == 0) return std::copysign(T(0), a / b);
@@ -241,17 +249,47 @@ void pow_kernel(const Tensor &out, const Tensor &a, const Tensor &b) {
 
 // ---------------------------------------------------------------- remainder
 
-// Python's %: the result takes the divisor's sign.
+// C's %, torch's integer fmod: the result takes the dividend's sign.
+template <class T> T int_fmod(T a, T b, const char *op) {
+  KILN_CHECK(b != 0, op, ": integer division by zero");
+  if (b == -1) return 0; // INT_MIN % -1 would trap
+  return a % b;
+}
+
+// Python's %: the result takes the divisor's sign. The float form is the lowering
+// rule's too (codegen/op_lowering.cpp remainder_rule): the list's fmod, then + b.
 template <class T> T py_mod(T a, T b, const char *op) {
   if constexpr (std::is_integral_v<T>) {
-    KILN_CHECK(b != 0, op, ": integer division by zero");
-    if (b == -1) return 0; // INT_MIN % -1 would trap
-    T r = a % b;
+    T r = int_fmod(a, b, op);
     return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
   } else {
-    T r = std::fmod(a, b);
+    T r = lm2(a, b, kiln_lm2_fmod_f32, kiln_lm2_fmod_f64);
     return (r != 0 && ((b < 0) != (r < 0))) ? r + b : r;
   }
+}
+
+// ---------------------------------------------------------------- the binary libm list
+
+// torch's result dtype of each: atan2 and copysign promote integers and bools to
+// float32; hypot is defined for floating types only; fmod keeps integer types
+// (computed exactly, C's %) but not bool.
+DType libm2_result(OpId id, DType promoted, const Tensor &a, const Tensor &b, const char *op) {
+  if (id == OpId::Atan2 || id == OpId::Copysign) return detail::float_type(promoted);
+  bool ok = is_floating(promoted) || (id == OpId::Fmod && promoted != kBool);
+  KILN_CHECK(ok, op, ": not supported for ", promoted, " inputs (self ", a.dtype(), " ", shape_str(a.sizes()),
+             ", other ", b.dtype(), " ", shape_str(b.sizes()), "); ",
+             id == OpId::Fmod ? "fmod takes numbers, not bool" : "it takes floating-point tensors");
+  return promoted;
+}
+
+// out = fn(a, b): the list's function for float results, int_fmod for integer ones.
+void libm2_kernel(const Tensor &out, const Tensor &a, const Tensor &b, float (*f32)(float, float),
+                  double (*f64)(double, double), const char *op) {
+  if (!is_floating(out.dtype())) {
+    binary_kernel<IntTypes>(out, a, b, [op](auto x, auto y) { return int_fmod(x, y, op); });
+    return;
+  }
+  binary_kernel<FloatTypes>(out, a, b, [f32, f64](auto x, auto y) { return lm2(x, y, f32, f64); });
 }
 
 } // namespace
@@ -356,6 +394,22 @@ Tensor remainder(const Tensor &a, const Tensor &b) {
 }
 Tensor remainder(const Tensor &a, const Scalar &b) { return remainder(a, detail::wrap_scalar(b)); }
 
+// The binary libm list (runtime/ops.def): atan2, hypot, fmod, copysign.
+#define KILN_LM2_OP(Id, fn, def)                                                                               \
+  Tensor fn(const Tensor &a, const Tensor &b) {                                                                \
+    Shape2 m = binary_meta(a, b, #fn);                                                                         \
+    DType dt = libm2_result(OpId::Id, m.dtype, a, b, #fn);                                                     \
+    KILN_TRACE(Id, KILN_INPUTS(a, b));                                                                         \
+    Tensor out = detail::make_elementwise_result(m.shape, dt, {&a, &b});                                       \
+    if (out.is_meta()) return out;                                                                             \
+    libm2_kernel(out, a, b, kiln_lm2_##fn##_f32, kiln_lm2_##fn##_f64, #fn);                                    \
+    return out;                                                                                                \
+  }
+KILN_LIBM2_OPS(KILN_LM2_OP)
+#undef KILN_LM2_OP
+Tensor fmod(const Tensor &a, const Scalar &b) { return fmod(a, detail::wrap_scalar(b)); }
+Tensor copysign(const Tensor &a, const Scalar &b) { return copysign(a, detail::wrap_scalar(b)); }
+
 // Comparisons and logical ops: compute in the promoted dtype, produce bool.
 #define KILN_PREDICATE(fn, Id, ...)                                                                            \
   Tensor fn(const Tensor &a, const Tensor &b) {                                                                \
@@ -448,6 +502,24 @@ Tensor &div_(Tensor &self, const Tensor &other) {
 }
 Tensor &div_(Tensor &self, const Scalar &other) { return div_(self, detail::wrap_scalar(other)); }
 
+// self = fn(self, other) for the binary libm list: an Error when fn's result dtype
+// cannot be cast to self's (atan2_ on an int64 tensor), as torch's.
+#define KILN_LM2_INPLACE(Id, fn, def)                                                                          \
+  Tensor &fn##_(Tensor &self, const Tensor &other) {                                                           \
+    Shape2 m = binary_meta(self, other, #fn "_");                                                              \
+    DType dt = libm2_result(OpId::Id, m.dtype, self, other, #fn "_");                                          \
+    detail::check_inplace(self, other.sizes(), dt, #fn "_");                                                   \
+    KILN_TRACE_INPLACE(self, Id, KILN_INPUTS(self, other));                                                    \
+    if (detail::any_meta({&self, &other})) return self;                                                        \
+    detail::bump_version(self);                                                                                \
+    detail::cast_into(self, fn(self, detail::unalias(self, other)));                                           \
+    return self;                                                                                               \
+  }
+KILN_LIBM2_OPS(KILN_LM2_INPLACE)
+#undef KILN_LM2_INPLACE
+Tensor &fmod_(Tensor &self, const Scalar &other) { return fmod_(self, detail::wrap_scalar(other)); }
+Tensor &copysign_(Tensor &self, const Scalar &other) { return copysign_(self, detail::wrap_scalar(other)); }
+
 // ---------------------------------------------------------------- adapters
 
 namespace adapters {
@@ -473,6 +545,9 @@ KILN_BINARY_ADAPTER(Pow, pow)
 KILN_BINARY_ADAPTER(Maximum, maximum)
 KILN_BINARY_ADAPTER(Minimum, minimum)
 KILN_BINARY_ADAPTER(Remainder, remainder)
+#define KILN_LM2_ADAPTER(Id, fn, def) KILN_BINARY_ADAPTER(Id, fn)
+KILN_LIBM2_OPS(KILN_LM2_ADAPTER)
+#undef KILN_LM2_ADAPTER
 KILN_BINARY_ADAPTER(Eq, eq)
 KILN_BINARY_ADAPTER(Ne, ne)
 KILN_BINARY_ADAPTER(Lt, lt)

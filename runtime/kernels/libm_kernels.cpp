@@ -12,3 +12,10 @@
   extern "C" double kiln_lm_##fn##_f64(double v) { return def; }
 KILN_LIBM_OPS(KILN_LM_DEFINE)
 #undef KILN_LM_DEFINE
+
+// The binary list (KILN_LIBM2_OPS), the same way.
+#define KILN_LM2_DEFINE(Id, fn, def)                                                                           \
+  extern "C" float kiln_lm2_##fn##_f32(float a, float b) { return def; }                                       \
+  extern "C" double kiln_lm2_##fn##_f64(double a, double b) { return def; }
+KILN_LIBM2_OPS(KILN_LM2_DEFINE)
+#undef KILN_LM2_DEFINE

@@ -52,6 +52,12 @@ KILN_COMPOSED_KERNELS(KILN_PW_DECLARE)
   double kiln_lm_##fn##_f64(double v);
 KILN_LIBM_OPS(KILN_LM_DECLARE_OP)
 #undef KILN_LM_DECLARE_OP
+/* And one pair per line of the binary libm list: kiln_lm2_atan2_f32(a, b), ... */
+#define KILN_LM2_DECLARE_OP(Id, fn, def)                                                                   \
+  float kiln_lm2_##fn##_f32(float a, float b);                                                             \
+  double kiln_lm2_##fn##_f64(double a, double b);
+KILN_LIBM2_OPS(KILN_LM2_DECLARE_OP)
+#undef KILN_LM2_DECLARE_OP
 
 #ifdef __cplusplus
 }

@@ -146,6 +146,7 @@ def expanded_declarations(text, lists):
             stmt = body
             for param, arg in zip(params, args):
                 stmt = re.sub(r"\b%s\b" % re.escape(param), arg, stmt)
+            stmt = stmt.replace("##", "")  # token pasting: fn##_ is fn_
             stmts.extend(stmt.split(";"))
     return stmts
 

@@ -51,10 +51,9 @@ struct Case {
 #define UNARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &) { return expr; }}
 #define BINARY(name, Id, expr) {name, OpId::Id, [](const Tensor &x, const Tensor &y) { return expr; }, true}
 
-// Every pointwise op, and every lowered pow exponent; remainder has no lowering
-// (it runs eagerly inside a compiled function too) and is swept anyway. Each
-// line of the vector-math, libm and composed-op lists (runtime/ops.def) is a
-// case by itself.
+// Every pointwise op, and every lowered pow exponent. Each line of the vector-math,
+// libm, binary libm and composed-op lists (runtime/ops.def) is a case by itself;
+// remainder and floor division lower through the binary list's fmod.
 std::vector<Case> cases() {
   return {
 #define X(Id, fn, f64) UNARY(#fn, Id, kiln::fn(x)),
@@ -63,6 +62,12 @@ std::vector<Case> cases() {
 #define X(Id, fn, def) UNARY(#fn, Id, kiln::fn(x)),
       KILN_COMPOSED_OPS(X) KILN_LIBM_OPS(X)
 #undef X
+#define X(Id, fn, def) BINARY(#fn, Id, kiln::fn(x, y)),
+      KILN_LIBM2_OPS(X)
+#undef X
+      BINARY("fmod_scalar", Fmod, kiln::fmod(x, Scalar(-2.5))),
+      BINARY("copysign_scalar", Copysign, kiln::copysign(x, Scalar(-0.0))),
+      BINARY("atan2_broadcast_row", Atan2, kiln::atan2(x, y.slice(0, 0, 1))),
       UNARY("gelu_none", Gelu, kiln::gelu(x, "none")),
       UNARY("gelu_tanh", Gelu, kiln::gelu(x, "tanh")),
       UNARY("sqrt", Sqrt, kiln::sqrt(x)),
@@ -276,10 +281,10 @@ TEST(EagerCompiledBits, LoweredOpsAreCompiled) {
   Tensor x = tensor_of(v), y = tensor_of(w);
   for (const Case &c : cases()) {
     std::string n = c.name;
-    // No lowering (Eager ops: remainder), not fusing (copy), or a misfit of the rule (a tensor
-    // exponent, float floor division). Composites (gelu, silu) are decomposed into fusing ops.
+    // No lowering (Eager ops), not fusing (copy), or a misfit of the rule (a tensor
+    // exponent). Composites (gelu, silu) are decomposed into fusing ops.
     bool kernel = lowering_expected(c.op) && (is_fusible(c.op) || op_kind(c.op) == OpKind::Composite);
-    if (!kernel || n == "pow_tensor" || n == "div_floor") continue;
+    if (!kernel || n == "pow_tensor") continue;
     auto f = compiled(c, CompileOptions());
     EXPECT_GE(f.kernels_per_call({x, y}), 1) << n;
   }

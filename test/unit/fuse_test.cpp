@@ -114,14 +114,16 @@ TEST(Fuse, ValueAddedToARowReductionIsComputedPerRow) {
   }
 }
 
-// remainder has no lowering rule and pow with a tensor exponent none that codegen
-// can apply: fuse leaves them out of groups (it asks codegen,
-// passes/lowering_check.h), so the exp before them and the add after them
+// Integer remainder (a zero divisor must raise) and pow with a tensor exponent have
+// no lowering codegen can apply: fuse leaves them out of groups (it asks codegen,
+// passes/lowering_check.h), so the exp * before them and the add after them
 // still compile, where one group around them all used to run eagerly whole.
 TEST(Fuse, OpsCodegenCannotLowerStayOutOfGroups) {
   manual_seed(0);
-  Fn fn = [](const std::vector<Tensor> &x) { return std::vector<Tensor>{pow(x[1], remainder(exp(x[0]), 3.0)) + x[0]}; };
-  std::vector<Tensor> in = {randn({8, 16}), rand({8, 16}) + 0.5};
+  Fn fn = [](const std::vector<Tensor> &x) {
+    return std::vector<Tensor>{pow(x[1], exp(x[0]) * remainder(x[2], 5)) + x[0]};
+  };
+  std::vector<Tensor> in = {randn({8, 16}), rand({8, 16}) + 0.5, randint(-20, 20, {8, 16})};
   std::shared_ptr<ir::Graph> g = optimized(fn, in);
   int left_out = 0;
   for (const ir::Node *n : g->nodes())

@@ -104,6 +104,15 @@ TEST(OpTable, VecmathListIsTheTranscendentalOps) {
   EXPECT_EQ(codegen::op_arity(codegen::KOp::Id), 1) << #Id;
   KILN_LIBM_OPS(X)
 #undef X
+  // So are the binary libm list's, with two operands.
+#define X(Id, fn, def)                                                                                     \
+  libm.push_back(codegen::KOp::Id);                                                                        \
+  EXPECT_EQ(op_info(OpId::Id).mnemonic, #fn);                                                              \
+  EXPECT_TRUE(!is_transcendental(OpId::Id) && lowering_expected(OpId::Id)) << #Id;                         \
+  EXPECT_EQ(op_operands(OpId::Id).max, 2u) << #Id;                                                         \
+  EXPECT_EQ(codegen::op_arity(codegen::KOp::Id), 2) << #Id;
+  KILN_LIBM2_OPS(X)
+#undef X
   for (size_t i = 0; i < codegen::kNumKOps; ++i) {
     auto op = codegen::KOp(i);
     bool in_list = std::find(listed.begin(), listed.end(), op) != listed.end();

@@ -393,7 +393,8 @@ TEST(RandomGraphScan, CompiledAgreesWithEagerAndCoversTheNewOps) {
       if (n->kind() == ir::Node::Kind::Op) ++ops[std::string(op_info(n->op()).mnemonic)];
   }
   if (replaying()) return;
-  for (const char *op : {"cumsum", "cumprod", "logcumsumexp", "sort", "topk", "floor", "ceil"})
+  for (const char *op : {"cumsum", "cumprod", "logcumsumexp", "sort", "topk", "floor", "ceil", "atan2", "hypot",
+                         "fmod", "copysign", "remainder"})
     EXPECT_GT(ops[op], 0) << "no graph with " << op;
 }
 

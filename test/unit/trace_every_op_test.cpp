@@ -62,6 +62,15 @@ std::vector<Case> cases() {
       {"pow", {pos}, [](auto &a) { return one(pow(a[0], 2.5) + pow(a[0], a[0])); }},
       {"maximum", {x, y}, [](auto &a) { return one(maximum(a[0], a[1]) + minimum(a[0], a[1])); }},
       {"remainder", {x, pos}, [](auto &a) { return one(remainder(a[0], a[1])); }},
+      {"atan2", {x, y}, [](auto &a) { return one(atan2(a[0], a[1])); }},
+      {"hypot", {x, row}, [](auto &a) { return one(hypot(a[0], a[1])); }},
+      {"fmod", {x, pos}, [](auto &a) { return std::vector<Tensor>{fmod(a[0], a[1]), a[0].fmod(-0.75)}; }},
+      {"copysign", {x, y}, [](auto &a) { return std::vector<Tensor>{copysign(a[0], a[1]), a[0].copysign(-1.0)}; }},
+      {"libm2_", {x, y}, [](auto &a) {
+         Tensor t = a[0] * 1.0;
+         t.atan2_(a[1]).hypot_(a[1]).fmod_(a[1]).copysign_(a[1]).fmod_(0.5).copysign_(-2.0);
+         return one(t);
+       }},
       {"compare", {x, y}, [](auto &a) {
          return std::vector<Tensor>{eq(a[0], a[1]), ne(a[0], a[1]), lt(a[0], a[1]), le(a[0], 0.5), gt(a[0], a[1]),
                                     ge(a[0], a[1])};

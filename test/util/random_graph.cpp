@@ -226,6 +226,7 @@ private:
       b = {param(broadcast_variant(sa)), 1.0};
     }
     if (c_.chance(50)) std::swap(a, b);
+    if (o_.scan_ops && c_.chance(30)) return libm_binary(a, b);
     switch (c_.below(7)) {
     case 0: return push(add(a.t, b.t), a.bound + b.bound);
     case 1: return push(add(a.t, b.t, -0.5), a.bound + 0.5 * b.bound);
@@ -234,6 +235,19 @@ private:
     case 4: return push(div(a.t, abs(b.t) + 0.5), 2 * a.bound);
     case 5: return push(maximum(a.t, b.t), std::max(a.bound, b.bound));
     default: return push(minimum(a.t, b.t), std::max(a.bound, b.bound));
+    }
+  }
+
+  // The binary libm list and remainder, with operands that keep each continuous (no
+  // branch cut, no step of fmod), so that a last-bit difference upstream between
+  // compiled and eager (a reassociated sum) stays a last-bit difference here.
+  void libm_binary(const Val &a, const Val &b) {
+    switch (c_.below(5)) {
+    case 0: return push(atan2(a.t, abs(b.t) + 0.5), 1.6);
+    case 1: return push(hypot(a.t, b.t), a.bound + b.bound);
+    case 2: return push(fmod(tanh(a.t) * 0.9, abs(b.t) + 1.0), 0.9);
+    case 3: return push(copysign(a.t, param(broadcast_variant(shape(a)))), a.bound);
+    default: return push(remainder(abs(tanh(a.t)) * 0.9 + 0.05, abs(b.t) + 1.0), 0.95);
     }
   }
 

@@ -66,7 +66,8 @@ struct RandomGraphOptions {
   bool extended_ops = false;
   // unary() also draws the scans, sorts and rounding issue 16 added (scan_graph_options()):
   // cumsum, cumprod, logcumsumexp, sort and topk values (eager steps between compiled
-  // groups), trunc and frac (fused). Off by default, for the same reason.
+  // groups), trunc and frac (fused); binary() draws atan2, hypot, fmod, copysign and
+  // remainder (fused). Off by default, for the same reason.
   bool scan_ops = false;
 };
 
