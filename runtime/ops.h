@@ -263,6 +263,19 @@ Tensor scatter_reduce(const Tensor &x, int64_t dim, const Tensor &index, const T
                       bool include_self = true);
 // A copy of x with alpha * source.select(dim, k) added to x.select(dim, index[k]) for every k.
 Tensor index_add(const Tensor &x, int64_t dim, const Tensor &index, const Tensor &source, const Scalar &alpha = 1);
+// Advanced indexing, torch's aten::index: one entry per leading dim of x, nullopt for a
+// whole dim; int64 / int32 tensors broadcast together and pick elements (the index shape
+// replaces the indexed dims where they are adjacent, and comes first otherwise); a bool
+// mask covers as many dims as it has and indexes by its nonzero() positions (eager
+// only: the shape depends on values). The torch::indexing forms, x.index({Slice(), idx})
+// and x.index_put_({mask}, 0.0): runtime/indexing.h.
+Tensor index(const Tensor &x, const std::vector<std::optional<Tensor>> &indices);
+// A copy of x with values (x's dtype, broadcast to index(x, indices)'s shape) written at
+// the indexed places; accumulate adds them instead (repeated indices add up).
+Tensor index_put(const Tensor &x, const std::vector<std::optional<Tensor>> &indices, const Tensor &values,
+                 bool accumulate = false);
+Tensor &index_put_(Tensor &self, const std::vector<std::optional<Tensor>> &indices, const Tensor &values,
+                   bool accumulate = false);
 // Shapes that depend on the values: eager only (a traced call reports them as item() is).
 // nonzero: [count, x.dim()] int64 coordinates in row-major order; masked_select: 1-D, mask broadcast.
 Tensor nonzero(const Tensor &x);

@@ -202,6 +202,9 @@ private:
 };
 
 class Tensor;
+namespace indexing {
+class TensorIndex; // runtime/indexing.h
+}
 
 namespace detail {
 [[noreturn]] void fail_accessor_index(int64_t index, int64_t size);
@@ -487,6 +490,11 @@ public:
   Tensor &exp2_();
   Tensor &erf_();
   Tensor &masked_fill_(const Tensor &mask, const Scalar &value);
+  // torch::indexing (runtime/indexing.h): x.index({Slice(1, None), idx, None, Ellipsis, 0})
+  // and x.index_put_({mask}, 0.0).
+  Tensor index(const std::vector<indexing::TensorIndex> &indices) const;
+  Tensor &index_put_(const std::vector<indexing::TensorIndex> &indices, const Tensor &values);
+  Tensor &index_put_(const std::vector<indexing::TensorIndex> &indices, const Scalar &value);
 
   // ---- reductions
   Tensor sum(std::optional<DType> dtype = std::nullopt) const;

@@ -4,6 +4,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/functional.h"
+#include "runtime/indexing.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/safetensors.h"

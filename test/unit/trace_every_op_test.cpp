@@ -37,6 +37,7 @@ std::vector<Case> cases() {
   Tensor img = randn({2, 3, 8, 8}), cw = randn({4, 3, 3, 3}), cb = randn({4});
   Tensor bw = rand({3}) + 0.5, bb = randn({3}), bm = randn({3}), bv = rand({3}) + 0.5;
   Tensor emb = randn({10, 6}), idx = tensor({3, 0, 9}), gidx = randint(0, 6, {4, 6});
+  Tensor ixs = tensor({3, 0, 2, 3}); // rows of x, a repeat included
   Tensor q = randn({1, 2, 5, 4}), k = randn({1, 2, 5, 4}), v = randn({1, 2, 5, 4});
   auto unary = [&](const char *n, Tensor (*f)(const Tensor &), const Tensor &in) {
     return Case{n, {in}, [f](const std::vector<Tensor> &a) { return one(f(a[0])); }};
@@ -62,6 +63,14 @@ std::vector<Case> cases() {
       {"pow", {pos}, [](auto &a) { return one(pow(a[0], 2.5) + pow(a[0], a[0])); }},
       {"maximum", {x, y}, [](auto &a) { return one(maximum(a[0], a[1]) + minimum(a[0], a[1])); }},
       {"remainder", {x, pos}, [](auto &a) { return one(remainder(a[0], a[1])); }},
+      {"index", {x, ixs}, [](auto &a) {
+         return std::vector<Tensor>{index(a[0], {a[1]}), a[0].index({indexing::Slice(), a[1]}) * 2.0};
+       }},
+      {"index_put", {x, ixs, row}, [](auto &a) {
+         Tensor t = a[0] * 1.0;
+         index_put_(t, {a[1]}, a[2], true);
+         return std::vector<Tensor>{index_put(a[0], {a[1]}, a[2]), t};
+       }},
       {"atan2", {x, y}, [](auto &a) { return one(atan2(a[0], a[1])); }},
       {"hypot", {x, row}, [](auto &a) { return one(hypot(a[0], a[1])); }},
       {"fmod", {x, pos}, [](auto &a) { return std::vector<Tensor>{fmod(a[0], a[1]), a[0].fmod(-0.75)}; }},
