@@ -318,6 +318,15 @@ Tensor &index_put_(Tensor &self, const std::vector<std::optional<Tensor>> &indic
 
 // ---------------------------------------------------------------- torch::indexing
 
+namespace {
+Tensor strip_leading_ones(const Tensor &v) {
+  int64_t lead = 0;
+  while (lead < v.dim() && v.size(lead) == 1) ++lead;
+  if (lead == 0) return v;
+  return v.reshape(IntArrayRef(v.sizes().data() + lead, size_t(v.dim() - lead)));
+}
+} // namespace
+
 namespace indexing {
 TensorIndex::TensorIndex(const char *s) : v_(EllipsisIndexType{}) {
   KILN_CHECK(s && std::string(s) == "...", "TensorIndex: expected \"...\" (Ellipsis), got \"", s ? s : "(null)", "\"");
@@ -330,9 +339,12 @@ Tensor Tensor::index(const std::vector<indexing::TensorIndex> &indices) const {
   return kiln::index(s.view, s.tensors);
 }
 
-Tensor &Tensor::index_put_(const std::vector<indexing::TensorIndex> &indices, const Tensor &values) {
+Tensor &Tensor::index_put_(const std::vector<indexing::TensorIndex> &indices, const Tensor &values_in) {
   const char *op = "index_put_";
-  detail::check_defined(values, op, "values");
+  detail::check_defined(values_in, op, "values");
+  // torch's set_item strips values' leading size-1 dims first (numpy's rule), so a
+  // [1, 1, 3] value fills a [3] selection.
+  const Tensor values = strip_leading_ones(values_in);
   Sliced s = apply_slicing(*this, indices, op);
   if (!s.any_tensor) {
     s.view.copy_(values);

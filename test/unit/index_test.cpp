@@ -213,6 +213,18 @@ TEST(IndexPut, TorchIndexingForms) {
   want[3] = 7;
   want[20] = 8;
   expect_values(y, want);
+  // Values with more leading size-1 dims than the selection: torch strips them, for tensor
+  // entries ([1, 1, 2] into a [2] selection) and for view-only ones ([1, 6] into a row).
+  y = x.clone();
+  y.index_put_({m2}, make({1, 1, 2}, kFloat32, [](int64_t i) { return 7.0 + double(i); }));
+  expect_values(y, want);
+  y = x.clone();
+  y.index_put_({2}, make({1, 1, 6}, kFloat32, [](int64_t i) { return -double(i); }));
+  want = values(x);
+  for (int c = 0; c < 6; ++c) want[size_t(12 + c)] = -c;
+  expect_values(y, want);
+  // A leading dim that is not 1 still does not fit.
+  expect_error([&] { x.clone().index_put_({2}, zeros({2, 6})); }, "copy_");
 }
 
 TEST(IndexPut, NanAndInfAreWrittenAsTheyAre) {
