@@ -379,8 +379,11 @@ Tensor pixel_unshuffle(const Tensor &x, int64_t downscale_factor);
 // torch.einsum: "ij,jk->ik" (explicit output) or "ij,jk" (implicit: the subscripts that appear
 // once, alphabetically); "..." broadcasts; a subscript repeated in one operand takes its diagonal;
 // subscripts absent from the output are summed. Operands are contracted left to right, each pair
-// through permute/reshape and bmm (runtime/kernels/composite_linalg.cpp).
-Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands);
+// through permute/reshape and bmm (runtime/kernels/composite_linalg.cpp). `path`, as torch's
+// (opt_einsum's format), orders the contractions: pairs of positions in the list of
+// remaining operands, each pair's product appended to the list.
+Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands,
+              const std::optional<std::vector<int64_t>> &path = std::nullopt);
 // Transposed convolutions (weight [C_in, C_out / groups, k...]), torch's argument order: the
 // input zero-inserted by stride and padded, then conv2d with the flipped, group-transposed weight.
 Tensor conv_transpose1d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}, IntArrayRef stride = 1,

@@ -195,9 +195,49 @@ Tensor contract_pair(const Tensor &a_in, const Tensor &b_in, const std::vector<b
   return r;
 }
 
+// The contraction order: torch's `path` (opt_einsum's format), pairs (i, j) of positions
+// in the list of remaining operands, the two taken out and their product appended; or
+// without a path left to right, each product taking the place of the pair. A dim is
+// summed at the step after which neither a remaining operand nor the output needs it.
+Tensor contract_all(std::vector<Tensor> ops, const std::vector<bool> &in_out,
+                    const std::optional<std::vector<int64_t>> &path) {
+  const size_t n = ops.size();
+  if (path) {
+    KILN_CHECK(path->size() == 2 * (n - 1), "einsum: path must hold 2 * (number of operands - 1) = ", 2 * (n - 1),
+               " positions (a pair per contraction) for ", n, " operand(s), got ", path->size());
+  }
+  for (size_t step = 0; ops.size() > 1; ++step) {
+    int64_t i = 0, j = 1;
+    if (path) {
+      i = (*path)[2 * step];
+      j = (*path)[2 * step + 1];
+      if (j < i) std::swap(i, j);
+      KILN_CHECK(i != j && i >= 0 && j < int64_t(ops.size()), "einsum: invalid contraction (", (*path)[2 * step], ", ",
+                 (*path)[2 * step + 1], ") at path step ", step, ": ",
+                 i == j ? "cannot contract an operand with itself"
+                        : "operand position is out of bounds for " + std::to_string(ops.size()) + " remaining operands");
+    }
+    Tensor a = ops[size_t(i)], b = ops[size_t(j)];
+    ops.erase(ops.begin() + j);
+    ops.erase(ops.begin() + i);
+    const int64_t nd = a.dim();
+    std::vector<bool> summed(size_t(nd), false);
+    for (int64_t d = 0; d < nd; ++d) {
+      bool needed = in_out[size_t(d)];
+      for (size_t k = 0; k < ops.size() && !needed; ++k) needed = ops[k].size(d) != 1;
+      summed[size_t(d)] = !needed;
+    }
+    Tensor ab = contract_pair(a, b, summed);
+    if (path) ops.push_back(ab);
+    else ops.insert(ops.begin(), ab);
+  }
+  return ops.front();
+}
+
 } // namespace
 
-Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands) {
+Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands,
+              const std::optional<std::vector<int64_t>> &path) {
   const std::string eq = strip_spaces(equation);
   const size_t arrow = eq.find("->");
   const std::string lhs = eq.substr(0, arrow);
@@ -290,17 +330,7 @@ Tensor einsum(const std::string &equation, const std::vector<Tensor> &operands) 
       size[size_t(d)] = s;
     }
 
-  // Left to right: a dim is summed at the step after which neither a later operand nor the output needs it.
-  Tensor r = aligned[0];
-  for (size_t k = 1; k < aligned.size(); ++k) {
-    std::vector<bool> summed(static_cast<size_t>(nd));
-    for (int64_t d = 0; d < nd; ++d) {
-      bool later = in_out[size_t(d)];
-      for (size_t j = k + 1; j < aligned.size() && !later; ++j) later = aligned[j].size(d) != 1;
-      summed[size_t(d)] = !later;
-    }
-    r = contract_pair(r, aligned[k], summed);
-  }
+  Tensor r = contract_all(std::move(aligned), in_out, path);
   std::vector<int64_t> rest;
   for (int64_t d = 0; d < nd; ++d)
     if (!in_out[size_t(d)] && r.size(d) != 1) rest.push_back(d);

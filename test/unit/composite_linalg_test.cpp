@@ -120,6 +120,79 @@ TEST(Einsum, MatchesNaiveLoops) {
       }
 }
 
+// torch's path argument (opt_einsum's format): every contraction order of the multi-operand
+// cases gives the naive loop's values, and the order is the one asked for, as the traced
+// bmm's show (their [batch, m, n] result shapes, in order).
+namespace {
+// Every path for n operands: at each step a pair i < j of the remaining positions.
+void all_paths(int64_t n, std::vector<int64_t> &prefix, std::vector<std::vector<int64_t>> &out) {
+  if (n == 1) {
+    out.push_back(prefix);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) {
+      prefix.insert(prefix.end(), {(i + j) % 2 ? j : i, (i + j) % 2 ? i : j}); // both orders of a pair
+      all_paths(n - 1, prefix, out);
+      prefix.resize(prefix.size() - 2);
+    }
+}
+
+std::vector<Shape> bmm_shapes(const std::string &eq, const std::vector<Tensor> &xs,
+                              const std::optional<std::vector<int64_t>> &path) {
+  auto g = trace([&](const std::vector<Tensor> &in) { return std::vector<Tensor>{einsum(eq, in, path)}; }, xs);
+  std::vector<Shape> out;
+  for (const ir::Node *n : g->nodes())
+    if (n->kind() == ir::Node::Kind::Op && n->op() == OpId::Bmm) out.push_back(n->result()->type().shape.vec());
+  return out;
+}
+} // namespace
+
+TEST(Einsum, PathOrdersTheContractions) {
+  int checked = 0;
+  for (const Case &c : cases()) {
+    if (c.shapes.size() < 2) continue;
+    std::vector<Tensor> xs;
+    for (const Shape &s : c.shapes) xs.push_back(make_layout(s, kFloat64, gen, Layout::Contiguous));
+    Shape want_shape;
+    const std::vector<double> want = naive_einsum(xs, c.dims, c.out, &want_shape);
+    std::vector<int64_t> prefix;
+    std::vector<std::vector<int64_t>> paths;
+    all_paths(int64_t(xs.size()), prefix, paths);
+    for (const auto &path : paths) {
+      const std::string what = c.equation + " path " + shape_str(path);
+      Tensor y = einsum(c.equation, xs, path);
+      EXPECT_EQ(y.sizes().vec(), want_shape) << what;
+      expect_values(y, want, 1e-12, 1e-12, what);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 30);
+  // ij,jk,kl with A [2, 3], B [3, 4], C [4, 5]: left to right multiplies A B ([1, 2, 4]) first,
+  // then A B by C; the path (1, 2), (0, 1) multiplies B C ([1, 3, 5]) first, then A by it.
+  std::vector<Tensor> abc = {make_layout({2, 3}, kFloat32, gen, Layout::Contiguous),
+                             make_layout({3, 4}, kFloat32, gen, Layout::Contiguous),
+                             make_layout({4, 5}, kFloat32, gen, Layout::Contiguous)};
+  // A path appends each product, so (0, 1), (0, 1) multiplies C by A B: [1, 5, 2].
+  EXPECT_EQ(bmm_shapes("ij,jk,kl->il", abc, std::nullopt), (std::vector<Shape>{{1, 2, 4}, {1, 2, 5}}));
+  EXPECT_EQ(bmm_shapes("ij,jk,kl->il", abc, std::vector<int64_t>{0, 1, 0, 1}), (std::vector<Shape>{{1, 2, 4}, {1, 5, 2}}));
+  EXPECT_EQ(bmm_shapes("ij,jk,kl->il", abc, std::vector<int64_t>{1, 2, 0, 1}), (std::vector<Shape>{{1, 3, 5}, {1, 2, 5}}));
+  EXPECT_EQ(bmm_shapes("ij,jk,kl->il", abc, std::vector<int64_t>{2, 1, 1, 0}), (std::vector<Shape>{{1, 3, 5}, {1, 2, 5}}));
+  // Bad paths.
+  expect_error([&] { einsum("ij,jk,kl->il", abc, std::vector<int64_t>{0, 1}); },
+               "einsum: path must hold 2 * (number of operands - 1) = 4 positions (a pair per contraction) for 3 "
+               "operand(s), got 2");
+  expect_error([&] { einsum("ij,jk,kl->il", abc, std::vector<int64_t>{1, 1, 0, 1}); },
+               "einsum: invalid contraction (1, 1) at path step 0: cannot contract an operand with itself");
+  expect_error([&] { einsum("ij,jk,kl->il", abc, std::vector<int64_t>{0, 1, 0, 2}); },
+               "einsum: invalid contraction (0, 2) at path step 1: operand position is out of bounds for 2 remaining "
+               "operands");
+  expect_error([&] { einsum("ij,jk,kl->il", abc, std::vector<int64_t>{-1, 1, 0, 1}); }, "einsum: invalid contraction (-1, 1)");
+  expect_error([&] { einsum("ij->ji", {abc[0]}, std::vector<int64_t>{0, 1}); }, "einsum: path must hold");
+  Tensor t = einsum("ij->ji", {abc[0]}, std::vector<int64_t>{}); // one operand: the empty path
+  EXPECT_EQ(t.sizes().vec(), (Shape{3, 2}));
+}
+
 TEST(Einsum, EmptyDims) {
   // A contracted dim of size 0 sums nothing (zeros); an output dim of size 0 gives no elements.
   Tensor z = einsum("ij,jk->ik", {zeros({3, 0}), zeros({0, 2})});
