@@ -365,6 +365,9 @@ inline Tensor conv2d(const Tensor &x, const Tensor &weight, const Conv2dFuncOpti
 inline Tensor max_pool2d(const Tensor &x, const MaxPool2dFuncOptions &o) {
   return kiln::max_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
 }
+inline std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor &x, const MaxPool2dFuncOptions &o) {
+  return kiln::max_pool2d_with_indices(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+}
 inline Tensor avg_pool2d(const Tensor &x, const AvgPool2dFuncOptions &o) {
   return kiln::avg_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
 }
@@ -376,6 +379,9 @@ inline Tensor conv1d(const Tensor &x, const Tensor &weight, const Conv1dFuncOpti
 }
 inline Tensor max_pool1d(const Tensor &x, const MaxPool1dFuncOptions &o) {
   return kiln::max_pool1d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+}
+inline std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor &x, const MaxPool1dFuncOptions &o) {
+  return kiln::max_pool1d_with_indices(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
 }
 inline Tensor avg_pool1d(const Tensor &x, const AvgPool1dFuncOptions &o) {
   return kiln::avg_pool1d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
@@ -420,6 +426,14 @@ inline Tensor adaptive_max_pool2d(const Tensor &x, const AdaptiveMaxPool2dFuncOp
 }
 inline Tensor adaptive_max_pool1d(const Tensor &x, const AdaptiveMaxPool1dFuncOptions &o) {
   return std::get<0>(kiln::adaptive_max_pool1d(x, o.output_size()));
+}
+inline std::tuple<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor &x,
+                                                                   const AdaptiveMaxPool2dFuncOptions &o) {
+  return kiln::adaptive_max_pool2d(x, o.output_size());
+}
+inline std::tuple<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor &x,
+                                                                   const AdaptiveMaxPool1dFuncOptions &o) {
+  return kiln::adaptive_max_pool1d(x, o.output_size());
 }
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());

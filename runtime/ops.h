@@ -223,6 +223,11 @@ Tensor conv2d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}
               IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
 Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
                   IntArrayRef dilation = 1, bool ceil_mode = false);
+// max_pool2d's values and the int64 index of each into its input plane's H * W, as torch's:
+// ties keep the first position, a NaN in the window the last NaN's.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {},
+                                                   IntArrayRef padding = 0, IntArrayRef dilation = 1,
+                                                   bool ceil_mode = false);
 Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size);
@@ -362,6 +367,9 @@ Tensor conv1d(const Tensor &input, const Tensor &weight, const Tensor &bias = {}
               IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
 Tensor max_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
                   IntArrayRef dilation = 1, bool ceil_mode = false);
+std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {},
+                                                   IntArrayRef padding = 0, IntArrayRef dilation = 1,
+                                                   bool ceil_mode = false);
 Tensor avg_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool1d(const Tensor &x, IntArrayRef output_size);

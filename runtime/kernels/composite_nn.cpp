@@ -245,6 +245,18 @@ Tensor max_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
                             {1, one_value(dilation, op, "dilation")}, ceil_mode));
 }
 
+std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride,
+                                                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+  const char *op = "max_pool1d_with_indices";
+  Tensor y = as_2d(x, op);
+  const int64_t k = one_value(kernel_size, op, "kernel_size");
+  const int64_t s = stride.empty() ? k : one_value(stride, op, "stride");
+  // With H = 1 the index into H * W is the index into L.
+  auto [v, i] = max_pool2d_with_indices(y, {1, k}, {1, s}, {0, one_value(padding, op, "padding")},
+                                        {1, one_value(dilation, op, "dilation")}, ceil_mode);
+  return {from_2d(v), from_2d(i)};
+}
+
 Tensor avg_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
                   bool count_include_pad) {
   const char *op = "avg_pool1d";

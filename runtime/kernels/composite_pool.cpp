@@ -2,8 +2,8 @@
 // flattened H * W plane with constant indices (windows shorter than the longest repeat
 // their last element, which changes no max), then max over the window with its position,
 // which a constant table maps back to an index into H * W. A traced call records the
-// gather, max and the table lookup; max propagates NaN and keeps the first of equal
-// values, as torch's pooling does.
+// gather, max and the table lookup. As torch's pooling kernels: max propagates NaN,
+// equal values keep the first position, and among NaNs the last one's position is taken.
 #include <algorithm>
 #include <tuple>
 #include <vector>
@@ -49,6 +49,10 @@ std::tuple<Tensor, Tensor> adaptive_max(const char *op, const Tensor &x, int64_t
   auto [values, pos] = max(windows, -1);
   Tensor where_in = expand(reshape(idx, {1, 1, oh, ow, K}), {N, C, oh, ow, K});
   Tensor indices = squeeze(gather(where_in, -1, unsqueeze(pos, -1)), -1);
+  // max's position is the first NaN's; torch's kernels take the last one's. Positions grow
+  // along the window's row-major walk, so the last NaN has the largest.
+  Tensor last_nan = amax(where(isnan(windows), where_in, int64_t(-1)), -1);
+  indices = where(isnan(values), last_nan, indices);
   return {values, indices};
 }
 

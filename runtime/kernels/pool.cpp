@@ -152,6 +152,49 @@ template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const 
   });
 }
 
+template <class T> bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// max_pool_kernel with the H * W position of each maximum, by torch's rule: a larger value
+// or a NaN takes the place, so equal values keep the first and NaNs the last. Branchy: the
+// positions are what is asked for here, not the value kernel's speed.
+template <class T> void max_pool_indices_kernel(const Tensor &x, const Window &w, const Tensor &out, const Tensor &idx) {
+  const Planes p = planes_of(x);
+  const int64_t oh = out.size(-2), ow = out.size(-1);
+  const T *src = static_cast<const T *>(x.raw_data());
+  T *dst = static_cast<T *>(out.raw_data());
+  int64_t *at = static_cast<int64_t *>(idx.raw_data());
+  for_planes(p.count(), oh * ow * w.k[0] * w.k[1], [&](int64_t pl) {
+    const T *in = src + p.offset(pl);
+    T *o = dst + pl * oh * ow;
+    int64_t *oi = at + pl * oh * ow;
+    for (int64_t i = 0; i < oh; ++i) {
+      int64_t h0 = i * w.s[0] - w.p[0];
+      const int64_t h1 = std::min(h0 + (w.k[0] - 1) * w.d[0] + 1, p.h);
+      while (h0 < 0) h0 += w.d[0];
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t w0 = j * w.s[1] - w.p[1];
+        const int64_t w1 = std::min(w0 + (w.k[1] - 1) * w.d[1] + 1, p.w);
+        while (w0 < 0) w0 += w.d[1];
+        T best = MaxAcc<T>{}.best;
+        int64_t pos = h0 * p.w + w0;
+        for (int64_t y = h0; y < h1; y += w.d[0])
+          for (int64_t z = w0; z < w1; z += w.d[1]) {
+            const T v = in[y * p.sh + z * p.sw];
+            if (v > best || is_nan(v)) {
+              best = v;
+              pos = y * p.w + z;
+            }
+          }
+        o[i * ow + j] = best;
+        oi[i * ow + j] = pos;
+      }
+    }
+  });
+}
+
 // Sums in double for floating inputs, in int64 for integer ones (torch divides integers truncating).
 template <class T> using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
@@ -219,9 +262,10 @@ template <class F> void dispatch_pool(DType t, F &&f) {
 
 } // namespace
 
-Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                  IntArrayRef dilation, bool ceil_mode) {
-  const char *op = "max_pool2d";
+namespace {
+// max_pool2d's checks and window, for both forms.
+Window max_window(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                  IntArrayRef dilation, bool ceil_mode, const char *op) {
   check_pool_input(x, op);
   check_pool_dtype(x, op, /*allow_int32=*/true);
   Window w;
@@ -230,6 +274,14 @@ Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
   w.p = pair_arg(padding, op, "padding");
   w.d = pair_arg(dilation, op, "dilation");
   w.ceil_mode = ceil_mode;
+  return w;
+}
+} // namespace
+
+Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                  IntArrayRef dilation, bool ceil_mode) {
+  const char *op = "max_pool2d";
+  const Window w = max_window(x, kernel_size, stride, padding, dilation, ceil_mode, op);
   const Pair o = check_window(x, w, op);
   KILN_TRACE(MaxPool2d, {x}, .kernel_size = as_ref(w.k), .stride = as_ref(w.s), .padding = as_ref(w.p),
              .dilation = as_ref(w.d), .ceil_mode = ceil_mode);
@@ -237,6 +289,21 @@ Tensor max_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
   if (out.is_meta() || out.numel() == 0) return out;
   dispatch_pool(x.dtype(), [&]<class T>() { max_pool_kernel<T>(x, w, out); });
   return out;
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride,
+                                                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+  const char *op = "max_pool2d_with_indices";
+  const Window w = max_window(x, kernel_size, stride, padding, dilation, ceil_mode, op);
+  const Pair o = check_window(x, w, op);
+  KILN_TRACE(MaxPool2dWithIndices, {x}, .kernel_size = as_ref(w.k), .stride = as_ref(w.s), .padding = as_ref(w.p),
+             .dilation = as_ref(w.d), .ceil_mode = ceil_mode);
+  const Dims shape = pool_shape(planes_of(x), o[0], o[1]);
+  Tensor out = detail::make_result(shape, x.dtype(), {&x});
+  Tensor idx = detail::make_result(shape, kInt64, {&x});
+  if (out.is_meta() || out.numel() == 0) return {out, idx};
+  dispatch_pool(x.dtype(), [&]<class T>() { max_pool_indices_kernel<T>(x, w, out, idx); });
+  return {out, idx};
 }
 
 Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
@@ -277,6 +344,12 @@ namespace adapters {
 std::vector<Tensor> MaxPool2d(const std::vector<Tensor> &in, const Attrs &a) {
   attrs::MaxPool2d at{a};
   return {max_pool2d(in.at(0), at.kernel_size(), at.stride(), at.padding(), at.dilation(), at.ceil_mode())};
+}
+std::vector<Tensor> MaxPool2dWithIndices(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::MaxPool2dWithIndices at{a};
+  auto [values, indices] = max_pool2d_with_indices(in.at(0), at.kernel_size(), at.stride(), at.padding(),
+                                                   at.dilation(), at.ceil_mode());
+  return {values, indices};
 }
 std::vector<Tensor> AvgPool2d(const std::vector<Tensor> &in, const Attrs &a) {
   attrs::AvgPool2d at{a};

@@ -1,7 +1,8 @@
 // adaptive_max_pool2d / adaptive_max_pool1d (runtime/kernels/composite_pool.cpp) against a
 // naive loop written here: output (i, j) is the max over rows [floor(i H / oh), ceil((i+1) H / oh))
 // and the matching columns, its index the first position (row-major) of that max in H * W,
-// a NaN winning as torch's max lets it. Contiguous and transposed inputs, batch-less
+// or of a window with NaNs the last NaN's, as torch's CPU kernel (a NaN or a larger value
+// takes the place). Contiguous and transposed inputs, batch-less
 // input, the F:: forms, bad input; compiled equals eager.
 #include <gtest/gtest.h>
 
@@ -44,7 +45,6 @@ void naive(const Tensor &x, int64_t oh, int64_t ow, std::vector<double> *vals, s
           for (int64_t h = hs; h < he; ++h)
             for (int64_t w = ws; w < we; ++w) {
               const double v = read_at(x, {n, c, h, w});
-              if (at >= 0 && std::isnan(best)) continue;
               if (at < 0 || std::isnan(v) || v > best) {
                 best = v;
                 at = h * W + w;
@@ -103,6 +103,28 @@ TEST(AdaptiveMaxPool, Pool1dMatchesNaiveLoop) {
     }
 }
 
+// Windows holding several NaNs or ties, where the first-NaN rule of max(dim) and torch's
+// last-NaN rule differ: [1, 3, 4] planes pooled to 1x1 (the whole plane) and to 2x2.
+TEST(AdaptiveMaxPool, SeveralNansAndTies) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> vals = {1, nan, 5, 2, nan, 0, 7, 7, 2, nan, 3, 1, // NaNs at 1, 4, 9
+                                    1, 5, 2, 5, 0, 5, 3, 1, 5, 2, 2, 4};      // 5 at 1, 3, 5, 8
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = make({1, 2, 3, 4}, dt, [&](int64_t k) { return vals[size_t(k)]; });
+    for (const Shape &out : {Shape{1, 1}, Shape{2, 2}, Shape{3, 3}}) {
+      std::vector<double> want_v, want_i;
+      naive(x, out[0], out[1], &want_v, &want_i);
+      auto [v, i] = adaptive_max_pool2d(x, out);
+      expect_values(v, want_v, 0, 0, shape_str(out));
+      expect_values(i, want_i, 0, 0, shape_str(out) + " indices");
+    }
+    auto [v, i] = adaptive_max_pool2d(x, {1, 1});
+    expect_values(i, {9, 1}, 0, 0, "by hand"); // the last NaN; the first 5
+    auto [v1, i1] = adaptive_max_pool1d(x.reshape({2, 12}), {1});
+    expect_values(i1, {9, 1}, 0, 0, "1d by hand");
+  }
+}
+
 TEST(AdaptiveMaxPool, BadInput) {
   expect_error([&] { adaptive_max_pool2d(zeros({2, 3, 4, 4}, kInt64), {2, 2}); },
                "adaptive_max_pool2d: expected a floating-point input, got int64");
@@ -121,14 +143,16 @@ TEST(AdaptiveMaxPool, BadInput) {
   EXPECT_EQ(i.sizes().vec(), (Shape{0, 2, 2, 2}));
 }
 
-// A classifier head (conv, adaptive max pool to a fixed size, linear): traced without a
-// graph break, compiled equal to eager, indices included.
+// A classifier head (conv, adaptive max pool to a fixed size, linear) and the max pools
+// with indices: traced without a graph break, compiled equal to eager, indices included.
 TEST(AdaptiveMaxPool, CompiledEqualsEager) {
   Tensor cw = kiln::testing::rnd({4, 3, 3, 3}, 71, kFloat32, -0.4, 0.4), lw = kiln::testing::rnd({5, 4 * 2 * 3}, 72);
   Fn fn = [=](const std::vector<Tensor> &in) {
     auto [v, i] = adaptive_max_pool2d(relu(conv2d(in[0], cw, {}, 1, 1)), {2, 3});
     auto [v1, i1] = adaptive_max_pool1d(in[1], {4});
-    return std::vector<Tensor>{linear(flatten(v, 1), lw), i, v1 * 2.0, i1};
+    auto [pv, pi] = max_pool2d_with_indices(in[0] * 1.5, {3, 2}, {2, 2}, {1, 0}, 1, true);
+    auto [qv, qi] = max_pool1d_with_indices(in[1], {3}, {2});
+    return std::vector<Tensor>{linear(flatten(v, 1), lw), i, v1 * 2.0, i1, pv + 1.0, pi, qv, qi};
   };
   const std::vector<Tensor> in = {kiln::testing::rnd({2, 3, 7, 8}, 73), kiln::testing::rnd({2, 5, 9}, 74)};
   kiln::testing::expect_compiled_equals_eager(fn, in, 1e-5);

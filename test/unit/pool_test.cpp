@@ -299,3 +299,148 @@ TEST(Pool2d, LargeInputParallel) {
   Tensor g = adaptive_avg_pool2d(x, {7, 7});
   expect_values(g, {4, 16, 7, 7}, [&](const Idx &o) { return ref_adaptive(x, 7, 7, o, false); }, 1e-6);
 }
+
+// ---- max_pool2d_with_indices / max_pool1d_with_indices
+
+namespace {
+// torch's index of a max-pool window, from its definition: the row-major-first position of
+// the largest value, or in a window holding NaNs the last NaN's; an index into H * W.
+double ref_argmax(const Tensor &x, const Params &p, const Idx &o) {
+  Plane pl{x};
+  const int64_t oy = o[o.size() - 2], oz = o[o.size() - 1];
+  double best = 0;
+  int64_t at = -1, last_nan = -1;
+  for (int64_t a = 0; a < p.kh; ++a)
+    for (int64_t b = 0; b < p.kw; ++b) {
+      int64_t y = oy * p.sh - p.ph + a * p.dh, z = oz * p.sw - p.pw + b * p.dw;
+      if (y < 0 || y >= pl.h() || z < 0 || z >= pl.w()) continue;
+      const double v = pl.at(o, y, z);
+      if (std::isnan(v)) last_nan = y * pl.w() + z;
+      else if (at < 0 || v > best) best = v, at = y * pl.w() + z;
+    }
+  return double(last_nan >= 0 ? last_nan : at);
+}
+
+std::tuple<Tensor, Tensor> run_max_indices(const Tensor &x, const Params &p) {
+  if (p.sh == p.kh && p.sw == p.kw)
+    return max_pool2d_with_indices(x, {p.kh, p.kw}, {}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
+  return max_pool2d_with_indices(x, {p.kh, p.kw}, {p.sh, p.sw}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
+}
+} // namespace
+
+TEST(MaxPool2dWithIndices, CombosLayoutsDtypes) {
+  int checked = 0;
+  for (DType dt : {kFloat32, kInt64})
+    for (const Idx &shape : {Idx{2, 3, 7, 8}, Idx{3, 6, 5}})
+      for (auto &[name, x] : pool_inputs(shape, dt))
+        for (const Params &p : combos(true)) {
+          const int64_t oh = ref_out(x.size(-2), p.kh, p.sh, p.ph, p.dh, p.ceil_mode);
+          const int64_t ow = ref_out(x.size(-1), p.kw, p.sw, p.pw, p.dw, p.ceil_mode);
+          if (oh < 1 || ow < 1) continue;
+          SCOPED_TRACE(name + " " + idx_str(shape) + " " + p.str() + " " + std::string(kiln::name(dt)));
+          auto [v, i] = run_max_indices(x, p);
+          EXPECT_EQ(v.dtype(), dt);
+          EXPECT_EQ(i.dtype(), kInt64);
+          expect_values(v, out_shape(x, oh, ow), [&](const Idx &o) { return ref_max(x, p, o); });
+          expect_values(i, out_shape(x, oh, ow), [&](const Idx &o) { return ref_argmax(x, p, o); });
+          ++checked;
+        }
+  EXPECT_GT(checked, 500);
+}
+
+// Equal values keep the first position; NaNs give NaN and the last NaN's position; -inf
+// everywhere gives -inf and the window's first position.
+TEST(MaxPool2dWithIndices, TiesNanAndInf) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  // One [1, 3, 4] plane per case, pooled by a 3x4 window (its whole plane), and by 2x2 windows.
+  const std::vector<std::vector<double>> planes = {
+      {1, 5, 2, 5, 0, 5, 3, 1, 5, 2, 2, 4},               // max 5 four times: first at 1
+      {1, nan, 5, 2, nan, 0, 7, 1, 2, nan, 3, 1},         // NaNs at 1, 4, 9: last at 9
+      {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf},
+  };
+  for (DType dt : {kFloat32, kFloat64})
+    for (const auto &vals : planes) {
+      Tensor x = detail::make_tensor({1, 3, 4}, dt);
+      dispatch_dtype(dt, [&]<class T>() {
+        for (size_t k = 0; k < vals.size(); ++k) static_cast<T *>(x.raw_data())[k] = T(vals[k]);
+      });
+      for (const Params &p : {Params{3, 4, 3, 4, 0, 0, 1, 1, false, false}, Params{2, 2, 1, 2, 1, 0, 1, 1, true, false}}) {
+        const int64_t oh = ref_out(3, p.kh, p.sh, p.ph, p.dh, p.ceil_mode), ow = ref_out(4, p.kw, p.sw, p.pw, p.dw, p.ceil_mode);
+        SCOPED_TRACE(p.str());
+        auto [v, i] = run_max_indices(x, p);
+        expect_values(v, {1, oh, ow}, [&](const Idx &o) { return ref_max(x, p, o); });
+        expect_values(i, {1, oh, ow}, [&](const Idx &o) { return ref_argmax(x, p, o); });
+        expect_same(v, run_max(x, p)); // the values are max_pool2d's
+      }
+    }
+  // The whole-plane window, by hand: the first 5, the last NaN, the first -inf.
+  Tensor x = detail::make_tensor({3, 3, 4}, kFloat32);
+  for (size_t c = 0; c < 3; ++c)
+    for (size_t k = 0; k < 12; ++k) static_cast<float *>(x.raw_data())[c * 12 + k] = float(planes[c][k]);
+  auto [v, i] = max_pool2d_with_indices(x, {3, 4});
+  expect_values(i, {3, 1, 1}, [](const Idx &o) { return std::vector<double>{1, 9, 0}[size_t(o[0])]; });
+  EXPECT_TRUE(std::isnan(get(v, {1, 0, 0})));
+  EXPECT_EQ(get(v, {2, 0, 0}), -inf);
+}
+
+TEST(MaxPool2dWithIndices, OneDimFunctionalAndErrors) {
+  namespace F = kiln::nn::functional;
+  Tensor x = transposed({2, 3, 9}, kFloat32, 4); // [N, C, L], L strided
+  auto [v, i] = max_pool1d_with_indices(x, {3}, {2}, {1}, {2}, true);
+  // As the 2-D op over [N, C, 1, L].
+  const Params p{1, 3, 1, 2, 0, 1, 1, 2, true, false};
+  Tensor x4 = x.unsqueeze(2);
+  const int64_t ol = ref_out(9, 3, 2, 1, 2, true);
+  expect_values(v, {2, 3, ol}, [&](const Idx &o) { return ref_max(x4, p, {o[0], o[1], 0, o[2]}); });
+  expect_values(i, {2, 3, ol}, [&](const Idx &o) { return ref_argmax(x4, p, {o[0], o[1], 0, o[2]}); });
+  expect_same(v, max_pool1d(x, {3}, {2}, {1}, {2}, true));
+  auto [fv, fi] = F::max_pool1d_with_indices(x, F::MaxPool1dFuncOptions(3).stride(2).padding(1).dilation(2).ceil_mode(true));
+  expect_same(fv, v);
+  expect_same(fi, i);
+  Tensor x2 = filled({2, 3, 7, 8}, kFloat64, 6);
+  auto [v2, i2] = max_pool2d_with_indices(x2, {3, 2}, {2, 1}, {1, 0});
+  auto [fv2, fi2] = F::max_pool2d_with_indices(x2, F::MaxPool2dFuncOptions({3, 2}).stride({2, 1}).padding({1, 0}));
+  expect_same(fv2, v2);
+  expect_same(fi2, i2);
+  auto [av, ai] = F::adaptive_max_pool2d_with_indices(x2, F::AdaptiveMaxPool2dFuncOptions({3, 5}));
+  auto [wv, wi] = adaptive_max_pool2d(x2, {3, 5});
+  expect_same(av, wv);
+  expect_same(ai, wi);
+  auto [bv, bi] = F::adaptive_max_pool1d_with_indices(x, F::AdaptiveMaxPool1dFuncOptions(4));
+  auto [cv, ci] = adaptive_max_pool1d(x, {4});
+  expect_same(bv, cv);
+  expect_same(bi, ci);
+  // Empty batch, meta shapes.
+  auto [ev, ei] = max_pool2d_with_indices(filled({0, 3, 4, 4}, kFloat32), {2});
+  EXPECT_EQ(ei.sizes().vec(), (Idx{0, 3, 2, 2}));
+  auto [mv, mi] = max_pool2d_with_indices(meta({2, 3, 9, 8}), {3}, {2}, {1}, {1}, true);
+  EXPECT_TRUE(mi.is_meta());
+  EXPECT_EQ(mi.dtype(), kInt64);
+  EXPECT_EQ(mv.sizes().vec(), (Idx{2, 3, ref_out(9, 3, 2, 1, 1, true), ref_out(8, 3, 2, 1, 1, true)}));
+
+  Tensor y = filled({1, 2, 4, 4}, kFloat32);
+  expect_error([&] { max_pool2d_with_indices(filled({4, 4}, kFloat32), {2}); },
+               {"max_pool2d_with_indices", "3-D", "[4, 4]"});
+  expect_error([&] { max_pool2d_with_indices(y, {3}, {}, {2}); }, {"max_pool2d_with_indices", "half of the kernel"});
+  expect_error([&] { max_pool2d_with_indices(y, {5}); }, {"max_pool2d_with_indices", "[1, 2, 4, 4]", "too small"});
+  expect_error([&] { max_pool2d_with_indices(filled({1, 2, 4, 4}, kBool), {2}); }, {"max_pool2d_with_indices", "bool"});
+  expect_error([&] { max_pool2d_with_indices(Tensor(), {2}); }, {"max_pool2d_with_indices", "undefined"});
+  expect_error([&] { max_pool1d_with_indices(filled({2, 3, 4, 4}, kFloat32), {2}); },
+               {"max_pool1d_with_indices", "[2, 3, 4, 4]"});
+  expect_error([&] { max_pool1d_with_indices(filled({2, 3, 8}, kFloat32), {2, 2}); },
+               {"max_pool1d_with_indices", "kernel_size", "[2, 2]"});
+}
+
+TEST(MaxPool2dWithIndices, AdapterAndTrace) {
+  Tensor x = transposed({2, 3, 9, 8}, kFloat32);
+  Tensor i = traced([&] { return std::get<1>(max_pool2d_with_indices(x, {3}, {}, {1}, {2}, true)); });
+  EXPECT_EQ(recorded().id, OpId::MaxPool2dWithIndices);
+  EXPECT_EQ(recorded().attrs, (Attrs{Idx{3, 3}, Idx{3, 3}, Idx{1, 1}, Idx{2, 2}, true}));
+  expect_same(i, std::get<1>(max_pool2d_with_indices(x, {3, 3}, {3, 3}, {1, 1}, {2, 2}, true)));
+  Attrs ma{Idx{2, 3}, Idx{1, 2}, Idx{1, 0}, Idx{1, 2}, false};
+  auto out = run_op(OpId::MaxPool2dWithIndices, {x}, ma);
+  ASSERT_EQ(out.size(), 2u);
+  auto [v, want_i] = max_pool2d_with_indices(x, {2, 3}, {1, 2}, {1, 0}, {1, 2}, false);
+  expect_same(out[0], v);
+  expect_same(out[1], want_i);
+}

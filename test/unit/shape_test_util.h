@@ -87,7 +87,8 @@ inline void expect_values(const Tensor &out, const Idx &shape, const std::functi
   int failures = 0;
   for_each_index(shape, [&](const Idx &idx) {
     double want = expected(idx), got = get(out, idx);
-    bool ok = std::isnan(want) ? std::isnan(got) : std::abs(got - want) <= tol * std::max(1.0, std::abs(want));
+    bool ok = std::isnan(want) ? std::isnan(got)
+                               : got == want || std::abs(got - want) <= tol * std::max(1.0, std::abs(want)); // inf == inf
     if (!ok && failures++ < 5) ADD_FAILURE() << "at " << idx_str(idx) << ": got " << got << ", want " << want;
   });
 }

@@ -131,8 +131,9 @@ std::vector<Case> cases() {
       {"dropout", {x}, [](auto &a) { return one(dropout(a[0], 0.5, false)); }},
       {"sdpa", {q, k, v}, [](auto &a) { return one(scaled_dot_product_attention(a[0], a[1], a[2], {}, 0.0, true)); }},
       {"pools", {img}, [](auto &a) {
+         auto [mv, mi] = max_pool2d_with_indices(a[0], {3, 2}, {2, 1}, {1, 0}, {1, 2}, true);
          return std::vector<Tensor>{max_pool2d(a[0], {2, 2}), avg_pool2d(a[0], {3, 3}, {2, 2}, 1),
-                                    adaptive_avg_pool2d(a[0], {3, 3})};
+                                    adaptive_avg_pool2d(a[0], {3, 3}), mv, mi};
        }},
       {"embedding", {emb, idx}, [](auto &a) { return one(embedding(a[0], a[1])); }},
       {"tril", {x}, [](auto &a) { return std::vector<Tensor>{tril(a[0], 1), triu(a[0], -1)}; }},
