@@ -38,6 +38,9 @@ Val load(const void *base, int64_t off, DType t) {
   case DType::Int64: v.i = static_cast<const int64_t *>(base)[off]; break;
   case DType::Float32: v.f = static_cast<const float *>(base)[off]; break;
   case DType::Float64: v.f = static_cast<const double *>(base)[off]; break;
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
   }
   return v;
 }
@@ -49,6 +52,9 @@ void store(void *base, int64_t off, DType t, Val v) {
   case DType::Int64: static_cast<int64_t *>(base)[off] = v.i; break;
   case DType::Float32: static_cast<float *>(base)[off] = float(v.f); break;
   case DType::Float64: static_cast<double *>(base)[off] = v.f; break;
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
   }
 }
 

@@ -16,6 +16,9 @@ llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   case DType::Int64: return llvm::Type::getInt64Ty(c);
   case DType::Float32: return llvm::Type::getFloatTy(c);
   case DType::Float64: return llvm::Type::getDoubleTy(c);
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
   }
   KILN_FAIL("internal: bad dtype");
 }

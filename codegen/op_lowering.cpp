@@ -94,6 +94,30 @@ using Misfit = std::string (*)(const ir::Node &n, const Consts &c);
 
 DType out_dtype(const ir::Node &n) { return n.result()->type().dtype; }
 
+// The dtypes kernels compute in; uint8, int8 and int16 run eagerly (a value of them
+// meets a group only at its boundary: x.to(kFloat32) reading a uint8 image is an eager step).
+bool lowered_dtype(DType t) {
+  switch (t) {
+  case DType::Bool:
+  case DType::Int32:
+  case DType::Int64:
+  case DType::Float32:
+  case DType::Float64: return true;
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16: return false;
+  }
+  return false;
+}
+
+std::string dtype_misfit(const ir::Node &n) {
+  for (const ir::Value *v : n.operands())
+    if (v && !lowered_dtype(v->type().dtype)) return "operand of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
+  for (const ir::Value *v : n.results())
+    if (!lowered_dtype(v->type().dtype)) return "result of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
+  return "";
+}
+
 std::string pow_misfit(const ir::Node &n, const Consts &c) {
   if (!c.at(1)) return "the exponent is not a constant";
   double e = *c[1];
@@ -292,6 +316,7 @@ const std::array<Misfit, kNumOps> &misfits() {
 // Why `n`'s rule cannot lower it, or "" (see Misfit).
 std::string rule_misfit(const ir::Node &n, const Consts &c) {
   if (!has_lowering(n.op())) return "not in the lowering table";
+  if (std::string why = dtype_misfit(n); !why.empty()) return why;
   Misfit m = misfits()[size_t(n.op())];
   return m ? m(n, c) : "";
 }

@@ -33,6 +33,9 @@ uint64_t element_bits(DType dt, const char *p) {
   switch (dt) {
   case DType::Bool: return *reinterpret_cast<const bool *>(p);
   case DType::Int32: return uint64_t(int64_t(*reinterpret_cast<const int32_t *>(p)));
+  case DType::UInt8: return *reinterpret_cast<const uint8_t *>(p);
+  case DType::Int8: return uint64_t(int64_t(*reinterpret_cast<const int8_t *>(p)));
+  case DType::Int16: return uint64_t(int64_t(*reinterpret_cast<const int16_t *>(p)));
   case DType::Int64: return uint64_t(*reinterpret_cast<const int64_t *>(p));
   case DType::Float32: {
     float f = *reinterpret_cast<const float *>(p);

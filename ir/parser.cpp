@@ -277,7 +277,7 @@ const std::vector<std::string_view> &all_mnemonics() {
 }
 
 std::optional<DType> dtype_named(std::string_view s) {
-  for (DType d : {kBool, kInt32, kInt64, kFloat32, kFloat64})
+  for (DType d : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat32, kFloat64})
     if (short_name(d) == s) return d;
   return std::nullopt;
 }
@@ -569,6 +569,15 @@ private:
     return t;
   }
 
+  // An integer element of a narrower dtype than int64, range-checked.
+  template <class T> void store_int(const Token &e, char *p) const {
+    const int64_t v = parse_int(e);
+    if (v < int64_t(std::numeric_limits<T>::min()) || v > int64_t(std::numeric_limits<T>::max()))
+      fail_at(e, "integer " + e.text + " does not fit in " + std::string(short_name(dtype_of<T>)));
+    const T x = T(v);
+    std::memcpy(p, &x, sizeof x);
+  }
+
   void store_element(DType dt, const Token &e, char *p) const {
     switch (dt) {
     case DType::Bool: {
@@ -578,13 +587,10 @@ private:
       std::memcpy(p, &b, 1);
       return;
     }
-    case DType::Int32: {
-      int64_t v = parse_int(e);
-      if (v < INT32_MIN || v > INT32_MAX) fail_at(e, "integer " + e.text + " does not fit in i32");
-      int32_t x = int32_t(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
+    case DType::Int32: return store_int<int32_t>(e, p);
+    case DType::UInt8: return store_int<uint8_t>(e, p);
+    case DType::Int8: return store_int<int8_t>(e, p);
+    case DType::Int16: return store_int<int16_t>(e, p);
     case DType::Int64: {
       int64_t v = parse_int(e);
       std::memcpy(p, &v, 8);

@@ -44,6 +44,9 @@ std::string element_str(DType dt, const char *p) {
   switch (dt) {
   case DType::Bool: return *reinterpret_cast<const bool *>(p) ? "true" : "false";
   case DType::Int32: return std::to_string(*reinterpret_cast<const int32_t *>(p));
+  case DType::UInt8: return std::to_string(int(*reinterpret_cast<const uint8_t *>(p)));
+  case DType::Int8: return std::to_string(int(*reinterpret_cast<const int8_t *>(p)));
+  case DType::Int16: return std::to_string(*reinterpret_cast<const int16_t *>(p));
   case DType::Int64: return std::to_string(*reinterpret_cast<const int64_t *>(p));
   case DType::Float32: return text::format_float(*reinterpret_cast<const float *>(p));
   case DType::Float64: return text::format_double(*reinterpret_cast<const double *>(p));

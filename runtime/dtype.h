@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <ostream>
 #include <string_view>
+#include <type_traits>
 
 #include "runtime/error.h"
 
 namespace kiln {
 
-enum class DType : uint8_t { Bool, Int32, Int64, Float32, Float64 };
+// New dtypes are appended (the numbers are part of cache keys); promote_types, not the
+// order, holds the lattice.
+enum class DType : uint8_t { Bool, Int32, Int64, Float32, Float64, UInt8, Int8, Int16 };
 
 inline constexpr DType kBool = DType::Bool;
 inline constexpr DType kInt32 = DType::Int32;
@@ -21,8 +24,14 @@ inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat = DType::Float32;
 inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kDouble = DType::Float64;
+inline constexpr DType kUInt8 = DType::UInt8;
+inline constexpr DType kByte = DType::UInt8;
+inline constexpr DType kInt8 = DType::Int8;
+inline constexpr DType kChar = DType::Int8;
+inline constexpr DType kInt16 = DType::Int16;
+inline constexpr DType kShort = DType::Int16;
 
-inline constexpr int kNumDTypes = 5;
+inline constexpr int kNumDTypes = 8;
 
 constexpr size_t itemsize(DType t) {
   switch (t) {
@@ -31,6 +40,9 @@ constexpr size_t itemsize(DType t) {
   case DType::Int64: return 8;
   case DType::Float32: return 4;
   case DType::Float64: return 8;
+  case DType::UInt8: return 1;
+  case DType::Int8: return 1;
+  case DType::Int16: return 2;
   }
   return 0;
 }
@@ -43,6 +55,9 @@ constexpr std::string_view short_name(DType t) {
   case DType::Int64: return "i64";
   case DType::Float32: return "f32";
   case DType::Float64: return "f64";
+  case DType::UInt8: return "u8";
+  case DType::Int8: return "i8";
+  case DType::Int16: return "i16";
   }
   return "?";
 }
@@ -53,6 +68,9 @@ constexpr std::string_view name(DType t) {
   case DType::Int64: return "int64";
   case DType::Float32: return "float32";
   case DType::Float64: return "float64";
+  case DType::UInt8: return "uint8";
+  case DType::Int8: return "int8";
+  case DType::Int16: return "int16";
   }
   return "?";
 }
@@ -60,12 +78,28 @@ inline std::ostream &operator<<(std::ostream &os, DType t) { return os << name(t
 
 constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
 constexpr bool is_integral(DType t, bool include_bool = false) {
-  return t == DType::Int32 || t == DType::Int64 || (include_bool && t == DType::Bool);
+  switch (t) {
+  case DType::Bool: return include_bool;
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16:
+  case DType::Int32:
+  case DType::Int64: return true;
+  case DType::Float32:
+  case DType::Float64: return false;
+  }
+  return false;
 }
 
-// torch.promote_types for the dtypes kiln has: bool < int32 < int64 < float32 < float64.
+// torch.promote_types for the dtypes kiln has: bool below every number; integers by
+// size, except that uint8 and int8 meet in int16 (the least that holds both); an
+// integer and a float give the float; floats by size.
 constexpr DType promote_types(DType a, DType b) {
-  return static_cast<uint8_t>(a) > static_cast<uint8_t>(b) ? a : b;
+  if (a == b || b == DType::Bool) return a;
+  if (a == DType::Bool) return b;
+  if (is_floating(a) != is_floating(b)) return is_floating(a) ? a : b;
+  if ((a == DType::UInt8 && b == DType::Int8) || (a == DType::Int8 && b == DType::UInt8)) return DType::Int16;
+  return itemsize(a) >= itemsize(b) ? a : b;
 }
 
 // The category rank used when a dimensionless operand (a Scalar or 0-dim tensor)
@@ -78,7 +112,16 @@ template <> struct CppToDType<int32_t> { static constexpr DType value = DType::I
 template <> struct CppToDType<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct CppToDType<float> { static constexpr DType value = DType::Float32; };
 template <> struct CppToDType<double> { static constexpr DType value = DType::Float64; };
+template <> struct CppToDType<uint8_t> { static constexpr DType value = DType::UInt8; };
+template <> struct CppToDType<int8_t> { static constexpr DType value = DType::Int8; };
+template <> struct CppToDType<int16_t> { static constexpr DType value = DType::Int16; };
 template <class T> inline constexpr DType dtype_of = CppToDType<T>::value;
+
+// The unsigned type in which integer arithmetic on T wraps (two's complement, as torch's)
+// without UB: T's unsigned form, or unsigned int for types narrower than int, whose
+// unsigned forms promote to (signed) int, where 65535 * 65535 overflows.
+template <class T>
+using wrap_uint_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 // Calls f.template operator()<T>() with T the C++ type of `t`.
 // Usage: dispatch_dtype(t, [&]<class T>() { ... });
@@ -89,6 +132,9 @@ template <class F> decltype(auto) dispatch_dtype(DType t, F &&f) {
   case DType::Int64: return f.template operator()<int64_t>();
   case DType::Float32: return f.template operator()<float>();
   case DType::Float64: return f.template operator()<double>();
+  case DType::UInt8: return f.template operator()<uint8_t>();
+  case DType::Int8: return f.template operator()<int8_t>();
+  case DType::Int16: return f.template operator()<int16_t>();
   }
   KILN_FAIL("internal: bad dtype ", static_cast<int>(t));
 }

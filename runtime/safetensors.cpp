@@ -46,19 +46,22 @@ std::string_view st_name(DType t) {
   case DType::Int64: return "I64";
   case DType::Float32: return "F32";
   case DType::Float64: return "F64";
+  case DType::UInt8: return "U8";
+  case DType::Int8: return "I8";
+  case DType::Int16: return "I16";
   }
   return "?";
 }
 
 std::optional<DType> dtype_of(std::string_view s) {
-  for (DType t : {kBool, kInt32, kInt64, kFloat32, kFloat64})
+  for (DType t : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat32, kFloat64})
     if (st_name(t) == s) return t;
   return std::nullopt;
 }
 
 // safetensors dtypes kiln has no tensor type for: a valid file, but not loadable.
 bool known_elsewhere(std::string_view s) {
-  for (std::string_view k : {"U8", "I8", "U16", "I16", "F16", "BF16", "U32", "U64", "F8_E4M3", "F8_E5M2",
+  for (std::string_view k : {"U16", "F16", "BF16", "U32", "U64", "F8_E4M3", "F8_E5M2",
                              "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"})
     if (k == s) return true;
   return false;

@@ -25,7 +25,11 @@ public:
   bool is_bool() const { return kind_ == DType::Bool; }
 
   template <class T> T to() const {
-    return kind_ == DType::Float64 ? static_cast<T>(d_) : static_cast<T>(i_);
+    if (kind_ != DType::Float64) return static_cast<T>(i_);
+    // A float to an integer narrower than int32 goes through int64, as torch's: -1.0 -> uint8 255.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) < 4)
+      return static_cast<T>(static_cast<int64_t>(d_));
+    return static_cast<T>(d_);
   }
   double toDouble() const { return to<double>(); }
   int64_t toLong() const { return to<int64_t>(); }

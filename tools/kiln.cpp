@@ -247,6 +247,9 @@ Tensor random_tensor(const kiln::ir::TensorType &t, bool parameter) {
   const kiln::Dims &shape = t.shape;
   switch (t.dtype) {
   case kiln::DType::Bool: return kiln::randint(0, 2, shape, kiln::kInt64).to(kiln::kBool);
+  case kiln::DType::UInt8:
+  case kiln::DType::Int8:
+  case kiln::DType::Int16:
   case kiln::DType::Int32:
   case kiln::DType::Int64: return kiln::randint(0, 10, shape, t.dtype);
   case kiln::DType::Float32:

@@ -293,6 +293,9 @@ private:
     case DType::Int64: return b_.getInt64Ty();
     case DType::Float32: return b_.getFloatTy();
     case DType::Float64: return b_.getDoubleTy();
+    case DType::UInt8:
+    case DType::Int8:
+    case DType::Int16: KILN_FAIL("internal: no GEMM micro-kernel for dtype ", t);
     }
     KILN_FAIL("internal: bad dtype");
   }

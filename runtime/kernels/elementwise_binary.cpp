@@ -26,16 +26,16 @@ using detail::run_loop;
 
 template <class T> inline T w_add(T x, T y) {
   if constexpr (std::is_same_v<T, bool>) return x || y;
-  else if constexpr (std::is_integral_v<T>) return T(std::make_unsigned_t<T>(x) + std::make_unsigned_t<T>(y));
+  else if constexpr (std::is_integral_v<T>) return T(wrap_uint_t<T>(x) + wrap_uint_t<T>(y));
   else return x + y;
 }
 template <class T> inline T w_sub(T x, T y) {
-  if constexpr (std::is_integral_v<T>) return T(std::make_unsigned_t<T>(x) - std::make_unsigned_t<T>(y));
+  if constexpr (std::is_integral_v<T>) return T(wrap_uint_t<T>(x) - wrap_uint_t<T>(y));
   else return x - y;
 }
 template <class T> inline T w_mul(T x, T y) {
   if constexpr (std::is_same_v<T, bool>) return x && y;
-  else if constexpr (std::is_integral_v<T>) return T(std::make_unsigned_t<T>(x) * std::make_unsigned_t<T>(y));
+  else if constexpr (std::is_integral_v<T>) return T(wrap_uint_t<T>(x) * wrap_uint_t<T>(y));
   else return x * y;
 }
 template <class T> inline T w_neg(T x) { return w_sub(T(0), x); }
@@ -212,7 +212,7 @@ template <class T> T int_pow(T base, T exp) {
     if (base == -1) return (exp % 2) ? T(-1) : T(1);
     return 0;
   }
-  using U = std::make_unsigned_t<T>;
+  using U = wrap_uint_t<T>;
   U result = 1, b = U(base);
   while (exp) {
     if (exp & 1) result *= b;

@@ -206,6 +206,18 @@ Tensor clone(const Tensor &x) {
   return out;
 }
 
+namespace {
+// torch's c10::overflows for int32 and narrower: within [min, max], and for an unsigned
+// type also negatives down to -max, which wrap (uint8: -1 is 255).
+bool small_int_fits(DType dtype, double v) {
+  return dispatch_dtype(dtype, [&]<class T>() {
+    const double lo = double(std::numeric_limits<T>::lowest()), hi = double(std::numeric_limits<T>::max());
+    if constexpr (std::is_unsigned_v<T>) return v <= hi && v >= -hi;
+    else return v >= lo && v <= hi;
+  });
+}
+} // namespace
+
 void detail::check_scalar_fits(const Scalar &value, DType dtype, const char *op) {
   if (dtype == kBool || dtype == kFloat64) return;
   double v = value.toDouble();
@@ -215,9 +227,9 @@ void detail::check_scalar_fits(const Scalar &value, DType dtype, const char *op)
     // Bounds as doubles: 2^63 and 2^31 are exact, the maxima are not.
     double hi = dtype == kInt64 ? 9223372036854775808.0 : 2147483648.0;
     fits = v >= -hi && v < hi; // false for NaN
-  } else if (dtype == kInt32) {
-    int64_t i = value.toLong();
-    fits = i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
+    if (fits && dtype != kInt64 && dtype != kInt32) fits = small_int_fits(dtype, v);
+  } else if (dtype != kInt64) {
+    fits = small_int_fits(dtype, double(value.toLong()));
   }
   KILN_CHECK(fits, op, ": value ", value, " cannot be converted to type ", dtype, " without overflow");
 }

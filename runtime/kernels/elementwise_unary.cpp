@@ -56,7 +56,7 @@ struct AllTypes {
 
 // Integer negation that wraps (as torch's two's-complement result) instead of being UB.
 template <class T> inline T wrap_neg(T v) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(-static_cast<std::make_unsigned_t<T>>(v));
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(-static_cast<wrap_uint_t<T>>(v));
   else return -v;
 }
 
@@ -270,7 +270,7 @@ Tensor square(const Tensor &x) {
   unary_kernel<NumericTypes>(out, x, [](auto v) {
     using T = decltype(v);
     if constexpr (std::is_integral_v<T>) { // wraps on overflow instead of UB
-      using U = std::make_unsigned_t<T>;
+      using U = wrap_uint_t<T>;
       return static_cast<T>(U(v) * U(v));
     } else {
       return v * v;

@@ -257,6 +257,9 @@ namespace {
 const char *type_name(DType t) {
   switch (t) {
   case kBool: return "CPUBoolType";
+  case kUInt8: return "CPUByteType";
+  case kInt8: return "CPUCharType";
+  case kInt16: return "CPUShortType";
   case kInt32: return "CPUIntType";
   case kInt64: return "CPULongType";
   case kFloat32: return "CPUFloatType";

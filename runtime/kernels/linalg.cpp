@@ -215,7 +215,7 @@ void gemm_blas(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars
 template <class T>
 void gemm_loops(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
                 int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc) {
-  using U = std::make_unsigned_t<T>;
+  using U = wrap_uint_t<T>;
   for (int64_t i = 0; i < m; ++i) {
     T *c = C + i * ldc;
     for (int64_t j = 0; j < n; ++j) c[j] = beta == T(0) ? T(0) : T(U(beta) * U(c[j]));

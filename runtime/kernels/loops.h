@@ -38,7 +38,11 @@ inline constexpr int64_t kGrain = 32768;
 template <class Out, class T> inline Out convert_value(T v) {
   if constexpr (std::is_same_v<Out, T>) return v;
   else if constexpr (std::is_same_v<Out, bool>) return v != T(0);
-  else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<T>) {
+  else if constexpr (std::is_integral_v<Out> && sizeof(Out) < 4 && std::is_floating_point_v<T>) {
+    // torch goes through int64 for the small integers (c10's static_cast_with_inter_type):
+    // -1.0 -> uint8 255, 300.0 -> int8 44.
+    return static_cast<Out>(convert_value<int64_t>(v));
+  } else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<T>) {
     constexpr T lo = T(std::numeric_limits<Out>::min());
     return v >= lo && v < -lo ? static_cast<Out>(v) : std::numeric_limits<Out>::min();
   } else return static_cast<Out>(v);

@@ -165,6 +165,9 @@ std::vector<std::vector<uint8_t>> make_buffers(std::mt19937 &g, const Case &c) {
         case DType::Int32: { int32_t v = int32_t(iv); std::memcpy(&bytes[i * 4], &v, 4); break; }
         case DType::Int64: { std::memcpy(&bytes[i * 8], &iv, 8); break; }
         case DType::Bool: bytes[i] = uint8_t(iv & 1); break;
+        case DType::UInt8:
+        case DType::Int8:
+        case DType::Int16: ADD_FAILURE() << "codegen lowers no kernel of dtype " << t; break;
         }
       }
     }

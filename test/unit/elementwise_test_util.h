@@ -54,6 +54,9 @@ inline double read_at(const Tensor &t, const Shape &idx) {
   case kiln::kInt64: return double(*reinterpret_cast<int64_t *>(p));
   case kiln::kFloat32: return *reinterpret_cast<float *>(p);
   case kiln::kFloat64: return *reinterpret_cast<double *>(p);
+  case kiln::kUInt8: return *reinterpret_cast<uint8_t *>(p);
+  case kiln::kInt8: return *reinterpret_cast<int8_t *>(p);
+  case kiln::kInt16: return *reinterpret_cast<int16_t *>(p);
   }
   return 0;
 }
@@ -66,6 +69,10 @@ inline void write_at(const Tensor &t, const Shape &idx, double v) {
   case kiln::kInt64: *reinterpret_cast<int64_t *>(p) = int64_t(v); break;
   case kiln::kFloat32: *reinterpret_cast<float *>(p) = float(v); break;
   case kiln::kFloat64: *reinterpret_cast<double *>(p) = v; break;
+  // Through int64, so that a value outside the type wraps as a conversion in torch does.
+  case kiln::kUInt8: *reinterpret_cast<uint8_t *>(p) = uint8_t(int64_t(v)); break;
+  case kiln::kInt8: *reinterpret_cast<int8_t *>(p) = int8_t(int64_t(v)); break;
+  case kiln::kInt16: *reinterpret_cast<int16_t *>(p) = int16_t(int64_t(v)); break;
   }
 }
 

@@ -39,6 +39,9 @@ inline std::vector<double> vals(const Tensor &t) {
     case kInt64: return double(static_cast<const int64_t *>(base)[off]);
     case kInt32: return double(static_cast<const int32_t *>(base)[off]);
     case kBool: return double(static_cast<const bool *>(base)[off]);
+    case kUInt8: return double(static_cast<const uint8_t *>(base)[off]);
+    case kInt8: return double(static_cast<const int8_t *>(base)[off]);
+    case kInt16: return double(static_cast<const int16_t *>(base)[off]);
     }
     return 0.0;
   };

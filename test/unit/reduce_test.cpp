@@ -35,6 +35,9 @@ double read_at(const Tensor &t, int64_t off) {
   case kInt64: return double(reinterpret_cast<const int64_t *>(base)[off]);
   case kFloat32: return reinterpret_cast<const float *>(base)[off];
   case kFloat64: return reinterpret_cast<const double *>(base)[off];
+  case kUInt8: return reinterpret_cast<const uint8_t *>(base)[off];
+  case kInt8: return reinterpret_cast<const int8_t *>(base)[off];
+  case kInt16: return reinterpret_cast<const int16_t *>(base)[off];
   }
   return 0;
 }
