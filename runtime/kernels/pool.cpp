@@ -127,14 +127,15 @@ template <class T> struct MaxAcc {
   T result() const { return nan ? std::numeric_limits<T>::quiet_NaN() : best; }
 };
 
-template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const Tensor &out) {
+// Calls window(in, o, h0, h1, w0, w1) for output element o (flat, over all planes) of
+// every plane: `in` is its plane's input, [h0, h1) x [w0, w1) its window clipped to the
+// input, walked with the dilation as step.
+template <class T, class F>
+void for_each_max_window(const Tensor &x, const Window &w, int64_t oh, int64_t ow, F &&window) {
   const Planes p = planes_of(x);
-  const int64_t oh = out.size(-2), ow = out.size(-1);
   const T *src = static_cast<const T *>(x.raw_data());
-  T *dst = static_cast<T *>(out.raw_data());
   for_planes(p.count(), oh * ow * w.k[0] * w.k[1], [&](int64_t pl) {
     const T *in = src + p.offset(pl);
-    T *o = dst + pl * oh * ow;
     for (int64_t i = 0; i < oh; ++i) {
       int64_t h0 = i * w.s[0] - w.p[0];
       const int64_t h1 = std::min(h0 + (w.k[0] - 1) * w.d[0] + 1, p.h);
@@ -143,13 +144,22 @@ template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const 
         int64_t w0 = j * w.s[1] - w.p[1];
         const int64_t w1 = std::min(w0 + (w.k[1] - 1) * w.d[1] + 1, p.w);
         while (w0 < 0) w0 += w.d[1];
-        MaxAcc<T> acc;
-        for (int64_t y = h0; y < h1; y += w.d[0])
-          for (int64_t z = w0; z < w1; z += w.d[1]) acc.add(in[y * p.sh + z * p.sw]);
-        o[i * ow + j] = acc.result();
+        window(in, (pl * oh + i) * ow + j, h0, h1, w0, w1);
       }
     }
   });
+}
+
+template <class T> void max_pool_kernel(const Tensor &x, const Window &w, const Tensor &out) {
+  const Planes p = planes_of(x);
+  T *dst = static_cast<T *>(out.raw_data());
+  for_each_max_window<T>(x, w, out.size(-2), out.size(-1),
+                         [&](const T *in, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+                           MaxAcc<T> acc;
+                           for (int64_t y = h0; y < h1; y += w.d[0])
+                             for (int64_t z = w0; z < w1; z += w.d[1]) acc.add(in[y * p.sh + z * p.sw]);
+                           dst[o] = acc.result();
+                         });
 }
 
 template <class T> bool is_nan(T v) {
@@ -162,37 +172,23 @@ template <class T> bool is_nan(T v) {
 // positions are what is asked for here, not the value kernel's speed.
 template <class T> void max_pool_indices_kernel(const Tensor &x, const Window &w, const Tensor &out, const Tensor &idx) {
   const Planes p = planes_of(x);
-  const int64_t oh = out.size(-2), ow = out.size(-1);
-  const T *src = static_cast<const T *>(x.raw_data());
   T *dst = static_cast<T *>(out.raw_data());
   int64_t *at = static_cast<int64_t *>(idx.raw_data());
-  for_planes(p.count(), oh * ow * w.k[0] * w.k[1], [&](int64_t pl) {
-    const T *in = src + p.offset(pl);
-    T *o = dst + pl * oh * ow;
-    int64_t *oi = at + pl * oh * ow;
-    for (int64_t i = 0; i < oh; ++i) {
-      int64_t h0 = i * w.s[0] - w.p[0];
-      const int64_t h1 = std::min(h0 + (w.k[0] - 1) * w.d[0] + 1, p.h);
-      while (h0 < 0) h0 += w.d[0];
-      for (int64_t j = 0; j < ow; ++j) {
-        int64_t w0 = j * w.s[1] - w.p[1];
-        const int64_t w1 = std::min(w0 + (w.k[1] - 1) * w.d[1] + 1, p.w);
-        while (w0 < 0) w0 += w.d[1];
-        T best = MaxAcc<T>{}.best;
-        int64_t pos = h0 * p.w + w0;
-        for (int64_t y = h0; y < h1; y += w.d[0])
-          for (int64_t z = w0; z < w1; z += w.d[1]) {
-            const T v = in[y * p.sh + z * p.sw];
-            if (v > best || is_nan(v)) {
-              best = v;
-              pos = y * p.w + z;
-            }
-          }
-        o[i * ow + j] = best;
-        oi[i * ow + j] = pos;
-      }
-    }
-  });
+  for_each_max_window<T>(x, w, out.size(-2), out.size(-1),
+                         [&](const T *in, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+                           T best = MaxAcc<T>{}.best;
+                           int64_t pos = h0 * p.w + w0;
+                           for (int64_t y = h0; y < h1; y += w.d[0])
+                             for (int64_t z = w0; z < w1; z += w.d[1]) {
+                               const T v = in[y * p.sh + z * p.sw];
+                               if (v > best || is_nan(v)) {
+                                 best = v;
+                                 pos = y * p.w + z;
+                               }
+                             }
+                           dst[o] = best;
+                           at[o] = pos;
+                         });
 }
 
 // Sums in double for floating inputs, in int64 for integer ones (torch divides integers truncating).

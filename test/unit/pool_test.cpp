@@ -143,6 +143,30 @@ Tensor run_avg(const Tensor &x, const Params &p) {
   return avg_pool2d(x, {p.kh, p.kw}, {p.sh, p.sw}, {p.ph, p.pw}, p.ceil_mode, p.count_include_pad);
 }
 
+
+// torch's index of a max-pool window, from its definition: the row-major-first position of
+// the largest value, or in a window holding NaNs the last NaN's; an index into H * W.
+double ref_argmax(const Tensor &x, const Params &p, const Idx &o) {
+  Plane pl{x};
+  const int64_t oy = o[o.size() - 2], oz = o[o.size() - 1];
+  double best = 0;
+  int64_t at = -1, last_nan = -1;
+  for (int64_t a = 0; a < p.kh; ++a)
+    for (int64_t b = 0; b < p.kw; ++b) {
+      int64_t y = oy * p.sh - p.ph + a * p.dh, z = oz * p.sw - p.pw + b * p.dw;
+      if (y < 0 || y >= pl.h() || z < 0 || z >= pl.w()) continue;
+      const double v = pl.at(o, y, z);
+      if (std::isnan(v)) last_nan = y * pl.w() + z;
+      else if (at < 0 || v > best) best = v, at = y * pl.w() + z;
+    }
+  return double(last_nan >= 0 ? last_nan : at);
+}
+
+std::tuple<Tensor, Tensor> run_max_indices(const Tensor &x, const Params &p) {
+  if (p.sh == p.kh && p.sw == p.kw)
+    return max_pool2d_with_indices(x, {p.kh, p.kw}, {}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
+  return max_pool2d_with_indices(x, {p.kh, p.kw}, {p.sh, p.sw}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
+}
 } // namespace
 
 TEST(MaxPool2d, CombosLayoutsDtypes) {
@@ -159,6 +183,10 @@ TEST(MaxPool2d, CombosLayoutsDtypes) {
           EXPECT_EQ(out.dtype(), dt);
           EXPECT_TRUE(out.is_contiguous());
           expect_values(out, out_shape(x, oh, ow), [&](const Idx &o) { return ref_max(x, p, o); });
+          auto [v, i] = run_max_indices(x, p); // the same values, and torch's positions
+          EXPECT_EQ(i.dtype(), kInt64);
+          expect_same(v, out);
+          expect_values(i, out_shape(x, oh, ow), [&](const Idx &o) { return ref_argmax(x, p, o); });
           ++checked;
         }
   EXPECT_GT(checked, 1000);
@@ -300,53 +328,8 @@ TEST(Pool2d, LargeInputParallel) {
   expect_values(g, {4, 16, 7, 7}, [&](const Idx &o) { return ref_adaptive(x, 7, 7, o, false); }, 1e-6);
 }
 
-// ---- max_pool2d_with_indices / max_pool1d_with_indices
+// ---- max_pool2d_with_indices / max_pool1d_with_indices (the combos: MaxPool2d.CombosLayoutsDtypes)
 
-namespace {
-// torch's index of a max-pool window, from its definition: the row-major-first position of
-// the largest value, or in a window holding NaNs the last NaN's; an index into H * W.
-double ref_argmax(const Tensor &x, const Params &p, const Idx &o) {
-  Plane pl{x};
-  const int64_t oy = o[o.size() - 2], oz = o[o.size() - 1];
-  double best = 0;
-  int64_t at = -1, last_nan = -1;
-  for (int64_t a = 0; a < p.kh; ++a)
-    for (int64_t b = 0; b < p.kw; ++b) {
-      int64_t y = oy * p.sh - p.ph + a * p.dh, z = oz * p.sw - p.pw + b * p.dw;
-      if (y < 0 || y >= pl.h() || z < 0 || z >= pl.w()) continue;
-      const double v = pl.at(o, y, z);
-      if (std::isnan(v)) last_nan = y * pl.w() + z;
-      else if (at < 0 || v > best) best = v, at = y * pl.w() + z;
-    }
-  return double(last_nan >= 0 ? last_nan : at);
-}
-
-std::tuple<Tensor, Tensor> run_max_indices(const Tensor &x, const Params &p) {
-  if (p.sh == p.kh && p.sw == p.kw)
-    return max_pool2d_with_indices(x, {p.kh, p.kw}, {}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
-  return max_pool2d_with_indices(x, {p.kh, p.kw}, {p.sh, p.sw}, {p.ph, p.pw}, {p.dh, p.dw}, p.ceil_mode);
-}
-} // namespace
-
-TEST(MaxPool2dWithIndices, CombosLayoutsDtypes) {
-  int checked = 0;
-  for (DType dt : {kFloat32, kInt64})
-    for (const Idx &shape : {Idx{2, 3, 7, 8}, Idx{3, 6, 5}})
-      for (auto &[name, x] : pool_inputs(shape, dt))
-        for (const Params &p : combos(true)) {
-          const int64_t oh = ref_out(x.size(-2), p.kh, p.sh, p.ph, p.dh, p.ceil_mode);
-          const int64_t ow = ref_out(x.size(-1), p.kw, p.sw, p.pw, p.dw, p.ceil_mode);
-          if (oh < 1 || ow < 1) continue;
-          SCOPED_TRACE(name + " " + idx_str(shape) + " " + p.str() + " " + std::string(kiln::name(dt)));
-          auto [v, i] = run_max_indices(x, p);
-          EXPECT_EQ(v.dtype(), dt);
-          EXPECT_EQ(i.dtype(), kInt64);
-          expect_values(v, out_shape(x, oh, ow), [&](const Idx &o) { return ref_max(x, p, o); });
-          expect_values(i, out_shape(x, oh, ow), [&](const Idx &o) { return ref_argmax(x, p, o); });
-          ++checked;
-        }
-  EXPECT_GT(checked, 500);
-}
 
 // Equal values keep the first position; NaNs give NaN and the last NaN's position; -inf
 // everywhere gives -inf and the window's first position.
