@@ -23,7 +23,12 @@ int64_t wrap(int64_t v, DType t) {
   if (t == DType::Bool) return v != 0;
   return v;
 }
-double round_to(double v, DType t) { return t == DType::Float32 ? double(float(v)) : v; }
+// float16 / bfloat16 values are held as the float32 value of their bits.
+double round_to(double v, DType t) {
+  if (t == DType::Float16) return double(float(Half(float(v))));
+  if (t == DType::BFloat16) return double(float(BFloat16(float(v))));
+  return t == DType::Float32 ? double(float(v)) : v;
+}
 
 // Two's-complement arithmetic without signed-overflow UB.
 int64_t add_w(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
@@ -38,6 +43,8 @@ Val load(const void *base, int64_t off, DType t) {
   case DType::Int64: v.i = static_cast<const int64_t *>(base)[off]; break;
   case DType::Float32: v.f = static_cast<const float *>(base)[off]; break;
   case DType::Float64: v.f = static_cast<const double *>(base)[off]; break;
+  case DType::Float16: v.f = float(static_cast<const Half *>(base)[off]); break;
+  case DType::BFloat16: v.f = float(static_cast<const BFloat16 *>(base)[off]); break;
   case DType::UInt8:
   case DType::Int8:
   case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
@@ -52,6 +59,8 @@ void store(void *base, int64_t off, DType t, Val v) {
   case DType::Int64: static_cast<int64_t *>(base)[off] = v.i; break;
   case DType::Float32: static_cast<float *>(base)[off] = float(v.f); break;
   case DType::Float64: static_cast<double *>(base)[off] = v.f; break;
+  case DType::Float16: static_cast<Half *>(base)[off] = Half(float(v.f)); break;
+  case DType::BFloat16: static_cast<BFloat16 *>(base)[off] = BFloat16(float(v.f)); break;
   case DType::UInt8:
   case DType::Int8:
   case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
@@ -77,7 +86,7 @@ Val cast(Val v, DType from, DType to) {
   }
   if (is_floating(to)) {
     if (is_floating(from)) r.f = round_to(v.f, to);
-    else r.f = to == DType::Float32 ? double(float(v.i)) : double(v.i); // one rounding
+    else r.f = to == DType::Float64 ? double(v.i) : round_to(double(float(v.i)), to); // through float32, as eager
     return r;
   }
   r.i = is_floating(from) ? saturate(v.f, to) : wrap(v.i, to);

@@ -250,6 +250,9 @@ void check_node(const KernelDesc &k, size_t i) {
                n.op == KOp::Fma || n.op == KOp::Reduce;
   KILN_CHECK(!arith || n.dtype != DType::Bool, "kernel: node ", i, " (", op_name(n.op),
              ") is not defined on bool; cast first");
+  // float16 / bfloat16 are storage types: loaded, converted, converted back and stored.
+  KILN_CHECK(!is_reduced_float(n.dtype) || n.op == KOp::Load || n.op == KOp::Cast, "kernel: node ", i, " (",
+             op_name(n.op), ") computes in ", n.dtype, "; cast to float32 first");
   bool bitwise = n.op == KOp::And || n.op == KOp::Or || n.op == KOp::Xor || n.op == KOp::Not;
   KILN_CHECK(!bitwise || !is_floating(n.dtype), "kernel: node ", i, " (", op_name(n.op),
              ") needs bool or integer operands");

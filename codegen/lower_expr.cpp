@@ -16,6 +16,9 @@ llvm::Type *value_type(llvm::LLVMContext &c, DType t) {
   case DType::Int64: return llvm::Type::getInt64Ty(c);
   case DType::Float32: return llvm::Type::getFloatTy(c);
   case DType::Float64: return llvm::Type::getDoubleTy(c);
+  // float16 / bfloat16 values are their bits; only casts read them (kernel.cpp checks).
+  case DType::Float16:
+  case DType::BFloat16: return llvm::Type::getInt16Ty(c);
   case DType::UInt8:
   case DType::Int8:
   case DType::Int16: KILN_FAIL("internal: codegen has no lowering for dtype ", t); // refused by rule_misfit
@@ -28,8 +31,46 @@ llvm::Type *memory_type(llvm::LLVMContext &c, DType t) {
   return t == DType::Bool ? llvm::Type::getInt8Ty(c) : value_type(c, t);
 }
 
+namespace {
+
+// The same type with `elem` lanes: v's shape (scalar or vector) with another element type.
+llvm::Type *like(Value *v, llvm::Type *elem) {
+  if (auto *vt = llvm::dyn_cast<llvm::VectorType>(v->getType())) return llvm::VectorType::get(elem, vt->getElementCount());
+  return elem;
+}
+
+// 16-bit float bits -> float32, exact (runtime/half.h's conversions).
+Value *widen_16(IRBuilder<> &b, Value *bits, DType from) {
+  llvm::LLVMContext &c = b.getContext();
+  if (from == DType::Float16) // vcvtph2ps: exact, NaN payloads kept
+    return b.CreateFPExt(b.CreateBitCast(bits, like(bits, llvm::Type::getHalfTy(c))), like(bits, b.getFloatTy()));
+  Value *u = b.CreateShl(b.CreateZExt(bits, like(bits, b.getInt32Ty())), 16);
+  return b.CreateBitCast(u, like(bits, b.getFloatTy()));
+}
+
+// float32 -> 16-bit float bits, rounded to nearest even as runtime/half.h rounds. float16:
+// vcvtps2ph (RNE, NaN quieted keeping its top payload bits, as the eager conversion).
+// bfloat16 by integer arithmetic rather than vcvtneps2bf16, which flushes subnormals.
+Value *narrow_16(IRBuilder<> &b, Value *f, DType to) {
+  llvm::LLVMContext &c = b.getContext();
+  llvm::Type *i16 = like(f, b.getInt16Ty());
+  if (to == DType::Float16) return b.CreateBitCast(b.CreateFPTrunc(f, like(f, llvm::Type::getHalfTy(c))), i16);
+  llvm::Type *i32 = like(f, b.getInt32Ty());
+  auto k = [&](uint32_t x) { return llvm::ConstantInt::get(i32, x); };
+  Value *u = b.CreateBitCast(f, i32);
+  Value *odd = b.CreateAnd(b.CreateLShr(u, 16), k(1));
+  Value *rounded = b.CreateLShr(b.CreateAdd(u, b.CreateAdd(k(0x7FFF), odd)), 16);
+  Value *quiet = b.CreateOr(b.CreateLShr(u, 16), k(0x40));
+  Value *nan = b.CreateICmpUGT(b.CreateAnd(u, k(0x7FFFFFFF)), k(0x7F800000));
+  return b.CreateTrunc(b.CreateSelect(nan, quiet, rounded), i16);
+}
+
+} // namespace
+
 Value *cast_value(IRBuilder<> &b, Value *v, DType from, DType to) {
   if (from == to) return v;
+  if (is_reduced_float(from)) return cast_value(b, widen_16(b, v, from), DType::Float32, to);
+  if (is_reduced_float(to)) return narrow_16(b, cast_value(b, v, from, DType::Float32), to);
   llvm::Type *ty = value_type(b.getContext(), to);
   if (to == DType::Bool) { // torch: nonzero (and NaN) is true
     if (is_floating(from)) return b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));

@@ -105,16 +105,24 @@ bool lowered_dtype(DType t) {
   case DType::Float64: return true;
   case DType::UInt8:
   case DType::Int8:
-  case DType::Int16: return false;
+  case DType::Int16:
+  case DType::Float16:
+  case DType::BFloat16: return false;
   }
   return false;
 }
 
+// Kernels load and store float16 / bfloat16 and convert them to and from float32
+// (the casts the upcast pass put around each op, and copies); no other op computes in them.
+bool lowered_dtype(const ir::Node &n, DType t) {
+  return lowered_dtype(t) || (is_reduced_float(t) && (n.op() == OpId::Cast || n.op() == OpId::Copy));
+}
+
 std::string dtype_misfit(const ir::Node &n) {
   for (const ir::Value *v : n.operands())
-    if (v && !lowered_dtype(v->type().dtype)) return "operand of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
+    if (v && !lowered_dtype(n, v->type().dtype)) return "operand of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
   for (const ir::Value *v : n.results())
-    if (!lowered_dtype(v->type().dtype)) return "result of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
+    if (!lowered_dtype(n, v->type().dtype)) return "result of dtype " + std::string(name(v->type().dtype)) + " (runs eagerly)";
   return "";
 }
 

@@ -45,6 +45,13 @@ uint64_t element_bits(DType dt, const char *p) {
     return u;
   }
   case DType::Float64: return bits(*reinterpret_cast<const double *>(p));
+  case DType::Float16:
+  case DType::BFloat16: {
+    uint16_t u;
+    std::memcpy(&u, p, sizeof u);
+    const bool nan = dt == DType::Float16 ? (u & 0x7FFFu) > 0x7C00u : (u & 0x7FFFu) > 0x7F80u;
+    return nan ? 0x7fc00000u : u;
+  }
   }
   return 0;
 }

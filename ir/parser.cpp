@@ -277,7 +277,7 @@ const std::vector<std::string_view> &all_mnemonics() {
 }
 
 std::optional<DType> dtype_named(std::string_view s) {
-  for (DType d : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat32, kFloat64})
+  for (DType d : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64})
     if (short_name(d) == s) return d;
   return std::nullopt;
 }
@@ -384,7 +384,7 @@ private:
     Token dt = take();
     if (dt.kind != Tok::Ident) fail_at(dt, "expected a type such as f32[4, 8], got " + describe(dt));
     auto d = dtype_named(dt.text);
-    if (!d) fail_at(dt, "unknown dtype '" + dt.text.substr(0, 64) + "' (expected i1, i32, i64, f32 or f64)");
+    if (!d) fail_at(dt, "unknown dtype '" + dt.text.substr(0, 64) + "' (expected i1, u8, i8, i16, i32, i64, f16, bf16, f32 or f64)");
     TensorType t;
     t.dtype = *d;
     Token open = tok_;
@@ -578,6 +578,13 @@ private:
     std::memcpy(p, &x, sizeof x);
   }
 
+  // A float16 / bfloat16 element: parsed as float32 and rounded (the printer writes
+  // the float32 value of the element, which round-trips exactly).
+  template <class T> void store_reduced(const Token &e, char *p) const {
+    const T x(parse_fp<float>(e));
+    std::memcpy(p, &x, sizeof x);
+  }
+
   void store_element(DType dt, const Token &e, char *p) const {
     switch (dt) {
     case DType::Bool: {
@@ -606,6 +613,8 @@ private:
       std::memcpy(p, &v, 8);
       return;
     }
+    case DType::Float16: return store_reduced<Half>(e, p);
+    case DType::BFloat16: return store_reduced<BFloat16>(e, p);
     }
   }
 

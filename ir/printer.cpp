@@ -50,6 +50,8 @@ std::string element_str(DType dt, const char *p) {
   case DType::Int64: return std::to_string(*reinterpret_cast<const int64_t *>(p));
   case DType::Float32: return text::format_float(*reinterpret_cast<const float *>(p));
   case DType::Float64: return text::format_double(*reinterpret_cast<const double *>(p));
+  case DType::Float16: return text::format_float(float(*reinterpret_cast<const Half *>(p)));
+  case DType::BFloat16: return text::format_float(float(*reinterpret_cast<const BFloat16 *>(p)));
   }
   return "?";
 }

@@ -49,19 +49,21 @@ std::string_view st_name(DType t) {
   case DType::UInt8: return "U8";
   case DType::Int8: return "I8";
   case DType::Int16: return "I16";
+  case DType::Float16: return "F16";
+  case DType::BFloat16: return "BF16";
   }
   return "?";
 }
 
 std::optional<DType> dtype_of(std::string_view s) {
-  for (DType t : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat32, kFloat64})
+  for (DType t : {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64})
     if (st_name(t) == s) return t;
   return std::nullopt;
 }
 
 // safetensors dtypes kiln has no tensor type for: a valid file, but not loadable.
 bool known_elsewhere(std::string_view s) {
-  for (std::string_view k : {"U16", "F16", "BF16", "U32", "U64", "F8_E4M3", "F8_E5M2",
+  for (std::string_view k : {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2",
                              "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"})
     if (k == s) return true;
   return false;
@@ -101,7 +103,7 @@ DType parse_dtype(const std::string &path, const std::string &name, const json &
   std::string s = it->get<std::string>();
   if (auto t = dtype_of(s)) return *t;
   if (known_elsewhere(s))
-    fail(path, "tensor '" + name + "' has dtype " + s + ", which kiln does not support (BOOL, I32, I64, F32, F64)");
+    fail(path, "tensor '" + name + "' has dtype " + s + ", which kiln does not support (BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)");
   fail(path, "tensor '" + name + "' has unknown dtype '" + s + "'");
 }
 

@@ -459,7 +459,10 @@ Scalar Tensor::item() const {
   }
   KILN_CHECK(t.numel == 1, "item: a tensor with ", t.numel, " elements (shape ", shape_str(t.sizes),
              ") cannot be converted to a Scalar");
-  return dispatch_dtype(t.dtype, [&]<class T>() { return Scalar(*static_cast<T *>(raw_data())); });
+  return dispatch_storage_dtype(t.dtype, [&]<class T>() {
+    if constexpr (is_reduced_float_v<T>) return Scalar(double(float(*static_cast<T *>(raw_data()))));
+    else return Scalar(*static_cast<T *>(raw_data()));
+  });
 }
 
 Tensor Tensor::operator[](int64_t index) const { return kiln::select(*this, 0, index); }

@@ -2,7 +2,11 @@
 // graphs: frontend/ installs the function that records a node while tracing.
 #pragma once
 
+#include <array>
+#include <functional>
+#include <initializer_list>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/op_attrs.h"
@@ -38,8 +42,52 @@ struct TraceHooks {
 void set_trace_hooks(const TraceHooks &hooks);
 const TraceHooks &trace_hooks();
 
+// While tracing: records the op. Otherwise (an op given float16/bfloat16 operands):
+// computes it in float32, as torch's CPU kernels do (opmath), and rounds each result
+// to the dtype the op's rule gives for the original operands.
 TraceOutputs trace_op(OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs);
 Tensor &trace_inplace(Tensor &self, OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs);
+
+// The ops that compute float16/bfloat16 in float32: all but the views and the
+// conversions, which move values as they are (passes/upcast.cpp mirrors this).
+constexpr bool computes_in_float32(OpId id) {
+  return op_kind(id) != OpKind::View && id != OpId::Cast && id != OpId::Copy && id != OpId::Contiguous &&
+         id != OpId::Clone;
+}
+
+inline bool reduced_float_operand(const Tensor &t) {
+  return t.defined() && is_reduced_float(t.dtype()) && !t.is_meta();
+}
+inline const Tensor &operand_ref(const Tensor &t) { return t; }
+inline const Tensor &operand_ref(const Tensor *t) { return *t; }
+template <class Range> bool any_reduced_float_in(const Range &operands) {
+  for (const auto &t : operands)
+    if (reduced_float_operand(operand_ref(t))) [[unlikely]]
+      return true;
+  return false;
+}
+
+// An op's tensor operands by reference: nothing is allocated unless the op is recorded.
+template <size_t N> struct OpInputs {
+  std::array<const Tensor *, N> p;
+  operator std::vector<Tensor>() const {
+    std::vector<Tensor> v;
+    v.reserve(N);
+    for (const Tensor *t : p) v.push_back(*t);
+    return v;
+  }
+};
+template <class... Ts> OpInputs<sizeof...(Ts)> op_inputs(const Ts &...ts) {
+  static_assert((std::is_same_v<Ts, Tensor> && ...), "op inputs are Tensors");
+  return {{&ts...}};
+}
+
+// Whether an eager op got a float16/bfloat16 operand: KILN_TRACE's INPUTS in each form.
+inline bool any_reduced_float(std::initializer_list<std::reference_wrapper<const Tensor>> ts) {
+  return any_reduced_float_in(ts);
+}
+inline bool any_reduced_float(const std::vector<Tensor> &ts) { return any_reduced_float_in(ts); }
+template <size_t N> bool any_reduced_float(const OpInputs<N> &in) { return any_reduced_float_in(in.p); }
 
 // RAII: tracing off on this thread (used while the tracer runs kernels on meta tensors).
 class TracingOff {
@@ -55,19 +103,21 @@ private:
 
 // The tensor inputs of KILN_TRACE as one macro argument (a braced list would be
 // split at its commas): KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha).
-#define KILN_INPUTS(...) (std::vector<::kiln::Tensor>{__VA_ARGS__})
+#define KILN_INPUTS(...) (::kiln::detail::op_inputs(__VA_ARGS__))
 
 // First statement of an out-of-place op: while tracing, record and return. The
 // attributes are named, in ops.def's order (attrs::AddArgs, runtime/op_attrs.h):
 //   KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha);   KILN_TRACE(Relu, {x});
 #define KILN_TRACE(OPID, INPUTS, ...)                                          \
-  if (::kiln::detail::tracing()) [[unlikely]]                                  \
+  if (::kiln::detail::tracing() || (::kiln::detail::computes_in_float32(::kiln::OpId::OPID) && \
+                                    ::kiln::detail::any_reduced_float(INPUTS))) [[unlikely]] \
   return ::kiln::detail::trace_op(::kiln::OpId::OPID, INPUTS,                  \
                                   ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())
 
 // First statement of an in-place op: while tracing, functionalize and return self.
 //   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), .alpha = alpha);
 #define KILN_TRACE_INPLACE(SELF, OPID, INPUTS, ...)                            \
-  if (::kiln::detail::tracing()) [[unlikely]]                                  \
+  if (::kiln::detail::tracing() || (::kiln::detail::computes_in_float32(::kiln::OpId::OPID) && \
+                                    ::kiln::detail::any_reduced_float(INPUTS))) [[unlikely]] \
   return ::kiln::detail::trace_inplace(SELF, ::kiln::OpId::OPID, INPUTS,       \
                                        ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())

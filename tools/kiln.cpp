@@ -252,6 +252,8 @@ Tensor random_tensor(const kiln::ir::TensorType &t, bool parameter) {
   case kiln::DType::Int16:
   case kiln::DType::Int32:
   case kiln::DType::Int64: return kiln::randint(0, 10, shape, t.dtype);
+  case kiln::DType::Float16:
+  case kiln::DType::BFloat16:
   case kiln::DType::Float32:
   case kiln::DType::Float64: {
     Tensor x = kiln::randn(shape, t.dtype);
@@ -488,7 +490,7 @@ bool selected(const std::vector<std::string> &list, const std::string &pass) {
 }
 
 // Writes graph dumps to stdout or to files in --out named as KILN_DUMP_DIR names
-// them (passes::dump_file_name: "06-after-fuse.kir", NN the pass's position).
+// them (passes::dump_file_name: "07-after-fuse.kir", NN the pass's position).
 class DumpSink {
 public:
   explicit DumpSink(const Args &o) : o_(o) {

@@ -295,7 +295,9 @@ private:
     case DType::Float64: return b_.getDoubleTy();
     case DType::UInt8:
     case DType::Int8:
-    case DType::Int16: KILN_FAIL("internal: no GEMM micro-kernel for dtype ", t);
+    case DType::Int16:
+  case DType::Float16:
+  case DType::BFloat16: KILN_FAIL("internal: no GEMM micro-kernel for dtype ", t);
     }
     KILN_FAIL("internal: bad dtype");
   }

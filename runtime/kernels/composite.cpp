@@ -118,8 +118,7 @@ Tensor nan_to_num(const Tensor &x, std::optional<double> nan, std::optional<doub
                   std::optional<double> neginf) {
   detail::check_defined(x, "nan_to_num", "self");
   if (!x.is_floating_point()) return clone(x);
-  const bool f32 = x.dtype() == kFloat32;
-  const double hi = f32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+  const double hi = detail::finfo_max(x.dtype());
   const double inf = std::numeric_limits<double>::infinity();
   Tensor y = masked_fill(x, ne(x, x), nan.value_or(0.0));
   y = masked_fill(y, eq(x, inf), posinf.value_or(hi));

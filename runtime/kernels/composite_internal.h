@@ -2,6 +2,7 @@
 // attention.cpp: each names the function at fault.
 #pragma once
 
+#include <limits>
 #include <string_view>
 
 #include "runtime/tensor.h"
@@ -18,6 +19,24 @@ inline void check_float(const Tensor &x, const char *op, const char *what = "ten
 inline void check_not_bool(const Tensor &x, const char *op) {
   check_defined(x, op, "self");
   KILN_CHECK(x.dtype() != kBool, op, ": not supported on bool tensors (shape ", shape_str(x.sizes()), ")");
+}
+
+// torch.finfo(t).max and .eps of a floating dtype.
+inline double finfo_max(DType t) {
+  switch (t) {
+  case kFloat16: return 65504.0;
+  case kBFloat16: return double(float(BFloat16::from_bits(0x7F7F)));
+  case kFloat32: return double(std::numeric_limits<float>::max());
+  default: return std::numeric_limits<double>::max();
+  }
+}
+inline double finfo_eps(DType t) {
+  switch (t) {
+  case kFloat16: return 0x1p-10;
+  case kBFloat16: return 0x1p-7;
+  case kFloat32: return double(std::numeric_limits<float>::epsilon());
+  default: return std::numeric_limits<double>::epsilon();
+  }
 }
 
 // Whether `from` broadcasts to exactly `to` (numpy rules, trailing dims aligned).

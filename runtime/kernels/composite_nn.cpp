@@ -164,8 +164,7 @@ Tensor rms_norm(const Tensor &input, IntArrayRef normalized_shape, const Tensor 
   if (weight.defined())
     KILN_CHECK(weight.sizes() == normalized_shape, op, ": weight of shape ", shape_str(weight.sizes()),
                " must be normalized_shape ", shape_str(normalized_shape));
-  const double e = eps.value_or(input.dtype() == kFloat32 ? double(std::numeric_limits<float>::epsilon())
-                                                          : std::numeric_limits<double>::epsilon());
+  const double e = eps.value_or(detail::finfo_eps(input.dtype()));
   std::vector<int64_t> dims;
   for (int64_t d = input.dim() - k; d < input.dim(); ++d) dims.push_back(d);
   Tensor y = input * rsqrt(mean(input * input, dims, true) + e);

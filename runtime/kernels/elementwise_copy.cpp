@@ -21,9 +21,9 @@ namespace detail {
 namespace {
 // One element of dtype `from` at `src`, converted to `to` at `dst`.
 void convert_one(const void *src, DType from, void *dst, DType to) {
-  dispatch_dtype(from, [&]<class S>() {
+  dispatch_storage_dtype(from, [&]<class S>() {
     S v = *static_cast<const S *>(src);
-    dispatch_dtype(to, [&]<class D>() { *static_cast<D *>(dst) = static_cast<D>(v); });
+    dispatch_storage_dtype(to, [&]<class D>() { *static_cast<D *>(dst) = convert_value<D>(v); });
   });
 }
 } // namespace
@@ -44,8 +44,8 @@ void Arg::convert(const Tensor &t, DType want) {
 }
 
 void cast_into(const Tensor &out, const Tensor &src) {
-  dispatch_dtype(out.dtype(), [&]<class O>() {
-    dispatch_dtype(src.dtype(), [&]<class S>() {
+  dispatch_storage_dtype(out.dtype(), [&]<class O>() {
+    dispatch_storage_dtype(src.dtype(), [&]<class S>() {
       Arg a(src, src.dtype());
       run_loop<O, S>(out, {&a}, [](S v) { return convert_value<O>(v); });
     });
@@ -223,6 +223,8 @@ void detail::check_scalar_fits(const Scalar &value, DType dtype, const char *op)
   double v = value.toDouble();
   bool fits = true;
   if (dtype == kFloat32) fits = !std::isfinite(v) || std::fabs(v) <= double(std::numeric_limits<float>::max());
+  else if (dtype == kFloat16) fits = !std::isfinite(v) || std::fabs(v) <= 65504.0;
+  else if (dtype == kBFloat16) fits = !std::isfinite(v) || std::fabs(v) <= double(float(BFloat16::from_bits(0x7F7F)));
   else if (value.is_floating_point()) {
     // Bounds as doubles: 2^63 and 2^31 are exact, the maxima are not.
     double hi = dtype == kInt64 ? 9223372036854775808.0 : 2147483648.0;
@@ -236,7 +238,7 @@ void detail::check_scalar_fits(const Scalar &value, DType dtype, const char *op)
 
 namespace {
 void fill_kernel(Tensor &self, const Scalar &value) {
-  dispatch_dtype(self.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(self.dtype(), [&]<class T>() {
     const T v = value.to<T>();
     detail::run_loop<T>(self, {}, [v]() { return v; });
   });

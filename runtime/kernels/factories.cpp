@@ -26,7 +26,7 @@ template <class T> void fill_raw(const Tensor &t, T v) {
 }
 
 void fill_contiguous(const Tensor &t, const Scalar &v) {
-  dispatch_dtype(t.dtype(), [&]<class T>() { fill_raw<T>(t, v.to<T>()); });
+  dispatch_storage_dtype(t.dtype(), [&]<class T>() { fill_raw<T>(t, v.to<T>()); });
 }
 
 DType dtype_or(TensorOptions o, DType fallback) { return o.has_dtype() ? o.dtype() : fallback; }
@@ -57,7 +57,7 @@ std::pair<uint64_t, uint64_t> reserve(int64_t n) {
 
 template <class F> void generate(const Tensor &t, F &&value_at) {
   auto [seed, first] = reserve(t.numel());
-  dispatch_dtype(t.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(t.dtype(), [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());
     parallel_for(0, t.numel(), kGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(value_at(seed, first + 2 * uint64_t(i)));
@@ -67,7 +67,7 @@ template <class F> void generate(const Tensor &t, F &&value_at) {
 
 template <class T> Tensor from_values(const T *data, size_t n, TensorOptions options, DType natural) {
   Tensor t = detail::make_tensor({int64_t(n)}, dtype_or(options, natural));
-  dispatch_dtype(t.dtype(), [&]<class U>() {
+  dispatch_storage_dtype(t.dtype(), [&]<class U>() {
     U *p = static_cast<U *>(t.raw_data());
     for (size_t i = 0; i < n; ++i) p[i] = static_cast<U>(data[i]);
   });
@@ -120,7 +120,7 @@ Tensor arange(const Scalar &start, const Scalar &end, const Scalar &step, Tensor
              " has too many elements");
   KILN_TRACE(Arange, {}, .start = start, .end = end, .step = step, .dtype = dt);
   Tensor t = detail::make_tensor({int64_t(count)}, dt);
-  dispatch_dtype(dt, [&]<class T>() {
+  dispatch_storage_dtype(dt, [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());
     bool exact_int = !floating;
     int64_t is = start.toLong(), ist = step.toLong();
@@ -138,7 +138,7 @@ Tensor linspace(const Scalar &start, const Scalar &end, int64_t steps, TensorOpt
   double s = start.toDouble(), e = end.toDouble();
   double step = steps > 1 ? (e - s) / double(steps - 1) : 0.0;
   int64_t half = steps / 2;
-  dispatch_dtype(dt, [&]<class T>() {
+  dispatch_storage_dtype(dt, [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());
     // torch fills the second half from the end, so the last value is exactly `end`.
     for (int64_t i = 0; i < steps; ++i)
@@ -155,7 +155,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   DType dt = dtype_or(options, kFloat32);
   KILN_TRACE(Eye, {}, .n = n, .m = m, .dtype = dt);
   Tensor t = full({n, m}, 0, dt);
-  dispatch_dtype(dt, [&]<class T>() {
+  dispatch_storage_dtype(dt, [&]<class T>() {
     T *p = static_cast<T *>(t.raw_data());
     for (int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = T(1);
   });
@@ -264,6 +264,8 @@ const char *type_name(DType t) {
   case kInt64: return "CPULongType";
   case kFloat32: return "CPUFloatType";
   case kFloat64: return "CPUDoubleType";
+  case kFloat16: return "CPUHalfType";
+  case kBFloat16: return "CPUBFloat16Type";
   }
   return "?";
 }
@@ -276,7 +278,7 @@ double element(const Tensor &t, int64_t flat) {
     off += (flat % s) * t.strides()[d];
     flat /= s;
   }
-  return dispatch_dtype(t.dtype(), [&]<class T>() { return double(static_cast<const T *>(t.raw_data())[off]); });
+  return dispatch_storage_dtype(t.dtype(), [&]<class T>() { return double(static_cast<const T *>(t.raw_data())[off]); });
 }
 
 // torch's formatter: integers when every value is integral, otherwise fixed with

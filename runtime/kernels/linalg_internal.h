@@ -10,7 +10,7 @@
 
 // KILN_TRACE's INPUTS is one macro argument, so a braced list with a comma
 // ({a, b}) would be split by the preprocessor: pass KILN_NN_INPUTS(a, b) instead.
-#define KILN_NN_INPUTS(...) (std::vector<::kiln::Tensor>{__VA_ARGS__})
+#define KILN_NN_INPUTS(...) (::kiln::detail::op_inputs(__VA_ARGS__))
 
 namespace kiln::detail::nn {
 

@@ -37,6 +37,8 @@ inline constexpr int64_t kGrain = 32768;
 // indefinite" value, what torch gets). A compare and a blend: it vectorizes.
 template <class Out, class T> inline Out convert_value(T v) {
   if constexpr (std::is_same_v<Out, T>) return v;
+  else if constexpr (is_reduced_float_v<T>) return convert_value<Out>(static_cast<float>(v)); // exact
+  else if constexpr (is_reduced_float_v<Out>) return Out(convert_value<float>(v)); // as torch: through float
   else if constexpr (std::is_same_v<Out, bool>) return v != T(0);
   else if constexpr (std::is_integral_v<Out> && sizeof(Out) < 4 && std::is_floating_point_v<T>) {
     // torch goes through int64 for the small integers (c10's static_cast_with_inter_type):

@@ -340,6 +340,18 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
     if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
     return out;
   }
+  if (detail::any_reduced_float(KILN_NN_INPUTS(x, weight, bias, running_mean, running_var))) [[unlikely]] {
+    // In float32, as torch's kernel computes; the running statistics are updated in their own dtype.
+    auto wide = [](const Tensor &t) { return detail::reduced_float_operand(t) ? to(t, kFloat32) : t; };
+    Tensor mean = wide(running_mean), var = wide(running_var);
+    Tensor out = batch_norm(wide(x), wide(weight), wide(bias), mean, var, training, momentum, eps);
+    if (training) {
+      Tensor m = running_mean, v = running_var;
+      if (m.defined() && !m.is_same(mean)) copy_(m, mean);
+      if (v.defined() && !v.is_same(var)) copy_(v, var);
+    }
+    return to(out, x.dtype());
+  }
   return batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps,
                             /*update_running_stats=*/training);
 }

@@ -147,8 +147,8 @@ template <class S, class D> void copy_rows(const S *src, IntArrayRef ss, D *dst,
 // Copies `src` into `dst` (a view of equal sizes, any strides), converting the
 // element type. Neither may be meta.
 inline void copy_into(const Tensor &dst, const Tensor &src) {
-  dispatch_dtype(dst.dtype(), [&]<class D>() {
-    dispatch_dtype(src.dtype(), [&]<class S>() {
+  dispatch_storage_dtype(dst.dtype(), [&]<class D>() {
+    dispatch_storage_dtype(src.dtype(), [&]<class S>() {
       copy_rows(static_cast<const S *>(src.raw_data()), src.strides(), static_cast<D *>(dst.raw_data()),
                 dst.strides(), dst.sizes());
     });

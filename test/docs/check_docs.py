@@ -57,10 +57,13 @@ one entry of the op table `runtime/ops.def`. Columns:
 - **traits**: the rest of the entry's traits (`runtime/ops.def` explains each).
 
 Dtypes: `kBool`, `kUInt8` (`kByte`), `kInt8` (`kChar`), `kInt16` (`kShort`), `kInt32` (`kInt`), `kInt64` (`kLong`),
-`kFloat32` (`kFloat`), `kFloat64` (`kDouble`), with torch's promotion (`runtime/dtype.h`: uint8 and int8 meet in
-int16) and conversions (a float to uint8/int8/int16 through int64, so -1.0 is 255 in uint8). Integer arithmetic
-wraps, integer sums are int64. Codegen lowers bool, int32, int64, float32 and float64; an op on uint8, int8 or int16
-runs as an eager step of the compiled plan (`x.to(kFloat32)` of a uint8 image is the boundary of the float group).
+`kFloat16` (`kHalf`), `kBFloat16`, `kFloat32` (`kFloat`), `kFloat64` (`kDouble`), with torch's promotion
+(`runtime/dtype.h`: uint8 and int8 meet in int16, float16 and bfloat16 in float32) and conversions (a float to
+uint8/int8/int16 through int64, so -1.0 is 255 in uint8; to float16/bfloat16 with rounding to nearest even).
+Integer arithmetic wraps, integer sums are int64. float16 and bfloat16 are storage types: every op computes them in
+float32 and rounds its result once, as torch's CPU kernels do, and compiled code does the same (the `upcast` pass).
+Codegen lowers bool, int32, int64, float32 and float64; an op on uint8, int8 or int16 runs as an eager step of the
+compiled plan (`x.to(kFloat32)` of a uint8 image is the boundary of the float group).
 
 Factories not listed (`empty`, `zeros`, `ones`, `randn`, `rand`, `randint`, `*_like`, `from_blob`, `tensor`) make
 tensors outside traced graphs. Writing a new op: `docs/ops.md`.

@@ -167,7 +167,9 @@ std::vector<std::vector<uint8_t>> make_buffers(std::mt19937 &g, const Case &c) {
         case DType::Bool: bytes[i] = uint8_t(iv & 1); break;
         case DType::UInt8:
         case DType::Int8:
-        case DType::Int16: ADD_FAILURE() << "codegen lowers no kernel of dtype " << t; break;
+        case DType::Int16:
+        case DType::Float16:
+        case DType::BFloat16: ADD_FAILURE() << "codegen lowers no kernel of dtype " << t; break;
         }
       }
     }

@@ -21,7 +21,7 @@ using namespace kiln;
 
 namespace {
 
-const DType kAll[] = {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat32, kFloat64};
+const DType kAll[] = {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
 
 // A [2, 4] input of `dt`; `salt` changes the values between operands.
 Tensor input(DType dt, int salt) {

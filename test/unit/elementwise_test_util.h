@@ -57,6 +57,8 @@ inline double read_at(const Tensor &t, const Shape &idx) {
   case kiln::kUInt8: return *reinterpret_cast<uint8_t *>(p);
   case kiln::kInt8: return *reinterpret_cast<int8_t *>(p);
   case kiln::kInt16: return *reinterpret_cast<int16_t *>(p);
+  case kiln::kFloat16: return float(*reinterpret_cast<kiln::Half *>(p));
+  case kiln::kBFloat16: return float(*reinterpret_cast<kiln::BFloat16 *>(p));
   }
   return 0;
 }
@@ -73,6 +75,8 @@ inline void write_at(const Tensor &t, const Shape &idx, double v) {
   case kiln::kUInt8: *reinterpret_cast<uint8_t *>(p) = uint8_t(int64_t(v)); break;
   case kiln::kInt8: *reinterpret_cast<int8_t *>(p) = int8_t(int64_t(v)); break;
   case kiln::kInt16: *reinterpret_cast<int16_t *>(p) = int16_t(int64_t(v)); break;
+  case kiln::kFloat16: *reinterpret_cast<kiln::Half *>(p) = kiln::Half(float(v)); break;
+  case kiln::kBFloat16: *reinterpret_cast<kiln::BFloat16 *>(p) = kiln::BFloat16(float(v)); break;
   }
 }
 

@@ -42,6 +42,8 @@ inline std::vector<double> vals(const Tensor &t) {
     case kUInt8: return double(static_cast<const uint8_t *>(base)[off]);
     case kInt8: return double(static_cast<const int8_t *>(base)[off]);
     case kInt16: return double(static_cast<const int16_t *>(base)[off]);
+    case kFloat16: return double(float(static_cast<const kiln::Half *>(base)[off]));
+    case kBFloat16: return double(float(static_cast<const kiln::BFloat16 *>(base)[off]));
     }
     return 0.0;
   };
@@ -60,7 +62,7 @@ inline std::vector<double> vals(const Tensor &t) {
 inline Tensor copy_of(const Tensor &t) {
   Tensor c = detail::make_tensor(t.sizes(), t.dtype());
   std::vector<double> v = vals(t);
-  dispatch_dtype(t.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(t.dtype(), [&]<class T>() {
     for (size_t i = 0; i < v.size(); ++i) static_cast<T *>(c.raw_data())[i] = T(v[i]);
   });
   return c;

@@ -38,6 +38,8 @@ double read_at(const Tensor &t, int64_t off) {
   case kUInt8: return reinterpret_cast<const uint8_t *>(base)[off];
   case kInt8: return reinterpret_cast<const int8_t *>(base)[off];
   case kInt16: return reinterpret_cast<const int16_t *>(base)[off];
+  case kFloat16: return float(reinterpret_cast<const Half *>(base)[off]);
+  case kBFloat16: return float(reinterpret_cast<const BFloat16 *>(base)[off]);
   }
   return 0;
 }

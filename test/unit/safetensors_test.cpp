@@ -188,8 +188,8 @@ TEST_F(Safetensors, BadFilesNameTheFileAndTheFault) {
        {"'x'", "I64 [2]", "takes 16"}},
       {"dtype", file_of(R"({"x": {"dtype": "Q7", "shape": [3], "data_offsets": [0, 12]}})", kF32_1_m2_05),
        {"'x'", "unknown dtype 'Q7'"}},
-      {"f16", file_of(R"({"x": {"dtype": "F16", "shape": [6], "data_offsets": [0, 12]}})", kF32_1_m2_05),
-       {"'x'", "F16", "not support"}},
+      {"u16", file_of(R"({"x": {"dtype": "U16", "shape": [6], "data_offsets": [0, 12]}})", kF32_1_m2_05),
+       {"'x'", "U16", "not support"}},
       {"overlap",
        file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
                R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",

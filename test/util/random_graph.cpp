@@ -101,7 +101,7 @@ private:
     std::uniform_real_distribution<float> dist(-1, 1);
     float *p = static_cast<float *>(t.raw_data());
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
-    return t;
+    return o_.dtype == kFloat32 ? t : t.to(o_.dtype);
   }
 
   // A shape that broadcasts against s: leading dims dropped, some dims 1.
@@ -334,7 +334,7 @@ private:
     case 0: return push(scaled_dot_product_attention(q, k, v, {}, 0.0, true), 1);
     case 1: return push(scaled_dot_product_attention(q, k, v, mask_param(L, S)), 1);
     default: {
-      Tensor fmask = zeros({L, S}).masked_fill(logical_not(mask_param(L, S)), -INFINITY);
+      Tensor fmask = zeros({L, S}, q.dtype()).masked_fill(logical_not(mask_param(L, S)), -INFINITY);
       return push(scaled_dot_product_attention(q, k, v, fmask), 1);
     }
     }
@@ -562,6 +562,7 @@ void contraction_inputs(Chooser &c, const RandomGraphOptions &o, RandomGraph &rg
 RandomGraph make(Chooser c, std::string origin, const RandomGraphOptions &opts) {
   RandomGraph rg;
   rg.origin = std::move(origin);
+  rg.dtype = opts.dtype;
   if (opts.contractions) {
     contraction_inputs(c, opts, rg);
     rg.fn = [c, opts](const std::vector<Tensor> &in) { return Builder(c, opts).run(in); };
@@ -631,6 +632,8 @@ std::vector<Tensor> RandomGraph::make_inputs(uint64_t data_seed, bool strided) c
   std::mt19937_64 gen(data_seed);
   std::vector<Tensor> out;
   for (const auto &s : input_shapes) out.push_back(strided ? strided_input(s, gen) : uniform(s, gen));
+  if (dtype != kFloat32)
+    for (Tensor &t : out) t = t.to(dtype);
   return out;
 }
 
@@ -651,6 +654,12 @@ RandomGraphOptions contraction_graph_options() {
   o.contractions = true;
   o.max_ops = 8;
   o.max_numel = 8192;
+  return o;
+}
+
+RandomGraphOptions reduced_float_graph_options(DType dtype) {
+  RandomGraphOptions o = extended_graph_options();
+  o.dtype = dtype;
   return o;
 }
 

@@ -69,6 +69,9 @@ struct RandomGraphOptions {
   // groups), trunc and frac (fused); binary() draws atan2, hypot, fmod, copysign and
   // remainder (fused). Off by default, for the same reason.
   bool scan_ops = false;
+  // The dtype of the inputs and parameters: float16 / bfloat16 graphs
+  // (reduced_float_graph_options()) compute each op in float32 and round it.
+  DType dtype = kFloat32;
 };
 
 // The options of contraction-heavy graphs: contractions on, larger values (8192
@@ -81,6 +84,9 @@ RandomGraphOptions extended_graph_options();
 // The options of graphs that also draw scans, sorts, trunc and frac (scan_ops).
 RandomGraphOptions scan_graph_options();
 
+// The options of float16 or bfloat16 graphs (dtype), with the extended ops.
+RandomGraphOptions reduced_float_graph_options(DType dtype);
+
 // The longest reduction of any contraction in `g` (K of a GEMM, (Cin / groups)
 // * kh * kw of a conv); 0 without contractions. Tests scale tolerances with it.
 int64_t max_contraction_length(const ir::Graph &g);
@@ -88,6 +94,7 @@ int64_t max_contraction_length(const ir::Graph &g);
 struct RandomGraph {
   std::string origin; // "seed 42" or "fuzzer input (N bytes)": how to replay it
   std::vector<std::vector<int64_t>> input_shapes;
+  DType dtype = kFloat32; // of the inputs
   TracedFunction fn; // same ops on every call
 
   // Inputs with values uniform in [-2, 2], from `data_seed`. Contiguous, or
