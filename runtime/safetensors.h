@@ -7,7 +7,7 @@
 // "data_offsets": [begin, end]} (byte offsets into the data section, end
 // exclusive) and may hold "__metadata__": a map of strings to strings. The data
 // section holds each tensor's values, row-major, little-endian, back to back.
-// kiln reads and writes the dtypes it has: BOOL, I32, I64, F32, F64.
+// kiln reads and writes the dtypes it has: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64.
 //
 //   kiln::save_safetensors("w.safetensors", {{"fc.weight", w}, {"fc.bias", b}});
 //   std::map<std::string, kiln::Tensor> params = kiln::load_safetensors("w.safetensors");
