@@ -108,6 +108,12 @@ void check_floating(const Tensor &x, const char *op) {
   KILN_CHECK(x.is_floating_point(), op, ": expected a floating point input, got ", x.dtype(), in_shape(x));
 }
 
+// A float16 / bfloat16 dtype argument: torch converts the input to it first, and the
+// op then computes in float32 as on any 16-bit tensor.
+bool convert_first(const Tensor &x, std::optional<DType> dtype) {
+  return dtype && is_reduced_float(*dtype) && x.dtype() != *dtype;
+}
+
 // sum/prod: the given dtype, else int64 for integer and bool inputs, else the input's.
 DType accumulate_dtype(const Tensor &x, std::optional<DType> dtype) {
   if (dtype) return *dtype;
@@ -541,6 +547,7 @@ Tensor fold_reduce(const Tensor &x, const ReducePlan &p, DType dt, double div) {
 
 Tensor prod_impl(const Tensor &x, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   detail::check_defined(x, "prod", "self");
+  if (convert_first(x, dtype)) return prod_impl(to(x, *dtype), dims, keepdim, std::nullopt);
   ReducePlan p = plan_dims(x, dims, keepdim, "prod");
   DType dt = accumulate_dtype(x, dtype);
   KILN_TRACE(Prod, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
@@ -668,6 +675,7 @@ const Tensor &only_input(const std::vector<Tensor> &in, const char *op) {
 
 Tensor sum(const Tensor &x, IntArrayRef dim, bool keepdim, std::optional<DType> dtype) {
   detail::check_defined(x, "sum", "self");
+  if (convert_first(x, dtype)) return sum(to(x, *dtype), dim, keepdim, std::nullopt);
   ReducePlan p = plan_dims(x, dim, keepdim, "sum");
   DType dt = accumulate_dtype(x, dtype);
   KILN_TRACE(Sum, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
@@ -684,6 +692,7 @@ Tensor mean(const Tensor &x, IntArrayRef dim, bool keepdim, std::optional<DType>
   else
     KILN_CHECK(x.is_floating_point(), "mean: could not infer output dtype. Input dtype must be either a ",
                "floating point or complex dtype. Got: ", x.dtype(), in_shape(x));
+  if (convert_first(x, dtype)) return mean(to(x, *dtype), dim, keepdim, std::nullopt);
   ReducePlan p = plan_dims(x, dim, keepdim, "mean");
   KILN_TRACE(Mean, {x}, .dims = IntArrayRef(p.dims), .keepdim = keepdim, .dtype = dtype);
   return fold_reduce<Plus>(x, p, dtype.value_or(x.dtype()), double(p.count)); // 0 / 0 = nan when empty

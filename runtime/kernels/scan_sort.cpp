@@ -85,6 +85,8 @@ template <class T> void scan_lines(const Tensor &x, int64_t d, Scan kind, const 
 Tensor scan(const Tensor &x, int64_t dim, std::optional<DType> dtype, Scan kind, const char *op) {
   detail::check_defined(x, op, "self");
   const int64_t d = line_dim(x, dim, op);
+  // A float16 / bfloat16 dtype: the input converted first, as torch does.
+  if (dtype && is_reduced_float(*dtype) && x.dtype() != *dtype) return scan(to(x, *dtype), d, std::nullopt, kind, op);
   if (kind == Scan::LogSumExp)
     KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point input, got ", x.dtype(), " (shape ",
                shape_str(x.sizes()), ")");

@@ -280,6 +280,20 @@ TEST(ReducedFloat, ReductionsAccumulateInFloat32) {
     Tensor ln = layer_norm(x, {300});
     EXPECT_TRUE(same_values(ln, layer_norm(x.to(kFloat32), {300}).to(t)));
     EXPECT_EQ(values(argmax(x, 1)), values(argmax(x.to(kFloat32), 1)));
+    // A 16-bit dtype argument converts the input first, as torch's: float32 values
+    // rounded to t, summed in float32, rounded.
+    Tensor xf = x.to(kFloat32) * 1.001;
+    std::vector<double> xr = values(xf.to(t)), rrows(4, 0);
+    for (size_t k = 0; k < xr.size(); ++k) rrows[k / 300] += xr[k];
+    Tensor sd = sum(xf, {1}, false, t);
+    EXPECT_EQ(sd.dtype(), t);
+    for (size_t r = 0; r < 4; ++r)
+      EXPECT_NEAR(values(sd)[r], rrows[r], std::fabs(rrows[r]) * (t == kFloat16 ? 1e-3 : 8e-3) + 1e-2) << name(t);
+    Tensor cs = cumsum(xf, 1, t);
+    EXPECT_EQ(cs.dtype(), t);
+    EXPECT_EQ(values(cs)[0], xr[0]);
+    EXPECT_EQ(values(mean(arange(4), t))[0], 1.5);
+    EXPECT_EQ(values(prod(full({3}, 2.0), t))[0], 8);
   }
 }
 
