@@ -225,14 +225,14 @@ Tensor nonzero(const Tensor &x) {
   Tensor xc = x.contiguous();
   const int64_t n = xc.numel(), nd = x.dim();
   int64_t count = 0;
-  dispatch_dtype(x.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(x.dtype(), [&]<class T>() {
     const T *p = static_cast<const T *>(xc.raw_data());
     for (int64_t i = 0; i < n; ++i) count += nonzero_value(p[i]);
   });
   Tensor out = detail::make_tensor({count, nd}, kInt64);
   if (count == 0 || nd == 0) return out;
   int64_t *o = static_cast<int64_t *>(out.raw_data());
-  dispatch_dtype(x.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(x.dtype(), [&]<class T>() {
     const T *p = static_cast<const T *>(xc.raw_data());
     std::vector<int64_t> idx(size_t(nd), 0); // the row-major odometer of element i
     for (int64_t i = 0; i < n; ++i) {
@@ -259,7 +259,7 @@ Tensor masked_select(const Tensor &x, const Tensor &mask) {
   const int64_t n = mc.numel();
   const int64_t count = std::count(m, m + n, true);
   Tensor out = detail::make_tensor({count}, x.dtype());
-  dispatch_dtype(x.dtype(), [&]<class T>() {
+  dispatch_storage_dtype(x.dtype(), [&]<class T>() {
     const T *p = static_cast<const T *>(xc.raw_data());
     T *o = static_cast<T *>(out.raw_data());
     for (int64_t i = 0; i < n; ++i)

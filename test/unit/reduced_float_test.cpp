@@ -338,6 +338,13 @@ TEST(ReducedFloat, FactoriesPrintingItemAndErrors) {
     EXPECT_NEAR(values(mean(r.to(kFloat32)))[0], 0, 0.1);
     EXPECT_NEAR(full({}, 2.5, t).item().toDouble(), 2.5, 0);
     EXPECT_EQ(full({}, 0.1, t).item<float>(), round_to(t, 0.1f));
+    // The eager-only ops with value-dependent shapes read 16-bit values too.
+    Tensor v = make({5}, t, [](int64_t i) { return i % 2 ? 0.0 : (i == 4 ? double(NAN) : 0.5 * double(i)); });
+    expect_values(nonzero(v), {2, 4}); // NaN is nonzero, as in torch
+    Tensor sel = masked_select(v, arange(5) >= 2);
+    EXPECT_EQ(sel.dtype(), t);
+    EXPECT_EQ(values(sel)[0], 1.0);
+    EXPECT_TRUE(std::isnan(values(sel)[2]));
   }
   expect_error([&] { full({2}, 70000, kHalf); }, "full: value 70000 cannot be converted to type float16 without overflow");
   EXPECT_EQ(values(full({1}, 70000, kBFloat16))[0], round_to(kBFloat16, 70000.0f));
