@@ -98,8 +98,8 @@ Tensor packed(const Tensor &x, DType dtype) {
   if (x.dtype() == dtype && (x.is_meta() || x.is_contiguous())) return x;
   Tensor out = make_tensor(x.sizes(), dtype, x.is_meta());
   if (out.is_meta()) return out;
-  dispatch_dtype(x.dtype(), [&]<class S>() {
-    dispatch_dtype(dtype, [&]<class D>() {
+  dispatch_storage_dtype(x.dtype(), [&]<class S>() {
+    dispatch_storage_dtype(dtype, [&]<class D>() {
       const S *src = static_cast<const S *>(x.raw_data());
       D *dst = static_cast<D *>(out.raw_data());
       for_each_offset(x.sizes(), x.strides(), [&](int64_t so, int64_t di) { dst[di] = static_cast<D>(src[so]); });

@@ -276,6 +276,7 @@ TEST(ReducedFloat, ReductionsAccumulateInFloat32) {
     EXPECT_NEAR(values(sum(x, kFloat32))[0], rows[0] + rows[1] + rows[2] + rows[3], 1e-3);
     Tensor sm = softmax(x, 1);
     EXPECT_EQ(sm.dtype(), t);
+    EXPECT_TRUE(same_values(softmax(x.to(kFloat32), 1, t), sm)) << "softmax(dtype=" << name(t) << ") converts first";
     EXPECT_TRUE(same_values(sm, softmax(x.to(kFloat32), 1).to(t)));
     Tensor ln = layer_norm(x, {300});
     EXPECT_TRUE(same_values(ln, layer_norm(x.to(kFloat32), {300}).to(t)));
