@@ -22,6 +22,14 @@ inline void check_not_bool(const Tensor &x, const char *op) {
 }
 
 // torch.finfo(t).max and .eps of a floating dtype.
+// The input dtypes of the pooling kernels (runtime/kernels/pool.cpp): floats and
+// int64, and int32 for max pooling. The 1-D forms check it under their own name.
+inline void check_pool_dtype(const Tensor &x, const char *op, bool allow_int32) {
+  const DType t = x.dtype();
+  const bool ok = is_floating(t) || t == kInt64 || (allow_int32 && t == kInt32);
+  KILN_CHECK(ok, op, ": input dtype ", t, " is not supported");
+}
+
 inline double finfo_max(DType t) {
   switch (t) {
   case kFloat16: return 65504.0;

@@ -238,6 +238,7 @@ Tensor max_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
                   IntArrayRef dilation, bool ceil_mode) {
   const char *op = "max_pool1d";
   Tensor y = as_2d(x, op);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/true);
   const int64_t k = one_value(kernel_size, op, "kernel_size");
   const int64_t s = stride.empty() ? k : one_value(stride, op, "stride");
   return from_2d(max_pool2d(y, {1, k}, {1, s}, {0, one_value(padding, op, "padding")},
@@ -248,6 +249,7 @@ std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor &x, IntArrayRef 
                                                    IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
   const char *op = "max_pool1d_with_indices";
   Tensor y = as_2d(x, op);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/true);
   const int64_t k = one_value(kernel_size, op, "kernel_size");
   const int64_t s = stride.empty() ? k : one_value(stride, op, "stride");
   // With H = 1 the index into H * W is the index into L.
@@ -260,6 +262,7 @@ Tensor avg_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
                   bool count_include_pad) {
   const char *op = "avg_pool1d";
   Tensor y = as_2d(x, op);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/false);
   const int64_t k = one_value(kernel_size, op, "kernel_size");
   const int64_t s = stride.empty() ? k : one_value(stride, op, "stride");
   return from_2d(avg_pool2d(y, {1, k}, {1, s}, {0, one_value(padding, op, "padding")}, ceil_mode, count_include_pad));
@@ -268,6 +271,7 @@ Tensor avg_pool1d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
 Tensor adaptive_avg_pool1d(const Tensor &x, IntArrayRef output_size) {
   const char *op = "adaptive_avg_pool1d";
   Tensor y = as_2d(x, op);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/false);
   return from_2d(adaptive_avg_pool2d(y, {1, one_value(output_size, op, "output_size")}));
 }
 

@@ -52,10 +52,15 @@ template <class T> void softmax_strided(const T *x, T *y, int64_t outer, int64_t
         exp_in_place(ed, w);
         for (int64_t i = 0; i < w; ++i) acc[i] += ed[i];
       }
-      for (int64_t i = 0; i < w; ++i) acc[i] = log ? mx[i] + std::log(acc[i]) : T(1) / acc[i];
+      if (log) { // (x - max) - log(sum), as softmax_row
+        log_in_place(acc, w);
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t i = 0; i < w; ++i) yb[d * inner + i] = (xb[d * inner + i] - mx[i]) - acc[i];
+        continue;
+      }
+      for (int64_t i = 0; i < w; ++i) acc[i] = T(1) / acc[i];
       for (int64_t d = 0; d < D; ++d)
-        for (int64_t i = 0; i < w; ++i)
-          yb[d * inner + i] = log ? xb[d * inner + i] - acc[i] : yb[d * inner + i] * acc[i];
+        for (int64_t i = 0; i < w; ++i) yb[d * inner + i] *= acc[i];
     }
   });
 }

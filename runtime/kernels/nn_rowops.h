@@ -31,6 +31,15 @@ template <class T> void exp_in_place(T *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = std::exp(y[i]);
   }
 }
+// y[i] = log(y[i]): float32 through the generated vector-math kernel the JIT
+// inlines, float64 through the definition the JIT's float64 log calls.
+template <class T> void log_in_place(T *y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    kiln_vm_log_f32(y, y, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = kiln_vm_log_f64(y[i]);
+  }
+}
 template <class T> void exp_shifted(const T *x, T *y, int64_t n, T shift) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
   exp_in_place(y, n);
@@ -92,8 +101,11 @@ template <class T> void softmax_row(const T *x, T *y, int64_t n, bool log, bool 
     return;
   }
   if (log) {
-    const T lse = mx + std::log(exp_shift_sum_only(x, n, mx));
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+    // (x - max) - log(sum), in the order of the compiled form (passes/decompose.cpp),
+    // with its log; x - (max + log(sum)) would also lose the bits that max and x share.
+    T ls = exp_shift_sum_only(x, n, mx);
+    log_in_place(&ls, 1);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mx) - ls;
     return;
   }
   const T inv = T(1) / exp_shift_sum(x, y, n, mx);

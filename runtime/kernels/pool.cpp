@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/kernels/composite_internal.h"
 #include "runtime/kernels/strided.h"
 #include "runtime/op_adapters.h"
 #include "runtime/op_attrs.h"
@@ -61,12 +62,6 @@ void check_pool_input(const Tensor &x, const char *op) {
   for (int64_t d = x.dim() - 3; d < x.dim(); ++d)
     KILN_CHECK(x.size(d) != 0, op, ": expected non-zero sizes except for the batch dimension, got shape ",
                shape_str(x.sizes()));
-}
-
-void check_pool_dtype(const Tensor &x, const char *op, bool allow_int32) {
-  const DType t = x.dtype();
-  const bool ok = is_floating(t) || t == kInt64 || (allow_int32 && t == kInt32);
-  KILN_CHECK(ok, op, ": input dtype ", t, " is not supported");
 }
 
 Dims pool_shape(const Planes &p, int64_t oh, int64_t ow) {
@@ -263,7 +258,7 @@ namespace {
 Window max_window(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                   IntArrayRef dilation, bool ceil_mode, const char *op) {
   check_pool_input(x, op);
-  check_pool_dtype(x, op, /*allow_int32=*/true);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/true);
   Window w;
   w.k = pair_arg(kernel_size, op, "kernel_size");
   w.s = pair_arg(stride, op, "stride", &w.k);
@@ -306,7 +301,7 @@ Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
                   bool count_include_pad) {
   const char *op = "avg_pool2d";
   check_pool_input(x, op);
-  check_pool_dtype(x, op, /*allow_int32=*/false);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/false);
   Window w;
   w.k = pair_arg(kernel_size, op, "kernel_size");
   w.s = pair_arg(stride, op, "stride", &w.k);
@@ -325,7 +320,7 @@ Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride, 
 Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size) {
   const char *op = "adaptive_avg_pool2d";
   check_pool_input(x, op);
-  check_pool_dtype(x, op, /*allow_int32=*/false);
+  detail::check_pool_dtype(x, op, /*allow_int32=*/false);
   const Pair o = pair_arg(output_size, op, "output_size");
   KILN_CHECK(o[0] >= 0 && o[1] >= 0, op, ": elements of output_size must be non-negative, got ", shape_str(as_ref(o)));
   KILN_TRACE(AdaptiveAvgPool2d, {x}, .output_size = as_ref(o));

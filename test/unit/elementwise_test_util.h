@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -186,6 +187,25 @@ inline void expect_values(const Tensor &got, const std::vector<double> &want, do
 
 // The tolerance for a result of dtype dt computed in that dtype.
 inline double rtol_for(DType dt) { return dt == kiln::kFloat32 ? 2e-6 : (dt == kiln::kFloat64 ? 1e-13 : 0); }
+
+// Within `ulps` units in the last place of a's float format (NaN where NaN,
+// infinities equal; other dtypes: equal): for results that pass through float sums,
+// whose compiled and eager orders may differ in the last bits.
+inline bool within_ulps(const Tensor &a, const Tensor &b, double ulps) {
+  if (a.dtype() != b.dtype() || a.sizes().vec() != b.sizes().vec()) return false;
+  const DType t = a.dtype();
+  const int man_bits = t == kiln::kFloat16 ? 10 : t == kiln::kBFloat16 ? 7 : t == kiln::kFloat32 ? 23 : 52;
+  const double rel = kiln::is_floating(t) ? ulps * std::ldexp(1.0, -man_bits) : 0;
+  std::vector<double> u = values(a), v = values(b);
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (std::isnan(u[i]) || std::isnan(v[i]) || std::isinf(u[i]) || std::isinf(v[i])) {
+      if (!(std::isnan(u[i]) ? std::isnan(v[i]) : u[i] == v[i])) return false;
+      continue;
+    }
+    if (std::fabs(u[i] - v[i]) > rel * std::max(std::fabs(u[i]), std::fabs(v[i])) + 1e-30) return false;
+  }
+  return true;
+}
 
 template <class F> void expect_error(F &&f, const std::string &substr) {
   try {

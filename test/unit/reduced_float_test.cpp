@@ -101,24 +101,6 @@ bool same_values(const Tensor &a, const Tensor &b) {
   return true;
 }
 
-// Within `ulps` units in the last place of t's format (NaN where NaN, infinities
-// equal): for results that pass through float32 sums, whose compiled and eager
-// orders may differ in float32's last bits (as float32 results do), which moves a
-// 16-bit result by an ulp where it lands on a rounding boundary.
-bool within_ulps(const Tensor &a, const Tensor &b, DType t, double ulps) {
-  if (a.dtype() != b.dtype() || a.sizes().vec() != b.sizes().vec()) return false;
-  const double rel = ulps * std::ldexp(1.0, -format_of(t).man_bits);
-  std::vector<double> u = values(a), v = values(b);
-  for (size_t i = 0; i < u.size(); ++i) {
-    if (std::isnan(u[i]) || std::isnan(v[i]) || std::isinf(u[i]) || std::isinf(v[i])) {
-      if (!(std::isnan(u[i]) ? std::isnan(v[i]) : u[i] == v[i])) return false;
-      continue;
-    }
-    if (std::fabs(u[i] - v[i]) > rel * std::max(std::fabs(u[i]), std::fabs(v[i])) + 1e-30) return false;
-  }
-  return true;
-}
-
 } // namespace
 
 TEST(ReducedFloat, ConversionsRoundToNearestEven) {
@@ -406,7 +388,7 @@ TEST(ReducedFloat, CompiledEqualsEager) {
     for (int call = 0; call < 2; ++call) {
       std::vector<Tensor> got = f(kiln::testing::copies(in));
       ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(within_ulps(got[i], want[i], t, 4)) << name(t) << " output " << i;
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(ewt::within_ulps(got[i], want[i], 4)) << name(t) << " output " << i;
       EXPECT_TRUE(same_values(got[3], want[3])) << name(t) << " pointwise output";
     }
     EXPECT_EQ(want[0].dtype(), t);
@@ -427,6 +409,46 @@ TEST(ReducedFloat, UpcastPassRewritesOpsNotViews) {
   EXPECT_NE(text.find("transpose(%x)"), std::string::npos) << "the view stays on bf16\n" << text;
     EXPECT_NE(text.find("{dtype = f32} : f32[3, 2]"), std::string::npos) << "exp reads a float32 copy\n" << text;
   EXPECT_NE(text.find("{dtype = bf16} : bf16[3, 2]"), std::string::npos) << "and its result is rounded back\n" << text;
+}
+
+// A captured 16-bit weight of a large linear is converted to float32 once per
+// specialization (the conversion reads only the weight: frontend/param_fold.h) and
+// that float32 copy is packed once for kiln's GEMM, as a float32 weight is; an
+// in-place update of the weight converts and packs again before the next call.
+TEST(ReducedFloat, CapturedWeightsConvertOnceAndRefreshAfterAnUpdate) {
+  auto model = [](DType t) {
+    Tensor w1 = (kiln::testing::rnd({1376, 512}, 11) * 0.05).to(t);
+    Tensor w2 = (kiln::testing::rnd({512, 1376}, 12) * 0.05).to(t);
+    TracedFunction fn = [=](const std::vector<Tensor> &in) {
+      return std::vector<Tensor>{linear(gelu(linear(in[0], w1)), w2)};
+    };
+    return std::make_pair(fn, w1);
+  };
+  auto [f32_fn, f32_w] = model(kFloat32);
+  CompiledFunction f32 = compile(f32_fn);
+  const Tensor x32 = kiln::testing::rnd({64, 512}, 13);
+  f32({x32});
+  const int64_t f32_packed = f32.stats().packed_weight_bytes, f32_kernels = f32.kernels_per_call({x32});
+  for (DType t : kReduced) {
+    auto [fn, w1] = model(t);
+    CompileOptions o;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    const Tensor x = x32.to(t);
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<Tensor> want = fn({x}), got = f({x});
+      // float32's GEMM sums in another order when compiled, which moves a 16-bit
+      // result by an ulp of the largest result where its sum nearly cancels.
+      const double ulp = t == kFloat16 ? 0x1p-10 : 0x1p-7, largest = want[0].abs().max().to(kFloat64).item<double>();
+      ewt::expect_values(got[0], values(want[0]), 2 * ulp, 2 * ulp * largest, std::string(name(t)) + " step " + std::to_string(step));
+      w1.mul_(-2); // the converted and packed copies are stale now
+    }
+    // Per call: the input's conversion, as many other kernels as float32 runs, and
+    // the weights packed as float32's (4 bytes per element, whatever t's size).
+    EXPECT_EQ(f.kernels_per_call({x}), f32_kernels + 1) << name(t);
+    EXPECT_EQ(f.stats().packed_weight_bytes, f32_packed) << name(t);
+    EXPECT_GT(f32_packed, 0) << "the float32 model packs its weights";
+  }
 }
 
 // The casts fuse: a 16-bit elementwise chain, and a reduction over one, each become
@@ -455,7 +477,7 @@ TEST(ReducedFloat, KernelsReadAndWrite16BitValues) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_EQ(got[i].dtype(), t);
-        EXPECT_TRUE(pointwise ? same_values(got[i], want[i]) : within_ulps(got[i], want[i], t, 1))
+        EXPECT_TRUE(pointwise ? same_values(got[i], want[i]) : ewt::within_ulps(got[i], want[i], 1))
             << name(t) << " output " << i << "\n" << text;
       }
       // Every op is inside a fusion group: no `to` (or other op) runs as a step of its own.
