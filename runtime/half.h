@@ -52,32 +52,28 @@ constexpr float half_bits_to_float(uint16_t h) {
 
 } // namespace detail
 
-struct Half {
+// One storage type per format; they differ only in their two conversions.
+enum class Float16Format : uint8_t { IEEE, Brain };
+
+template <Float16Format F> struct Float16Storage {
   uint16_t x = 0;
-  Half() = default;
-  constexpr Half(float f) : x(detail::float_to_half_bits(f)) {}
-  constexpr operator float() const { return detail::half_bits_to_float(x); }
-  static constexpr Half from_bits(uint16_t b) {
-    Half h;
+  Float16Storage() = default;
+  constexpr Float16Storage(float f)
+      : x(F == Float16Format::IEEE ? detail::float_to_half_bits(f) : detail::float_to_bf16_bits(f)) {}
+  constexpr operator float() const {
+    return F == Float16Format::IEEE ? detail::half_bits_to_float(x) : detail::bf16_bits_to_float(x);
+  }
+  static constexpr Float16Storage from_bits(uint16_t b) {
+    Float16Storage h;
     h.x = b;
     return h;
   }
 };
 
-struct BFloat16 {
-  uint16_t x = 0;
-  BFloat16() = default;
-  constexpr BFloat16(float f) : x(detail::float_to_bf16_bits(f)) {}
-  constexpr operator float() const { return detail::bf16_bits_to_float(x); }
-  static constexpr BFloat16 from_bits(uint16_t b) {
-    BFloat16 h;
-    h.x = b;
-    return h;
-  }
-};
+using Half = Float16Storage<Float16Format::IEEE>;
+using BFloat16 = Float16Storage<Float16Format::Brain>;
 
 template <class T> inline constexpr bool is_reduced_float_v = false;
-template <> inline constexpr bool is_reduced_float_v<Half> = true;
-template <> inline constexpr bool is_reduced_float_v<BFloat16> = true;
+template <Float16Format F> inline constexpr bool is_reduced_float_v<Float16Storage<F>> = true;
 
 } // namespace kiln

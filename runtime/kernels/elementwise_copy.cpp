@@ -2,7 +2,12 @@
 // the helpers the other elementwise files share.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/loops.h"
@@ -43,7 +48,64 @@ void Arg::convert(const Tensor &t, DType want) {
   contiguous = true;
 }
 
+namespace {
+#if defined(__F16C__)
+// n float32 -> float16 bits, and back, 8 at a time; the tail goes through a
+// padded block so that every element takes the instruction's path.
+void half_from_float(const float *x, uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  if (i == n) return;
+  float in[8] = {};
+  uint16_t out[8];
+  std::memcpy(in, x + i, size_t(n - i) * sizeof(float));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(out), _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT));
+  std::memcpy(y + i, out, size_t(n - i) * sizeof(uint16_t));
+}
+void float_from_half(const uint16_t *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i))));
+  if (i == n) return;
+  uint16_t in[8] = {};
+  float out[8];
+  std::memcpy(in, x + i, size_t(n - i) * sizeof(uint16_t));
+  _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(in))));
+  std::memcpy(y + i, out, size_t(n - i) * sizeof(float));
+}
+#endif
+
+// float32 <-> float16 between contiguous tensors with the CPU's
+// conversion instructions (F16C), which every eager float16 op runs twice or
+// three times: the software conversion of runtime/half.h branches on
+// subnormals, overflow and NaN, which keeps its loop scalar (one thread, [4096,
+// 1024]: 7.2 ms down and 11.8 ms up, against 2.3 and 3.4 ms here). vcvtps2ph rounds
+// to nearest even and quiets a NaN keeping its sign and top payload bits, as
+// float_to_half_bits does (ReducedFloat.BulkHalfConversionsMatchTheScalarOnes);
+// vcvtph2ps quiets a signaling NaN, which the scalar conversion keeps
+// signaling: a NaN either way, as the JIT's conversion (the same instruction).
+bool cast_half_dense(const Tensor &out, const Tensor &src) {
+#if defined(__F16C__)
+  const bool down = out.dtype() == kFloat16 && src.dtype() == kFloat32;
+  const bool up = out.dtype() == kFloat32 && src.dtype() == kFloat16;
+  if (!(down || up) || !out.is_contiguous() || !src.is_contiguous() || out.is_alias_of(src)) return false;
+  const char *x = static_cast<const char *>(src.raw_data());
+  char *y = static_cast<char *>(out.raw_data());
+  parallel_for(0, out.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+    if (down) half_from_float(reinterpret_cast<const float *>(x) + lo, reinterpret_cast<uint16_t *>(y) + lo, hi - lo);
+    else float_from_half(reinterpret_cast<const uint16_t *>(x) + lo, reinterpret_cast<float *>(y) + lo, hi - lo);
+  });
+  return true;
+#else
+  (void)out, (void)src;
+  return false;
+#endif
+}
+} // namespace
+
 void cast_into(const Tensor &out, const Tensor &src) {
+  if (cast_half_dense(out, src)) return;
   dispatch_storage_dtype(out.dtype(), [&]<class O>() {
     dispatch_storage_dtype(src.dtype(), [&]<class S>() {
       Arg a(src, src.dtype());

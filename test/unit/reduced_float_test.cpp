@@ -80,6 +80,34 @@ uint16_t bits_of(DType t, float x) { return t == kFloat16 ? Half(x).x : BFloat16
 float value_of(DType t, uint16_t b) { return t == kFloat16 ? float(Half::from_bits(b)) : float(BFloat16::from_bits(b)); }
 float round_to(DType t, double x) { return value_of(t, bits_of(t, float(x))); }
 
+// Whole tensors convert as single values do (runtime/half.h, checked against the
+// formats above): float32 <-> float16 between dense tensors takes the CPU's
+// conversion instructions where it has them (cast_into), strided ones the scalar
+// loop. Every float16 pattern up, and random float32 patterns (NaN included) down,
+// at lengths that leave every tail of an 8-wide block.
+TEST(ReducedFloat, BulkHalfConversionsMatchTheScalarOnes) {
+  Tensor h = kiln::detail::make_tensor({65536 + 5}, kFloat16);
+  for (int64_t i = 0; i < h.numel(); ++i) static_cast<uint16_t *>(h.raw_data())[i] = uint16_t(i);
+  for (const Tensor &src : {h, h.slice(0, 1, std::nullopt, 2), h.narrow(0, 0, 13)}) {
+    const Tensor up = src.to(kFloat32).contiguous(), bits = src.contiguous();
+    for (int64_t i = 0; i < up.numel(); ++i) {
+      const float want = float(Half::from_bits(static_cast<const uint16_t *>(bits.raw_data())[i]));
+      const float got = up.data_ptr<float>()[i];
+      if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << i;
+      else ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << i << " of " << up.numel();
+    }
+  }
+  std::mt19937 g(3);
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(15), int64_t(100003)}) {
+    Tensor x = kiln::detail::make_tensor({n}, kFloat32);
+    for (int64_t i = 0; i < n; ++i) x.data_ptr<float>()[i] = std::bit_cast<float>(uint32_t(g()));
+    const Tensor down = x.to(kFloat16);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(static_cast<const uint16_t *>(down.raw_data())[i], Half(x.data_ptr<float>()[i]).x)
+          << "x = " << x.data_ptr<float>()[i] << " (element " << i << " of " << n << ")";
+  }
+}
+
 // Values with NaN, infinities, signed zeros, subnormals of both formats and large ones.
 Tensor specials(DType t, int64_t n, uint64_t seed, bool with_nan = true) {
   static const double edge[] = {0.0, -0.0, 1.0, -1.5, 65504, 7e4, 1e-6, -3e-8, 1e-40, 3e38, INFINITY, -INFINITY};
