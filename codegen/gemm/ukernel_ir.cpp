@@ -296,8 +296,8 @@ private:
     case DType::UInt8:
     case DType::Int8:
     case DType::Int16:
-  case DType::Float16:
-  case DType::BFloat16: KILN_FAIL("internal: no GEMM micro-kernel for dtype ", t);
+    case DType::Float16:
+    case DType::BFloat16: KILN_FAIL("internal: no GEMM micro-kernel for dtype ", t);
     }
     KILN_FAIL("internal: bad dtype");
   }
@@ -545,6 +545,22 @@ ModuleBuilder ukernel_builder(const TileConfig &cfg, const Epilogue &epi) {
   return [cfg, epi](const std::string &symbol, const LowerTarget &target, llvm::LLVMContext &ctx) {
     return build_ukernel(cfg, symbol, target, ctx, &epi);
   };
+}
+
+bool epilogue_buffer_dtype(DType t) {
+  switch (t) {
+  case DType::Bool:
+  case DType::Int32:
+  case DType::Int64:
+  case DType::Float32:
+  case DType::Float64: return true; // memory_type's cases
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16:
+  case DType::Float16:
+  case DType::BFloat16: return false;
+  }
+  return false;
 }
 
 std::string Epilogue::key() const {
