@@ -229,6 +229,12 @@ Tensor conv1d(const Tensor &input, const Tensor &weight, const Tensor &bias, Int
   Tensor x = as_2d(input, op);
   detail::check_defined(weight, op, "weight");
   KILN_CHECK(weight.dim() == 3, op, ": expected a 3-D weight [O, C/groups, K], got shape ", shape_str(weight.sizes()));
+  // conv2d checks these too, but would name itself and the 4-D shapes it is given.
+  detail::check_float(input, op, "input");
+  KILN_CHECK(groups >= 1, op, ": groups must be >= 1, got ", groups);
+  KILN_CHECK(input.size(-2) == weight.size(1) * groups, op, ": given groups=", groups, ", weight of size ",
+             shape_str(weight.sizes()), ", expected input", shape_str(input.sizes()), " to have ",
+             weight.size(1) * groups, " channels, but got ", input.size(-2), " channels instead");
   const int64_t s = one_value(stride, op, "stride"), p = one_value(padding, op, "padding");
   const int64_t dl = one_value(dilation, op, "dilation");
   return from_2d(conv2d(x, unsqueeze(weight, 2), bias, {1, s}, {0, p}, {1, dl}, groups));

@@ -183,6 +183,11 @@ TEST(CompositeNn, Conv1dAndPool1d) {
   }
   expect_error([&] { conv1d(rnd({2, 4, 5, 5}, 1), rnd({6, 4, 3}, 2)); }, "conv1d: expected a 2-D [C, L] or 3-D [N, C, L] input");
   expect_error([&] { conv1d(rnd({2, 4, 5}, 1), rnd({6, 4, 3, 3}, 2)); }, "conv1d: expected a 3-D weight");
+  expect_error([&] { conv1d(rnd({16, 512}, 1), rnd({32, 1, 9}, 2)); },
+               "conv1d: given groups=1, weight of size [32, 1, 9], expected input[16, 512] to have 1 channels, but got "
+               "16 channels instead");
+  expect_error([&] { conv1d(rnd({2, 4, 5}, 1), rnd({6, 2, 3}, 2), {}, 1, 0, 1, 0); }, "conv1d: groups must be >= 1, got 0");
+  expect_error([&] { conv1d(ones({2, 4, 5}, kInt64), ones({6, 4, 3}, kInt64)); }, "conv1d");
   expect_error([&] { max_pool1d(rnd({2, 4, 5}, 1), {2, 2}); }, "max_pool1d: kernel_size must be one value, got [2, 2]");
 }
 
