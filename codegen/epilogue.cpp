@@ -704,7 +704,7 @@ private:
     if (k.has_reductions()) return "it has a reduction";
     for (size_t b = 0; b < k.num_buffers(); ++b) {
       const DType t = b < k.inputs.size() ? k.inputs[b].dtype : k.outputs[b - k.inputs.size()].buffer.dtype;
-      if (!gemm::epilogue_buffer_dtype(t)) return std::string("a ") + std::string(kiln::name(t)) + " buffer";
+      if (!lowered_dtype(t)) return std::string("a ") + std::string(kiln::name(t)) + " buffer";
     }
     if (k.num_buffers() > kMaxEpilogueBuffers) return "too many buffers";
     for (int32_t a : k.output_aliases_input)

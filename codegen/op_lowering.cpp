@@ -94,28 +94,11 @@ using Misfit = std::string (*)(const ir::Node &n, const Consts &c);
 
 DType out_dtype(const ir::Node &n) { return n.result()->type().dtype; }
 
-// The dtypes kernels compute in; uint8, int8 and int16 run eagerly (a value of them
-// meets a group only at its boundary: x.to(kFloat32) reading a uint8 image is an eager step).
-bool lowered_dtype(DType t) {
-  switch (t) {
-  case DType::Bool:
-  case DType::Int32:
-  case DType::Int64:
-  case DType::Float32:
-  case DType::Float64: return true;
-  case DType::UInt8:
-  case DType::Int8:
-  case DType::Int16:
-  case DType::Float16:
-  case DType::BFloat16: return false;
-  }
-  return false;
-}
 
 // Kernels load and store float16 / bfloat16 and convert them to and from float32
 // (the casts the upcast pass put around each op, and copies); no other op computes in them.
 bool lowered_dtype(const ir::Node &n, DType t) {
-  return lowered_dtype(t) || (is_reduced_float(t) && (n.op() == OpId::Cast || n.op() == OpId::Copy));
+  return codegen::lowered_dtype(t) || (is_reduced_float(t) && (n.op() == OpId::Cast || n.op() == OpId::Copy));
 }
 
 std::string dtype_misfit(const ir::Node &n) {
@@ -481,6 +464,24 @@ bool read_per_row(const ir::Graph &body, const ir::Value *in, const std::unorder
 }
 
 } // namespace
+
+// The dtypes kernels compute in; uint8, int8 and int16 run eagerly (a value of them
+// meets a group only at its boundary: x.to(kFloat32) reading a uint8 image is an eager step).
+bool lowered_dtype(DType t) {
+  switch (t) {
+  case DType::Bool:
+  case DType::Int32:
+  case DType::Int64:
+  case DType::Float32:
+  case DType::Float64: return true;
+  case DType::UInt8:
+  case DType::Int8:
+  case DType::Int16:
+  case DType::Float16:
+  case DType::BFloat16: return false;
+  }
+  return false;
+}
 
 bool has_lowering(OpId id) { return rules()[size_t(id)] != nullptr; }
 

@@ -15,6 +15,9 @@ namespace kiln::codegen {
 
 // Whether the rule table has an entry for `id`.
 bool has_lowering(OpId id);
+// The dtypes kernels (and the GEMM micro-kernels' epilogues) load, store and compute
+// in: bool, int32, int64, float32 and float64.
+bool lowered_dtype(DType t);
 
 // `operands` carries the dtype, sizes and strides of each group operand at
 // specialisation time. Known scalar constants are folded into the kernel, so

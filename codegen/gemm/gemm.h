@@ -173,11 +173,6 @@ struct EpilogueArgs {
   const KernelSet *kernels = nullptr;
 };
 
-// Whether an epilogue's buffer (an operand or a result) may have dtype `t`: the
-// micro-kernels load and store bool, int32, int64, float32 and float64; a group
-// with another (a float16 bias, say) runs its epilogue as a pass over C tiles.
-bool epilogue_buffer_dtype(DType t);
-
 // The epilogue variants of the micro-kernels for products of each of `rows`
 // rows, compiled through Jit::current().compile_module (memory and disk caches;
 // two models with the same expression share them). Throws kiln::Error when

@@ -547,22 +547,6 @@ ModuleBuilder ukernel_builder(const TileConfig &cfg, const Epilogue &epi) {
   };
 }
 
-bool epilogue_buffer_dtype(DType t) {
-  switch (t) {
-  case DType::Bool:
-  case DType::Int32:
-  case DType::Int64:
-  case DType::Float32:
-  case DType::Float64: return true; // memory_type's cases
-  case DType::UInt8:
-  case DType::Int8:
-  case DType::Int16:
-  case DType::Float16:
-  case DType::BFloat16: return false;
-  }
-  return false;
-}
-
 std::string Epilogue::key() const {
   std::string s = "epi-v4;c=" + std::to_string(int(store_c)) + ";in=";
   for (Operand o : inputs) s += char('0' + int(o));
