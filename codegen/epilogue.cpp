@@ -198,7 +198,6 @@ public:
       plan_conv(operands);
     } else {
       jit_ = gemm::path() == gemm::Path::Jit;
-      if (jit_) granule_ = dtype_ == kFloat64 ? gemm::default_config<double>().nr() : gemm::default_config<float>().nr();
       plan_matmul(operands);
       if (jit_) jit_ = dtype_ == kFloat64 ? set_up_jit<double>() : set_up_jit<float>();
     }
@@ -353,6 +352,10 @@ private:
     M_ /= nb_;
     N_ = domain_[R - 1];
     check_c_writable();
+    if (jit_) {
+      config_ = dtype_ == kFloat64 ? gemm::config_for_columns<double>(N_) : gemm::config_for_columns<float>(N_);
+      granule_ = config_.nr();
+    }
     choose_tiles();
   }
 
@@ -407,7 +410,7 @@ private:
     };
     if (a_.rs < 0 || a_.cs < 0 || b_.rs < 0 || b_.cs < 0) return no("an operand has a negative stride");
     try {
-      ks_ = gemm::resolve_kernels<T>(gemm::default_config<T>(), {tm_, M_ % tm_});
+      ks_ = gemm::resolve_kernels<T>(config_, {tm_, M_ % tm_});
     } catch (const Error &e) {
       return no(std::string("kiln's GEMM cannot compile its micro-kernels: ") + e.what());
     }
@@ -1056,6 +1059,7 @@ private:
   bool in_registers_ = false; // the epilogue runs in the micro-kernels (set_up_registers)
   gemm::KernelSet eks_;       // their epilogue variants
   int64_t granule_ = 16;
+  gemm::Config config_; // kiln's GEMM tile for this N (gemm::config_for_columns)
   gemm::KernelSet ks_;
   int64_t packed_bytes_ = 0;
   ByDType<PackedBCache> b_packs_; // B when pack_
