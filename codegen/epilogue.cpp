@@ -353,7 +353,7 @@ private:
     N_ = domain_[R - 1];
     check_c_writable();
     if (jit_) {
-      config_ = dtype_ == kFloat64 ? gemm::config_for_columns<double>(N_) : gemm::config_for_columns<float>(N_);
+      config_ = dtype_ == kFloat64 ? gemm::product_config<double>(N_) : gemm::product_config<float>(N_);
       granule_ = config_.nr();
     }
     choose_tiles();
@@ -1059,7 +1059,7 @@ private:
   bool in_registers_ = false; // the epilogue runs in the micro-kernels (set_up_registers)
   gemm::KernelSet eks_;       // their epilogue variants
   int64_t granule_ = 16;
-  gemm::Config config_; // kiln's GEMM tile for this N (gemm::config_for_columns)
+  gemm::Config config_; // kiln's GEMM tile for this N (gemm::product_config)
   gemm::KernelSet ks_;
   int64_t packed_bytes_ = 0;
   ByDType<PackedBCache> b_packs_; // B when pack_

@@ -100,16 +100,23 @@ template <class T> Config default_config() {
 // An edge panel computes all nr columns and stores the live ones: with N = 64
 // the 8 x 3 tile spends a third of its FMAs on padding. Measured on this
 // machine (kiln bench FILE.kir --repeat 1000, 2 threads, docs/performance.md):
-// batched [16] 128x128x64 115 -> 97 us and 128x64x128 145 -> 95 us, 512x256x256
-// 179 -> 160 us with 8 x 2; N multiple of 48 (W5) keeps 8 x 3, which measured
+// batched [16] 128x128x64 97 -> 88 us and 128x64x128 130 -> 94 us, 512x256x256
+// 171 -> 152 us with 8 x 2; N multiple of 48 (W5) keeps 8 x 3, which measured
 // a few % ahead there.
-template <class T> Config config_for_columns(int64_t N) {
+// k blocks of 512 instead of 256: C is read and written once per k block, and
+// on long K that cost kiln 4-7% per core against oneDNN (kiln_bench_gemm_interleaved
+// on one thread: fc2, K = 3072, 0.955 -> ~1.0; 2048^3 0.93 -> ~1.0). The A
+// block (256 x 512, 512 KiB) then fills half of L2.
+template <class T> Config product_config(int64_t N) {
   const Config d = default_config<T>();
   const char *env = std::getenv("KILN_GEMM_TILE");
   if (sizeof(T) != 4 || (env && *env) || d.mr != 8 || d.nv != 3 || N <= 0) return d;
-  const Config narrow = make_config(8, 2, d.lanes, sizeof(T));
+  Config narrow = make_config(8, 2, d.lanes, sizeof(T));
+  narrow.mc = d.mc;
   auto waste = [N](int64_t nr) { return double((N + nr - 1) / nr * nr - N) / double(N); };
-  return waste(d.nr()) > 0.05 && waste(narrow.nr()) < waste(d.nr()) ? narrow : d;
+  Config c = waste(d.nr()) > 0.05 && waste(narrow.nr()) < waste(d.nr()) ? narrow : d;
+  c.kc = 2 * d.kc;
+  return c;
 }
 
 // ------------------------------------------------------------------ kernels
@@ -754,7 +761,7 @@ template <class T> double ukernel_gflops(const Config &config, int64_t kc, doubl
 
 #define KILN_GEMM_INSTANTIATE(T)                                                                                \
   template Config default_config<T>();                                                                         \
-  template Config config_for_columns<T>(int64_t);                                                              \
+  template Config product_config<T>(int64_t);                                                                   \
   template Config config_for_isa<T>(const std::string &);                                                      \
   template struct PackedB<T>;                                                                                  \
   template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T *, int64_t, const Config &);                  \

@@ -50,12 +50,13 @@ struct Config {
 // else "generic" (the vectors LLVM legalizes for the host).
 std::string host_isa();
 template <class T> Config default_config();
-// The tile for products with N columns: default_config<T>(), or on AVX-512
-// float32 the 8 x 2 tile (32 columns) instead of the default 8 x 3 (48) when
-// N leaves over 5% of the last 48-column panel's columns empty and 32 wastes
-// fewer (N = 64, 128, 256: attention's heads, a small model's linears).
-// KILN_GEMM_TILE, when set, fixes the tile for every N.
-template <class T> Config config_for_columns(int64_t N);
+// The configuration of the matmul family's products with N columns:
+// default_config<T>(), or on AVX-512 float32 with k blocks twice as long, and
+// the 8 x 2 tile (32 columns) instead of the default 8 x 3 (48) when N leaves
+// over 5% of the last 48-column panel's columns empty and 32 wastes fewer
+// (N = 64, 128, 256: attention's heads, a small model's linears).
+// KILN_GEMM_TILE, when set, fixes the configuration for every N.
+template <class T> Config product_config(int64_t N);
 // Config for an ISA by name ("avx512", "avx2"): tests run the AVX2 kernels on an AVX-512 host.
 template <class T> Config config_for_isa(const std::string &isa);
 

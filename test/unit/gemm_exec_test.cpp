@@ -365,7 +365,7 @@ TEST(GemmExec, SecondModelWithOtherShapesCompilesNoMicroKernel) {
   PathGuard pg(gemm::Path::Jit);
   codegen::Jit jit;
   codegen::ScopedJit use(jit);
-  // N = 80 and 288 take the same tile (gemm::config_for_columns): 288 = 6 x 48.
+  // N = 80 and 288 take the same tile (gemm::product_config): 288 = 6 x 48.
   Tensor w1 = rnd({96, 80}, 90), w2 = rnd({200, 288}, 91), x1 = rnd({128, 96}, 92), x2 = rnd({64, 200}, 93);
   auto fn1 = [w1](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w1)}; };
   auto fn2 = [w2](const std::vector<Tensor> &in) { return std::vector<Tensor>{matmul(in[0], w2)}; };

@@ -122,12 +122,15 @@ template <class T> std::string describe(const Case<T> &c, const gemm::Config &cf
 }
 
 // The ISAs this host can run: its own, and AVX2 on an AVX-512 host; and the
-// narrower tile that config_for_columns picks for some N, when it differs.
+// configurations product_config picks for the matmul family (the narrower
+// tile, the longer k blocks), where they differ from the default.
 template <class T> std::vector<gemm::Config> isa_configs() {
   std::vector<gemm::Config> out{gemm::default_config<T>()};
   if (gemm::host_isa() == "avx512") out.push_back(gemm::config_for_isa<T>("avx2"));
-  const gemm::Config narrow = gemm::config_for_columns<T>(64);
-  if (narrow.nr() != out[0].nr()) out.push_back(narrow);
+  for (int64_t N : {48, 64}) {
+    const gemm::Config p = gemm::product_config<T>(N);
+    if (p.nr() != out[0].nr() || p.kc != out[0].kc) out.push_back(p);
+  }
   return out;
 }
 
@@ -199,19 +202,23 @@ TEST(GemmJit, NanInfPropagateF64TwoThreads) { special_values<double>(2); }
 
 // BLAS quick returns: alpha == 0 never reads A or B (their NaNs do not reach C);
 // K == 0 scales C by beta; beta == 0 overwrites a NaN C.
-// The tile per N: on an AVX-512 host, float32 products whose N leaves much of
-// a 48-column panel empty take 32-column panels; multiples of 48 and large N
-// keep the default. Float64 and other ISAs always keep it.
+// The configuration per N: on an AVX-512 host, float32 products whose N leaves
+// much of a 48-column panel empty take 32-column panels; multiples of 48 and
+// large N keep the default tile; all take k blocks twice the default's.
+// Float64 and other ISAs always keep the default.
 TEST(GemmJit, ColumnsPickTheTile) {
   const gemm::Config d = gemm::default_config<float>();
-  auto nr = [](int64_t N) { return gemm::config_for_columns<float>(N).nr(); };
+  auto nr = [](int64_t N) { return gemm::product_config<float>(N).nr(); };
   for (int64_t N : {48, 96, 768, 2304, 3072}) EXPECT_EQ(nr(N), d.nr()) << "N=" << N;
-  EXPECT_EQ(gemm::config_for_columns<double>(64).nr(), gemm::default_config<double>().nr());
+  EXPECT_EQ(gemm::product_config<double>(64).nr(), gemm::default_config<double>().nr());
   if (gemm::host_isa() != "avx512" || std::getenv("KILN_GEMM_TILE")) GTEST_SKIP() << "the default tile is not 8 x 3";
   for (int64_t N : {32, 64, 128, 160, 256}) EXPECT_EQ(nr(N), 32) << "N=" << N;
   EXPECT_EQ(nr(2048), 48) << "2048 = 42 x 48 + 32 wastes under 1%";
   EXPECT_EQ(nr(80), 48) << "80 wastes 16 columns either way";
-  for (int64_t N : {1, 17, 64, 129, 257}) EXPECT_EQ(gemm::config_for_columns<float>(N).mr, d.mr) << "N=" << N;
+  for (int64_t N : {1, 17, 64, 129, 257}) {
+    EXPECT_EQ(gemm::product_config<float>(N).mr, d.mr) << "N=" << N;
+    EXPECT_EQ(gemm::product_config<float>(N).kc, 2 * d.kc) << "N=" << N << ": k blocks twice the default";
+  }
 }
 
 TEST(GemmJit, AlphaZeroAndEmptyK) {
