@@ -111,8 +111,7 @@ template <class T> Config product_config(int64_t N) {
   const Config d = default_config<T>();
   const char *env = std::getenv("KILN_GEMM_TILE");
   if (sizeof(T) != 4 || (env && *env) || d.mr != 8 || d.nv != 3 || N <= 0) return d;
-  Config narrow = make_config(8, 2, d.lanes, sizeof(T));
-  narrow.mc = d.mc;
+  const Config narrow = make_config(8, 2, d.lanes, sizeof(T));
   auto waste = [N](int64_t nr) { return double((N + nr - 1) / nr * nr - N) / double(N); };
   Config c = waste(d.nr()) > 0.05 && waste(narrow.nr()) < waste(d.nr()) ? narrow : d;
   c.kc = 2 * d.kc;

@@ -200,13 +200,11 @@ TEST(GemmJit, NanInfPropagateF32OneThread) { special_values<float>(1); }
 TEST(GemmJit, NanInfPropagateF32TwoThreads) { special_values<float>(2); }
 TEST(GemmJit, NanInfPropagateF64TwoThreads) { special_values<double>(2); }
 
-// BLAS quick returns: alpha == 0 never reads A or B (their NaNs do not reach C);
-// K == 0 scales C by beta; beta == 0 overwrites a NaN C.
 // The configuration per N: on an AVX-512 host, float32 products whose N leaves
 // much of a 48-column panel empty take 32-column panels; multiples of 48 and
 // large N keep the default tile; all take k blocks twice the default's.
 // Float64 and other ISAs always keep the default.
-TEST(GemmJit, ColumnsPickTheTile) {
+TEST(GemmJit, ProductConfigPicksTileAndKBlock) {
   const gemm::Config d = gemm::default_config<float>();
   auto nr = [](int64_t N) { return gemm::product_config<float>(N).nr(); };
   for (int64_t N : {48, 96, 768, 2304, 3072}) EXPECT_EQ(nr(N), d.nr()) << "N=" << N;
@@ -221,6 +219,8 @@ TEST(GemmJit, ColumnsPickTheTile) {
   }
 }
 
+// BLAS quick returns: alpha == 0 never reads A or B (their NaNs do not reach C);
+// K == 0 scales C by beta; beta == 0 overwrites a NaN C.
 TEST(GemmJit, AlphaZeroAndEmptyK) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Case<float> c = make_case<float>(false, false, 20, 40, 10, 0, 0.f, 0.5f, 3);
