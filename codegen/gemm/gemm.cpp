@@ -260,6 +260,23 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
       for (int64_t p = 0; p < kc; ++p) std::fill(d + p * nr + cols, d + (p + 1) * nr, T(0));
     if (cs == 1) {
       for (int64_t p = 0; p < kc; ++p) std::copy_n(src + p * rs, cols, d + p * nr); // inlined, not a call per row
+    } else if (rs == 1) {
+      // B = W^T of a row-major weight: column j is W's row j. Walking k down
+      // the columns (below) touches nr rows of W at once, nr lines that a
+      // stride of a power-of-two multiple of 4 KiB (ldb 3072) maps to one L1
+      // set; here each row's 16 consecutive k (one line) is read once and
+      // scattered over 16 rows of the panel, which stay in L1.
+      // kiln_bench_compile_cpu w5: see docs/performance.md, "Packing W^T".
+      constexpr int64_t kb = 16;
+      int64_t p = 0;
+      for (; p + kb <= kc; p += kb)
+        for (int64_t j = 0; j < cols; ++j) {
+          const T *s = src + j * cs + p;
+          T *o = d + p * nr + j;
+          for (int64_t i = 0; i < kb; ++i) o[i * nr] = s[i];
+        }
+      for (; p < kc; ++p)
+        for (int64_t j = 0; j < cols; ++j) d[p * nr + j] = src[j * cs + p];
     } else { // k outer, as in pack_a: contiguous writes
       // Blocked variants (8-column strips, 16 x 8 tiles) traded W5's fc2
       // weights (ldb 3072: 48 rows in one L1 set) against qkv's and small
