@@ -50,6 +50,7 @@ constexpr int64_t kMinTileCols = 64;
 
 std::atomic<int64_t> g_jit_steps_built{0};
 std::atomic<int64_t> g_register_epilogues_built{0};
+std::atomic<int64_t> g_a_in_place_steps_built{0};
 
 std::atomic<bool> &register_epilogues_flag() {
   static std::atomic<bool> flag{[] {
@@ -202,9 +203,10 @@ public:
       if (jit_) jit_ = dtype_ == kFloat64 ? set_up_jit<double>() : set_up_jit<float>();
     }
     compile_kernels(operands);
-    kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}",
+    kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}{}",
                  group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
-                 N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind());
+                 N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind(),
+                 jit_ && config_.a_in_place ? ", A read in place" : "");
   }
 
   std::string_view contraction_kind() const override {
@@ -409,12 +411,14 @@ private:
       return false;
     };
     if (a_.rs < 0 || a_.cs < 0 || b_.rs < 0 || b_.cs < 0) return no("an operand has a negative stride");
+    config_.a_in_place = a_.cs == 1 && tiles_share_a(config_.mr) && gemm::a_in_place_allowed();
     try {
       ks_ = gemm::resolve_kernels<T>(config_, {tm_, M_ % tm_});
     } catch (const Error &e) {
       return no(std::string("kiln's GEMM cannot compile its micro-kernels: ") + e.what());
     }
     g_jit_steps_built.fetch_add(1, std::memory_order_relaxed);
+    if (config_.a_in_place) g_a_in_place_steps_built.fetch_add(1, std::memory_order_relaxed);
     std::optional<Tensor> w = captured_b();
     if (!w) return true;
     if (nb_ != 1) {
@@ -460,11 +464,19 @@ private:
     });
   }
 
-  // Whether a call packs A once for its tiles (gemm::pack_a_shared): kiln's
-  // GEMM, one batch, several column tiles over the same rows, row tiles that
-  // start on micro-tile rows, and A within the shared scratch's bound.
+  // Whether every column tile of a call reads the same rows of A: kiln's
+  // GEMM, one batch, several column tiles, row tiles that start on micro-tile
+  // rows. Where A is row-major the micro-kernels then read it in place
+  // (gemm::Config::a_in_place), else it is packed once per call for all tiles.
+  bool tiles_share_a(int mr) const {
+    return jit_ && nb_ == 1 && col_tiles() > 1 && (row_tiles() == 1 || tm_ % mr == 0);
+  }
+
+  // Whether a call packs A once for its tiles (gemm::pack_a_shared): tiles
+  // that share A, kernels that do not read it in place, and A within the
+  // shared scratch's bound.
   template <class T> bool shares_a() const {
-    return jit_ && nb_ == 1 && col_tiles() > 1 && (row_tiles() == 1 || tm_ % ks_.config.mr == 0) &&
+    return tiles_share_a(ks_.config.mr) && !ks_.config.a_in_place &&
            M_ * K_ * int64_t(sizeof(T)) <= gemm::kSharedABytes;
   }
 
@@ -1113,5 +1125,7 @@ void set_register_epilogues(bool enabled) { register_epilogues_flag().store(enab
 bool register_epilogues() { return register_epilogues_flag().load(); }
 
 int64_t register_epilogues_built() { return g_register_epilogues_built.load(std::memory_order_relaxed); }
+
+int64_t a_in_place_steps_built() { return g_a_in_place_steps_built.load(std::memory_order_relaxed); }
 
 } // namespace kiln::codegen

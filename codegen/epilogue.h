@@ -85,6 +85,8 @@ public:
 int64_t gemm_jit_steps_built();
 // How many of those run their epilogue in the micro-kernels' registers.
 int64_t register_epilogues_built();
+// How many of those read A in place (gemm::Config::a_in_place) instead of packing it.
+int64_t a_in_place_steps_built();
 
 // Whether steps built from now on may run their epilogue in registers (default
 // true; KILN_GEMM_EPILOGUE=tile at startup sets false, =registers true): false keeps the second

@@ -34,7 +34,18 @@ namespace kiln::codegen::gemm {
 std::string Config::to_string() const {
   return "mr=" + std::to_string(mr) + " nr=" + std::to_string(nr()) + " (" + std::to_string(nv) + "x" +
          std::to_string(lanes) + ") unroll=" + std::to_string(unroll) + " kc=" + std::to_string(kc) +
-         " mc=" + std::to_string(mc) + " nc=" + std::to_string(nc);
+         " mc=" + std::to_string(mc) + " nc=" + std::to_string(nc) + (a_in_place ? " a=in-place" : "");
+}
+
+bool a_in_place_allowed() {
+  static const bool allowed = [] {
+    const char *s = std::getenv("KILN_GEMM_A");
+    if (!s || !*s || std::string(s) == "in-place") return true;
+    if (std::string(s) == "pack") return false;
+    kiln::log()->warn("KILN_GEMM_A='{}' is not 'pack' or 'in-place': ignored", s);
+    return true;
+  }();
+  return allowed;
 }
 
 std::string host_isa() {
@@ -142,14 +153,14 @@ template <class T> struct Kernels {
 
 std::mutex g_kernels_mu;
 
-template <class T> std::map<std::tuple<int, int, int>, Kernels<T>> &kernel_table() {
-  static std::map<std::tuple<int, int, int>, Kernels<T>> table;
+template <class T> std::map<std::tuple<int, int, int, bool>, Kernels<T>> &kernel_table() {
+  static std::map<std::tuple<int, int, int, bool>, Kernels<T>> table;
   return table;
 }
 
 template <class T> TileConfig tile(const Config &c, int rows) {
   TileConfig t;
-  t.mr = rows, t.nv = c.nv, t.lanes = c.lanes, t.f64 = sizeof(T) == 8, t.unroll = c.unroll;
+  t.mr = rows, t.nv = c.nv, t.lanes = c.lanes, t.f64 = sizeof(T) == 8, t.unroll = c.unroll, t.a_rows = c.a_in_place;
   return t;
 }
 
@@ -164,7 +175,7 @@ template <class T> const void *compile_kernel(const TileConfig &t) {
 // The kernels for row counts `a` and `b` (0 = none) of `c`, compiling the missing ones.
 template <class T> const Kernels<T> &kernels(const Config &c, int a, int b) {
   std::lock_guard<std::mutex> lock(g_kernels_mu);
-  Kernels<T> &ks = kernel_table<T>()[{c.nv, c.lanes, c.unroll * 1000 + c.mr}];
+  Kernels<T> &ks = kernel_table<T>()[{c.nv, c.lanes, c.unroll * 1000 + c.mr, c.a_in_place}];
   ks.by_rows.resize(size_t(c.mr) + 1);
   for (int r : {a, b})
     if (r > 0 && !ks.by_rows[r]) ks.by_rows[r] = compile_kernel<T>(tile<T>(c, r));
@@ -266,7 +277,7 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
       // stride of a power-of-two multiple of 4 KiB (ldb 3072) maps to one L1
       // set; here each row's 16 consecutive k (one line) is read once and
       // scattered over 16 rows of the panel, which stay in L1.
-      // kiln_bench_compile_cpu w5: see docs/performance.md, "Packing W^T".
+      // One thread, W5's four weights: 5.4 -> 2.5 ms (docs/performance.md, "Packing W^T").
       constexpr int64_t kb = 16;
       int64_t p = 0;
       for (; p + kb <= kc; p += kb)
@@ -277,10 +288,7 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
         }
       for (; p < kc; ++p)
         for (int64_t j = 0; j < cols; ++j) d[p * nr + j] = src[j * cs + p];
-    } else { // k outer, as in pack_a: contiguous writes
-      // Blocked variants (8-column strips, 16 x 8 tiles) traded W5's fc2
-      // weights (ldb 3072: 48 rows in one L1 set) against qkv's and small
-      // ones without a clear win: weights are meant to be packed once (pack_b).
+    } else { // any other strides (strided views): k outer, as in pack_a, contiguous writes
       for (int64_t p = 0; p < kc; ++p)
         for (int64_t j = 0; j < cols; ++j) d[p * nr + j] = src[j * cs + p * rs];
     }
@@ -338,30 +346,40 @@ template <class T> struct Problem {
 // The epilogue hook: on the last k block, the micro-kernel variant that
 // applies pr.epi in registers (its buffers addressed from C's (0, 0) by the
 // tile's row and column), else the plain micro-kernel.
+// `a`: the packed panel, or with cfg.a_in_place A's row where the tile starts.
 template <class T>
 void call_micro_kernel(const Problem<T> &pr, bool last, int rows, const T *a, const T *b, int64_t row, int64_t col,
                        int64_t kc, int64_t cols, T beta) {
   T *c = pr.C + row * pr.ldc + col;
+  const void *const *ks = last && pr.epi ? pr.epi->kernels->by_rows.data() : pr.kern;
+  const void *fn = ks[rows];
   if (last && pr.epi) {
-    auto e = reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(pr.epi->kernels->by_rows[size_t(rows)]));
-    return e(a, b, c, kc, pr.ldc, cols, pr.alpha, beta, pr.epi->ptrs, pr.epi->lds, row, col);
+    if (pr.cfg.a_in_place)
+      return reinterpret_cast<EpilogueMicroKernelRows<T>>(const_cast<void *>(fn))(
+          a, b, c, kc, pr.ldc, cols, pr.alpha, beta, pr.epi->ptrs, pr.epi->lds, row, col, pr.ars);
+    return reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(fn))(a, b, c, kc, pr.ldc, cols, pr.alpha, beta,
+                                                                          pr.epi->ptrs, pr.epi->lds, row, col);
   }
-  auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(pr.kern[rows]));
-  k(a, b, c, kc, pr.ldc, cols, pr.alpha, beta);
+  if (pr.cfg.a_in_place)
+    return reinterpret_cast<MicroKernelRows<T>>(const_cast<void *>(fn))(a, b, c, kc, pr.ldc, cols, pr.alpha, beta,
+                                                                       pr.ars);
+  reinterpret_cast<MicroKernel<T>>(const_cast<void *>(fn))(a, b, c, kc, pr.ldc, cols, pr.alpha, beta);
 }
 
-// C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product.
+// C rows [i0, i0 + mc) x panels [q0, q1) += the packed blocks' product. Ap:
+// the packed A block, or with cfg.a_in_place op(A) at (i0, the k block's first column).
 template <class T>
 void macro_kernel(const Problem<T> &pr, const T *Ap, const T *Bp, int64_t i0, int64_t mc, int64_t q0, int64_t q1,
                   int64_t kc, T beta, bool last) {
   const int64_t nr = pr.cfg.nr();
   const int mr = pr.cfg.mr;
+  const int64_t a_row = pr.cfg.a_in_place ? pr.ars : kc; // elements from one micro-panel's rows to the next
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t j0 = q * nr, cols = std::min<int64_t>(nr, pr.N - j0);
     const T *b = Bp + (q - q0) * kc * nr;
     for (int64_t ir = 0; ir < mc; ir += mr) {
       const int rows = int(std::min<int64_t>(mr, mc - ir));
-      call_micro_kernel(pr, last, rows, Ap + ir * kc, b, i0 + ir, j0 - pr.q0 * nr, kc, cols, beta);
+      call_micro_kernel(pr, last, rows, Ap + ir * a_row, b, i0 + ir, j0 - pr.q0 * nr, kc, cols, beta);
     }
   }
 }
@@ -372,7 +390,7 @@ template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, 
   const int64_t nr = c.nr(), kcmax = std::min(c.kc, pr.K), mcmax = std::min(c.mc, m1 - m0);
   const int64_t qstep = pr.packed ? q1 - q0 : c.nc / nr;
   const int64_t b_elems = pr.packed ? 0 : kcmax * std::min(qstep, q1 - q0) * nr;
-  const int64_t a_elems = pr.ap.data ? 0 : mcmax * kcmax;
+  const int64_t a_elems = pr.ap.data || c.a_in_place ? 0 : mcmax * kcmax;
   T *scratch = static_cast<T *>(t_scratch.get(size_t(std::max<int64_t>(1, b_elems + a_elems)) * sizeof(T)));
   T *Ap = scratch + b_elems;
   for (int64_t jq = q0; jq < q1; jq += qstep) {
@@ -387,6 +405,10 @@ template <class T> void run_range(const Problem<T> &pr, int64_t m0, int64_t m1, 
         const int64_t mc = std::min(c.mc, m1 - ic);
         if (pr.ap.data) { // block pc at pc * ap.M, row i's panel at i * kc (see PackedARef)
           macro_kernel(pr, pr.ap.data + pc * pr.ap.M + (pr.ap.r0 + ic) * kc, Bp, ic, mc, jq, jq1, kc, beta, pc + kc >= pr.K);
+          continue;
+        }
+        if (c.a_in_place) {
+          macro_kernel(pr, pr.A + ic * pr.ars + pc, Bp, ic, mc, jq, jq1, kc, beta, pc + kc >= pr.K);
           continue;
         }
         pack_a(pr.A, pr.ars, pr.acs, ic, mc, pc, kc, c.mr, Ap);
@@ -410,6 +432,10 @@ template <class T> void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc)
 constexpr int64_t kSplitFlops = int64_t(1) << 20;
 
 template <class T> void run(const Problem<T> &pr, int threads) {
+  KILN_CHECK(!pr.cfg.a_in_place || (pr.acs == 1 && !pr.ap.data),
+             "gemm: kernels that read A in place need a row-major op(A) (column stride 1, no packed A), got column "
+             "stride ",
+             pr.acs, pr.ap.data ? " and a packed A" : "");
   const int64_t nr = pr.cfg.nr(), mr = pr.cfg.mr;
   const int64_t panels = (pr.N + nr - 1) / nr - pr.q0, mblocks = (pr.M + mr - 1) / mr;
   if (threads <= 0) threads = get_num_threads();
@@ -425,13 +451,13 @@ template <class T> void run(const Problem<T> &pr, int threads) {
   // An N split needs all of op(A) on every thread: pack it once, each thread
   // its share of the rows, instead of every thread packing all of it.
   Problem<T> shared = pr;
-  if (by_n && !pr.ap.data && shares_a<T>(pr.M, pr.K))
+  if (by_n && !pr.ap.data && !pr.cfg.a_in_place && shares_a<T>(pr.M, pr.K))
     shared.ap = {pack_a_rows<T>(pr.M, pr.K, pr.A, pr.ars, pr.acs, pr.cfg, int(parts)), pr.M, 0};
   // With A packed, a range of panels costs only a re-read of A: several
   // ranges per thread, claimed one at a time, so that a thread the OS starts
   // late (a loaded machine) leaves its share to the others instead of
   // holding up the call. 4 per thread, 2 when A is over half of L2.
-  if (by_n && shared.ap.data && parts == get_num_threads()) {
+  if (by_n && (shared.ap.data || pr.cfg.a_in_place) && parts == get_num_threads()) {
     const int64_t per_thread = pr.M * pr.K * int64_t(sizeof(T)) <= (int64_t(512) << 10) ? 4 : 2;
     const int64_t chunk = std::max<int64_t>(1, panels / (per_thread * parts));
     parallel_for_chunks(0, panels, chunk, [&](int64_t lo, int64_t hi) {
@@ -487,6 +513,7 @@ PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t 
   KILN_CHECK(rs >= 0 && cs >= 0, "gemm pack_b: expected non-negative strides, got (", rs, ", ", cs, ")");
   PackedB<T> pb;
   pb.K = K, pb.N = N, pb.config = config;
+  pb.config.a_in_place = false; // B's layout does not depend on it; gemm_packed reads A as its caller says
   const int64_t nr = config.nr(), elems = std::max<int64_t>(1, K * pb.panels() * nr);
   T *p = static_cast<T *>(alloc_packing(size_t(elems) * sizeof(T)));
   KILN_CHECK(p, "gemm pack_b: cannot allocate ", elems * int64_t(sizeof(T)), " bytes for ", K, "x", N, " weights");
@@ -616,7 +643,9 @@ void check_epilogue_args(const char *op, const EpilogueArgs *epi, const KernelSe
   if (!epi) return;
   KILN_CHECK(K > 0 && alpha != T(0), op, ": an epilogue in registers needs K > 0 and alpha != 0, got K=", K);
   KILN_CHECK(epi->kernels && epi->ptrs && epi->lds, op, ": incomplete epilogue arguments");
-  KILN_CHECK(epi->kernels->config.mr == ks.config.mr && epi->kernels->config.nr() == ks.config.nr(), op,
+  KILN_CHECK(epi->kernels->config.mr == ks.config.mr && epi->kernels->config.nr() == ks.config.nr() &&
+                 epi->kernels->config.a_in_place == ks.config.a_in_place,
+             op,
              ": epilogue kernels for ", epi->kernels->config.to_string(), ", product kernels for ",
              ks.config.to_string());
   check_kernels<T>(op, *epi->kernels, M);
@@ -675,6 +704,7 @@ void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, 
   if (ap.data) check_ap("gemm_packed_cols", ap, M, B.config);
   Problem<T> pr{M, j0 + n, K, alpha, beta, A, ars, acs, nullptr, 0, 0, &B, C, ldc, B.config, ks.by_rows.data(),
                 j0 / nr, ap};
+  pr.cfg.a_in_place = ks.config.a_in_place;
   pr.epi = epi;
   run(pr, threads);
 }
@@ -682,6 +712,7 @@ void gemm_packed_cols(int64_t M, T alpha, const T *A, int64_t ars, int64_t acs, 
 template <class T> MicroKernel<T> micro_kernel(const Config &config, int rows) {
   check_config<T>(config);
   KILN_CHECK(rows >= 1 && rows <= config.mr, "gemm micro_kernel: rows ", rows, " outside 1..", config.mr);
+  KILN_CHECK(!config.a_in_place, "gemm micro_kernel: packed-A kernels only (", config.to_string(), ")");
   return reinterpret_cast<MicroKernel<T>>(const_cast<void *>(kernels<T>(config, rows, 0).by_rows[size_t(rows)]));
 }
 
@@ -755,6 +786,7 @@ double fma_peak_gflops(int threads, double ms) {
 template <class T> double ukernel_gflops(const Config &config, int64_t kc, double ms) {
   check_config<T>(config);
   KILN_CHECK(kc >= 1, "ukernel_gflops: kc must be >= 1, got ", kc);
+  KILN_CHECK(!config.a_in_place, "ukernel_gflops: packed-A kernels only (", config.to_string(), ")");
   auto k = reinterpret_cast<MicroKernel<T>>(const_cast<void *>(kernels<T>(config, config.mr, 0).by_rows[config.mr]));
   const int64_t nr = config.nr();
   std::vector<T> a(size_t(config.mr * kc), T(0.5)), c(size_t(config.mr * nr), T(0));

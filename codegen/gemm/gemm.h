@@ -42,9 +42,19 @@ struct Config {
   int unroll = 0;                // k steps per micro-kernel loop iteration
   int64_t kc = 0, mc = 0, nc = 0; // cache blocks (elements); mc a multiple of mr, nc of nr
   int threads = 0;                // 0: kiln::get_num_threads()
+  // The micro-kernels read op(A) where it lies (row-major: its column stride
+  // must be 1) instead of packing it: for products whose threads would all
+  // read one shared packing of A (an N split over few rows, a compiled
+  // contraction's column tiles), where packing A cost up to ~10% (fc2 of W5
+  // on 2 threads). A PackedARef is then not taken.
+  bool a_in_place = false;
   int64_t nr() const { return int64_t(nv) * lanes; }
   std::string to_string() const;
 };
+
+// False when KILN_GEMM_A=pack (read once): callers then never set
+// Config::a_in_place, and A is packed as before (for A/B measurements).
+bool a_in_place_allowed();
 
 // "avx512" when the JIT's host CPU has AVX-512F, else "avx2" (AVX2 + FMA),
 // else "generic" (the vectors LLVM legalizes for the host).

@@ -2,7 +2,8 @@
 //
 // A micro-kernel computes one MR x NR tile of C from packed panels:
 //   C[i, j] = alpha * sum_p A[p, i] * B[p, j] + beta * C[i, j]   (i < MR, j < n <= NR)
-// with A packed as kc rows of MR contiguous elements and B as kc rows of NR
+// with A packed as kc rows of MR contiguous elements (or, for the a_rows
+// variants, read in place: MR rows of kc elements, lda apart) and B as kc rows of NR
 // contiguous elements (NR = nv vectors of `lanes` elements). The tile lives in
 // MR x nv vector accumulators for the whole k loop; columns j >= n are neither
 // read nor written (masked loads/stores), and beta == 0 never reads C (BLAS).
@@ -22,6 +23,9 @@ struct TileConfig {
   int lanes = 16;  // elements per vector (16 floats = one zmm)
   bool f64 = false;
   int unroll = 1;  // k steps per loop iteration
+  // A read in place (row-major, row stride lda, a trailing argument) instead
+  // of from a packed panel: see MicroKernelRows.
+  bool a_rows = false;
   int nr() const { return nv * lanes; }
   std::string key() const;
 };
@@ -38,6 +42,16 @@ using MicroKernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t l
 template <class T>
 using EpilogueMicroKernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha,
                                      T beta, const void *const *ptrs, const int64_t *lds, int64_t row, int64_t col);
+
+// The a_rows variants: A[i, p] at a[i * lda + p] (op(A) row-major where it
+// lies: no packing, and nothing written that the other cores must fetch).
+template <class T>
+using MicroKernelRows = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta,
+                                 int64_t lda);
+template <class T>
+using EpilogueMicroKernelRows = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha,
+                                         T beta, const void *const *ptrs, const int64_t *lds, int64_t row, int64_t col,
+                                         int64_t lda);
 
 struct Epilogue;
 // Throws kiln::Error if the IR does not verify. `epi` null: the plain kernel.

@@ -35,7 +35,8 @@ namespace kiln::codegen::gemm {
 
 std::string TileConfig::key() const {
   return std::string("gemm-ukr-v3;") + (f64 ? "f64" : "f32") + ";mr=" + std::to_string(mr) +
-         ";nv=" + std::to_string(nv) + ";lanes=" + std::to_string(lanes) + ";unroll=" + std::to_string(unroll);
+         ";nv=" + std::to_string(nv) + ";lanes=" + std::to_string(lanes) + ";unroll=" + std::to_string(unroll) +
+         (a_rows ? ";a=rows" : "");
 }
 
 namespace {
@@ -76,6 +77,7 @@ public:
     auto *i64 = b_.getInt64Ty();
     std::vector<llvm::Type *> params = {ptr, ptr, ptr, i64, i64, i64, elt_, elt_};
     if (epi_) params.insert(params.end(), {ptr, ptr, i64, i64});
+    if (cfg_.a_rows) params.push_back(i64); // lda, last
     auto *fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     f_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m_);
     f_->addFnAttr(llvm::Attribute::NoUnwind);
@@ -89,6 +91,7 @@ public:
       eptrs_ = f_->getArg(8), elds_ = f_->getArg(9), erow_ = f_->getArg(10), ecol_ = f_->getArg(11);
       expr_ = std::make_unique<VectorExpr>(epi_->expr, m_, target_);
     }
+    if (cfg_.a_rows) lda_ = f_->getArg(f_->arg_size() - 1);
     fma_ = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::fmuladd, {vec_});
     emit_body();
   }
@@ -109,7 +112,8 @@ private:
     llvm::Value *arow = b_.CreateMul(p, b_.getInt64(cfg_.mr));
     Acc out(acc.size());
     for (int i = 0; i < cfg_.mr; ++i) {
-      llvm::Value *at = b_.CreateGEP(elt_, a_, b_.CreateAdd(arow, b_.getInt64(i)));
+      llvm::Value *at = cfg_.a_rows ? b_.CreateGEP(elt_, a_row_[size_t(i)], p)
+                                    : b_.CreateGEP(elt_, a_, b_.CreateAdd(arow, b_.getInt64(i)));
       llvm::Value *s = b_.CreateVectorSplat(cfg_.lanes, b_.CreateAlignedLoad(elt_, at, elt_align_));
       for (int j = 0; j < cfg_.nv; ++j) out[i * cfg_.nv + j] = b_.CreateCall(fma_, {s, bv[j], acc[i * cfg_.nv + j]});
     }
@@ -168,6 +172,9 @@ private:
                      *store = block("store");
     b_.SetInsertPoint(entry);
     prefetch_c();
+    a_row_.clear();
+    if (cfg_.a_rows)
+      for (int i = 0; i < cfg_.mr; ++i) a_row_.push_back(b_.CreateGEP(elt_, a_, b_.CreateMul(b_.getInt64(i), lda_)));
     const int u = cfg_.unroll;
     llvm::Value *kmain = b_.CreateSub(kc_, b_.CreateSRem(kc_, b_.getInt64(u)));
     const Acc zero = zeros();
@@ -467,7 +474,8 @@ private:
   llvm::Align vec_align_, elt_align_;
   llvm::Function *f_ = nullptr, *fma_ = nullptr;
   llvm::Value *a_ = nullptr, *bp_ = nullptr, *cp_ = nullptr, *kc_ = nullptr, *ldc_ = nullptr, *n_ = nullptr,
-              *alpha_ = nullptr, *beta_ = nullptr;
+              *alpha_ = nullptr, *beta_ = nullptr, *lda_ = nullptr;
+  std::vector<llvm::Value *> a_row_; // a_rows: row i of A's panel, a + i * lda
 };
 
 } // namespace

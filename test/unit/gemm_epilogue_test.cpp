@@ -31,6 +31,7 @@
 #include "test_support.h"
 #include "codegen/epilogue.h"
 #include "codegen/jit.h"
+#include "codegen/gemm/gemm.h"
 #include "codegen/gemm/path.h"
 #include "frontend/compile.h"
 #include "runtime/log.h"
@@ -147,20 +148,28 @@ TEST(GemmEpilogue, EveryKindF64TwoThreads) { sweep(kFloat64, 2); }
 // Batched operands (bmm, broadcast batches) and a 0-d tensor operand (a scalar buffer).
 // W5's linears (M = 128) at 2 threads: several column tiles per thread, claimed
 // one at a time (4 per thread when op(A) fits half of L2, as qkv's [128, 768];
-// 2 for fc2's [128, 3072]), equal to the tile path and to eager.
+// 2 for fc2's [128, 3072]), equal to the tile path and to eager. The tiles
+// read a row-major x in place (gemm::Config::a_in_place); a transposed x
+// (column stride 128) is packed once per call for all tiles instead.
 TEST(GemmEpilogue, W5ShapesTwoThreads) {
   ThreadsGuard tg(2);
   uint64_t seed = 50;
-  for (auto [N, K, gelu_tanh] : {std::tuple{2304, 768, true}, {768, 3072, false}, {720, 768, false}}) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " K=" + std::to_string(K));
+  for (auto [N, K, gelu_tanh, transposed] :
+       {std::tuple{2304, 768, true, false}, {768, 3072, false, false}, {720, 768, false, false},
+        {768, 3072, false, true}, {720, 768, true, true}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " K=" + std::to_string(K) + " transposed x " + std::to_string(transposed));
     Tensor x = rnd({128, K}, seed++, kFloat32, -1, 1), w = rnd({N, K}, seed++, kFloat32, -0.05, 0.05),
            b = rnd({N}, seed++, kFloat32, -1, 1), r = rnd({128, N}, seed++, kFloat32, -1, 1);
-    const bool g = gelu_tanh;
-    Fn fn = [w, b, g](const std::vector<Tensor> &in) {
-      Tensor y = linear(in[0], w, b);
+    if (transposed) x = x.transpose(0, 1).contiguous();
+    const bool g = gelu_tanh, t = transposed;
+    Fn fn = [w, b, g, t](const std::vector<Tensor> &in) {
+      Tensor y = linear(t ? in[0].transpose(0, 1) : in[0], w, b);
       return std::vector<Tensor>{g ? gelu(y, "tanh") : y + in[1]};
     };
+    const int64_t in_place = codegen::a_in_place_steps_built();
     EXPECT_GE(check_case(fn, {x, r}, K), 1) << "the epilogue did not run in registers";
+    if (gemm::a_in_place_allowed())
+      EXPECT_EQ(codegen::a_in_place_steps_built() - in_place, transposed ? 0 : 2) << "steps that read A in place";
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/path.h"
+#include "codegen/gemm/ukernel.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
 
@@ -134,6 +135,19 @@ template <class T> std::vector<gemm::Config> isa_configs() {
   return out;
 }
 
+// isa_configs, and for a row-major op(A) (not ta) each again with kernels
+// that read A in place (Config::a_in_place: no packing of A).
+template <class T> std::vector<gemm::Config> configs_for(bool ta) {
+  std::vector<gemm::Config> out = isa_configs<T>();
+  if (ta) return out;
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(out[i]);
+    out.back().a_in_place = true;
+  }
+  return out;
+}
+
 // Tiny cache blocks, so that small shapes cross every kc / mc / nc boundary.
 template <class T> gemm::Config tiny_blocks(gemm::Config c) {
   c.kc = 5, c.mc = 2 * c.mr, c.nc = 2 * c.nr();
@@ -148,7 +162,7 @@ template <class T> void sweep(int threads) {
     const T alpha = t % 3 == 0 ? T(1) : T(-0.75), beta = t % 4 == 0 ? T(0) : t % 4 == 1 ? T(1) : T(0.5);
     Case<T> c = make_case<T>(t & 1, t & 2, M, N, K, t % 3 == 2 ? 3 : 0, alpha, beta, 1000 + t);
     const Ref r = reference(c);
-    for (gemm::Config cfg : isa_configs<T>()) {
+    for (gemm::Config cfg : configs_for<T>(c.ta)) {
       cfg.threads = threads;
       expect_matches(c, run_gemm(c, cfg), r, describe(c, cfg));
       if (M * N * K <= 1 << 22) {
@@ -166,7 +180,7 @@ TEST(GemmJit, SweepF64TwoThreads) { sweep<double>(2); }
 
 // Every row count 1..mr of the micro-kernel with every column tail 1..nr + 1.
 template <class T> void every_tile_edge() {
-  for (gemm::Config cfg : isa_configs<T>()) {
+  for (gemm::Config cfg : configs_for<T>(false)) {
     cfg.threads = 1;
     for (int64_t M = 1; M <= cfg.mr + 1; ++M)
       for (int64_t N = 1; N <= cfg.nr() + 1; N += (N < 4 || N > cfg.nr() - 3) ? 1 : 5) {
@@ -182,7 +196,7 @@ TEST(GemmJit, EveryTileEdgeF64) { every_tile_edge<double>(); }
 template <class T> void special_values(int threads) {
   set_num_threads(2);
   const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
-  for (gemm::Config cfg : isa_configs<T>()) {
+  for (gemm::Config cfg : configs_for<T>(false)) {
     cfg.threads = threads;
     for (T beta : {T(0), T(1)}) {
       Case<T> c = make_case<T>(false, true, 37, 70, 300, 2, T(1), beta, 7);
@@ -239,7 +253,7 @@ TEST(GemmJit, AlphaZeroAndEmptyK) {
 // short last k block and a panel count that is no multiple of the 16-panel items).
 template <class T> void packed_equals_unpacked(int threads) {
   set_num_threads(2);
-  for (gemm::Config cfg : isa_configs<T>()) {
+  for (gemm::Config cfg : configs_for<T>(false)) {
     cfg.threads = threads;
     for (auto [M, N, K] : {std::tuple{128, 2304, 768}, {33, 1000, 300}, {1, 64, 64}, {65, 33, 1000}, {17, 257, 129}})
       for (bool tb : {false, true}) {
@@ -319,7 +333,7 @@ TEST(GemmJit, SharedAOverTilesF64TwoThreads) { shared_a_tiles<double>(2); }
 // 1-thread one bit for bit (same kernels, same k order) and the naive loop.
 TEST(GemmJit, NSplitSharesASameBitsTwoThreads) {
   set_num_threads(2);
-  for (gemm::Config cfg : isa_configs<float>())
+  for (gemm::Config cfg : configs_for<float>(false))
     for (auto [M, N, K] : {std::tuple{128, 2304, 768}, {13, 1000, 1000}, {129, 480, 33}}) {
       Case<float> c = make_case<float>(false, true, M, N, K, 0, 1.f, 0.f, uint32_t(M + K));
       cfg.threads = 1;
@@ -410,6 +424,19 @@ TEST(GemmJit, BadArgumentsThrow) {
   gemm::Config bad = gemm::default_config<float>();
   bad.mc = bad.mr + 1;
   EXPECT_THROW(gemm::gemm<float>(false, false, 2, 2, 2, 1.f, a.data(), 2, b.data(), 2, 0.f, c.data(), 2, bad), Error);
+  // Kernels that read A in place take a row-major op(A) only, and no packed A.
+  gemm::Config in_place = gemm::default_config<float>();
+  in_place.a_in_place = true;
+  EXPECT_THROW(gemm::gemm<float>(true, false, 2, 2, 2, 1.f, a.data(), 2, b.data(), 2, 0.f, c.data(), 2, in_place),
+               Error);
+  EXPECT_NO_THROW(
+      gemm::gemm<float>(false, false, 2, 2, 2, 1.f, a.data(), 2, b.data(), 2, 0.f, c.data(), 2, in_place));
+  const gemm::KernelSet ks = gemm::resolve_kernels<float>(in_place, {8});
+  const float *ap = gemm::pack_a_shared<float>(8, 8, a.data(), 8, 1, gemm::default_config<float>(), 1);
+  EXPECT_THROW(gemm::gemm_strided<float>(8, 8, 8, 1.f, a.data(), 8, 1, b.data(), 8, 1, 0.f, c.data(), 8, ks, 1,
+                                         gemm::PackedARef<float>{ap, 8, 0}),
+               Error);
+  EXPECT_THROW(gemm::micro_kernel<float>(in_place, 1), Error);
 }
 
 TEST(GemmJit, FmaPeakProbeIsPositive) {
