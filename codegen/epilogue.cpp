@@ -28,6 +28,7 @@
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
 #include "passes/group_geometry.h"
+#include "passes/lowering_check.h"
 #include "ir/graph.h"
 #include "ir/memory_plan.h"
 #include "runtime/allocator.h"
@@ -1076,6 +1077,36 @@ private:
   int64_t packed_bytes_ = 0;
   ByDType<PackedBCache> b_packs_; // B when pack_
 };
+
+
+// The layout pass's question (passes/lowering_check.h): kiln's conv and its
+// depthwise kernel store NCHW pixel rows and read NCHW input rows, so a conv
+// they take would run on eager's kernel in a channels-last chain. A chain of
+// three 3x3 64 -> 64 convs on [4, 64, 56, 56] ran 1.14x eager channels-last
+// (eager's kernel, the measured cost model's choice) against 2.1x NCHW.
+std::string conv_layout_misfit(const ir::Node &cv) {
+  if (kiln::gemm::path() != kiln::gemm::Path::Jit || cv.kind() != ir::Node::Kind::Op || cv.op() != OpId::Conv2d ||
+      cv.results().size() != 1 || cv.operands().size() < 2)
+    return "";
+  const Dims &x = cv.operand(0)->type().shape, &w = cv.operand(1)->type().shape, &y = cv.result()->type().shape;
+  const DType dt = cv.result()->type().dtype;
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4 || (dt != kFloat32 && dt != kFloat64)) return "";
+  attrs::Conv2d a{cv};
+  auto pick = [](const auto &v, size_t i) { return v.size() == 2 ? v[i] : v[0]; };
+  kiln::gemm::ConvShape s;
+  s.N = x[0], s.C = x[1], s.H = x[2], s.W = x[3];
+  s.O = w[0], s.kH = w[2], s.kW = w[3], s.groups = a.groups();
+  s.Ho = y[2], s.Wo = y[3];
+  s.sh = pick(a.stride(), 0), s.sw = pick(a.stride(), 1), s.ph = pick(a.padding(), 0);
+  s.pw = pick(a.padding(), 1), s.dh = pick(a.dilation(), 0), s.dw = pick(a.dilation(), 1);
+  if (s.groups < 1 || w[1] * s.groups != s.C) return "";
+  if (kiln::gemm::is_depthwise(s))
+    return kiln::gemm::depthwise_unsupported(s) ? "" : "kiln's depthwise conv runs NCHW only";
+  return kiln::gemm::conv_unsupported(s) ? "" : "kiln's conv runs NCHW only (channels-last runs eager's conv kernel)";
+}
+
+// Registered while libkiln loads, before any pass can run.
+[[maybe_unused]] const bool registered_with_layout = (passes::register_conv_layout_misfit(&conv_layout_misfit), true);
 
 } // namespace
 

@@ -28,13 +28,16 @@
 // last conv reads channels-last and writes NCHW, so graph inputs and outputs
 // keep the user's layout. Whether a chain does is decided by a measured cost
 // model (chain_cost), logged at debug either way; at W7's size the answer is
-// NCHW. `layout-channels-last` forces it for tests and benchmarks.
+// NCHW; and a chain stays NCHW when codegen's compiled conv takes one of its
+// convs in NCHW only (passes/lowering_check.h, conv_layout_misfit).
+// `layout-channels-last` forces it for tests and benchmarks.
 #include <optional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "ir/graph.h"
+#include "passes/lowering_check.h"
 #include "passes/pass_manager.h"
 #include "passes/rewrite.h"
 #include "runtime/log.h"
@@ -211,6 +214,14 @@ bool decide_conv_chain(const std::vector<Node *> &convs, const std::vector<Chain
     log()->debug("layout: conv chain {} stays NCHW: channels-last estimated {:.1f} ms (conversions included) vs "
                  "NCHW {:.1f} ms",
                  names, c.channels_last_us / 1e3, c.nchw_us / 1e3);
+    return false;
+  }
+  // The cost model measured eager's convs; a conv that kiln's compiled conv
+  // runs NCHW only would leave it for eager's kernel (~2x slower) channels-last.
+  for (const Node *n : convs) {
+    const std::string why = force ? std::string() : conv_layout_misfit(*n);
+    if (why.empty()) continue;
+    log()->debug("layout: conv chain {} stays NCHW: %{}: {}", names, n->result()->name(), why);
     return false;
   }
   for (const ChainLink &l : links)

@@ -6,6 +6,7 @@ namespace kiln::passes {
 namespace {
 
 std::atomic<LoweringMisfit> g_check{nullptr};
+std::atomic<ConvLayoutMisfit> g_conv_layout{nullptr};
 
 } // namespace
 
@@ -15,6 +16,13 @@ std::string lowering_misfit(const ir::Node &n) {
   LoweringMisfit check = g_check.load(std::memory_order_acquire);
   if (!check) return "no code generator registered a lowering check";
   return check(n);
+}
+
+void register_conv_layout_misfit(ConvLayoutMisfit check) { g_conv_layout.store(check, std::memory_order_release); }
+
+std::string conv_layout_misfit(const ir::Node &conv) {
+  ConvLayoutMisfit check = g_conv_layout.load(std::memory_order_acquire);
+  return check ? check(conv) : std::string();
 }
 
 } // namespace kiln::passes

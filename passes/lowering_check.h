@@ -1,5 +1,5 @@
-// What the fuse pass asks codegen: can it lower this node as a member of a
-// fusion group? passes/ must not include codegen/, so codegen registers its
+// What passes ask codegen. The fuse pass: can it lower this node as a member
+// of a fusion group? passes/ must not include codegen/, so codegen registers its
 // answer (codegen/op_lowering.cpp, while libkiln loads: kiln::compile,
 // kiln-opt and every program linking the library get the same answer). With
 // nothing registered, no node is lowerable, and fuse forms no group.
@@ -21,5 +21,19 @@ void register_lowering_misfit(LoweringMisfit check);
 
 // The registered answer for `n`.
 std::string lowering_misfit(const ir::Node &n);
+
+// What the layout pass asks codegen before running a conv chain channels-last:
+// why `conv` (a 4-D conv2d node) should stay NCHW, because codegen's compiled
+// conv takes it in NCHW but not channels-last (it would then run eager's conv
+// kernel), or "" when the layout does not decide which conv runs it (the
+// layout pass's cost model then decides). Registered by codegen/epilogue.cpp;
+// with nothing registered, "".
+using ConvLayoutMisfit = std::string (*)(const ir::Node &conv);
+
+// Installs codegen's answer (replacing any earlier one). Thread-safe.
+void register_conv_layout_misfit(ConvLayoutMisfit check);
+
+// The registered answer for `conv`.
+std::string conv_layout_misfit(const ir::Node &conv);
 
 } // namespace kiln::passes

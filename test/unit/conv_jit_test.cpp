@@ -397,6 +397,26 @@ TEST(ConvJitCompiled, LoneConvRunsOnKilnsConv) {
   EXPECT_EQ(categories(g, {x}), std::vector<std::string>{"gemm-jit"}); // kiln's depthwise kernel
 }
 
+// A chain of three 64-channel 3x3 convs: the layout pass's cost model (measured
+// on eager's convs) would run it channels-last, where kiln's conv does not
+// take a conv (eager's kernel ran them: 1.14x eager against 2.0x at [4, 64,
+// 56, 56]); codegen's answer to the pass keeps it NCHW, so all three run on
+// kiln's conv.
+TEST(ConvJitCompiled, ConvChainStaysOnKilnsConv) {
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 3; ++i) ws.push_back(0.05 * rnd<float>({64, 64, 3, 3}, uint64_t(230 + i)));
+  Fn fn = [=](const std::vector<Tensor> &in) {
+    Tensor h = in[0];
+    for (const Tensor &w : ws) h = relu(conv2d(h, w, {}, 1, 1));
+    return std::vector<Tensor>{h};
+  };
+  const std::vector<Tensor> in = {rnd<float>({1, 64, 10, 10}, 240)};
+  CompiledFunction f = compile_strict(fn);
+  EXPECT_TRUE(close_to_eager(f(kiln::testing::copies(in)), fn(kiln::testing::copies(in))));
+  EXPECT_EQ(calls_of(f, in), 3) << "a conv of the chain did not run kiln's conv";
+  EXPECT_EQ(categories(f, in), std::vector<std::string>(3, "gemm-jit"));
+}
+
 // torch's rule, which eager follows: a channels-last input gives a
 // channels-last conv result. A compiled function called with one (also after a
 // call with an NCHW input, a second specialization) returns eager's strides, and
