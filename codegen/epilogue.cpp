@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <array>
 #include <memory>
@@ -459,9 +460,12 @@ private:
   // now lives elsewhere (the captured tensor was rebound). No lock unless packing.
   template <class T> typename PackedBCache<T>::Ref packed(const Tensor &b) const {
     return b_packs_.template get<T>().get(b, [&](const Tensor &w) {
-      kiln::log()->debug("epilogue: %{}: packing B [{}, {}] (version {})", group_.result()->name(), K_, N_,
-                         tensor_version(w));
-      return gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(w.raw_data()), b_.rs, b_.cs, ks_.config);
+      const auto t0 = std::chrono::steady_clock::now();
+      gemm::PackedB<T> pb = gemm::pack_b_strided<T>(K_, N_, static_cast<const T *>(w.raw_data()), b_.rs, b_.cs, ks_.config);
+      kiln::log()->debug("epilogue: %{}: packed B [{}, {}] (version {}) in {:.2f} ms", group_.result()->name(), K_, N_,
+                         tensor_version(w),
+                         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      return pb;
     });
   }
 
