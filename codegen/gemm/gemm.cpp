@@ -141,7 +141,15 @@ void *alloc_packing(size_t bytes) {
   if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
   const size_t rounded = (bytes + kHuge - 1) & ~(kHuge - 1);
   void *p = std::aligned_alloc(kHuge, rounded);
-  if (p) ::madvise(p, rounded, MADV_HUGEPAGE);
+  if (!p) return p;
+  ::madvise(p, rounded, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+  // Faulted in here, by one thread in the kernel, before the pool's threads
+  // pack into it: their concurrent first touches of the same fresh region
+  // took twice as long (W5's warm compile, a 9.4 MB weight: 4.1-4.8 ms ->
+  // 2.0-2.4 ms per packing). Linux 5.14+; an older kernel refuses (ignored).
+  ::madvise(p, rounded, MADV_POPULATE_WRITE);
+#endif
   return p;
 }
 
