@@ -1082,7 +1082,6 @@ private:
   ByDType<PackedBCache> b_packs_; // B when pack_
 };
 
-
 // The layout pass's question (passes/lowering_check.h): kiln's conv and its
 // depthwise kernel store NCHW pixel rows and read NCHW input rows, so a conv
 // they take would run on eager's kernel in a channels-last chain. A chain of

@@ -538,9 +538,8 @@ PackedB<T> pack_b_strided(int64_t K, int64_t N, const T *B, int64_t rs, int64_t 
       pack_b_block(B, rs, cs, N, pc, kc, q0, q1, nr, p + pc * panels * nr + q0 * kc * nr);
     }
   };
-  // Items claimed one at a time: a fixed half per thread waited up to ~10 ms
-  // for a late second thread (fc2's weight: 2 ms when both ran, 10.5 ms when
-  // the worker came late; `KILN_LOG=debug` prints each packing's time).
+  // Items claimed one at a time, so that a worker that gets its core late
+  // leaves its share to the caller (`KILN_LOG=debug` prints each packing's time).
   if (elems < (int64_t(1) << 18)) pack(0, items);
   else kiln::parallel_for_chunks(0, items, 1, pack);
   return pb;

@@ -24,7 +24,8 @@
 //   the M rows in MR multiples) are split into one contiguous range per thread;
 //   each thread packs its own B blocks into thread-local scratch; A is packed
 //   per thread on an M split, and once for all threads on an N split (each
-//   thread packs its share of the rows, see PackedARef).
+//   thread packs its share of the rows, see PackedARef), or, with
+//   Config::a_in_place, read where it lies by kernels that take its row stride.
 #pragma once
 
 #include <cstdint>

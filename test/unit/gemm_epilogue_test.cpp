@@ -168,8 +168,9 @@ TEST(GemmEpilogue, W5ShapesTwoThreads) {
     };
     const int64_t in_place = codegen::a_in_place_steps_built();
     EXPECT_GE(check_case(fn, {x, r}, K), 1) << "the epilogue did not run in registers";
-    if (gemm::a_in_place_allowed())
+    if (gemm::a_in_place_allowed()) {
       EXPECT_EQ(codegen::a_in_place_steps_built() - in_place, transposed ? 0 : 2) << "steps that read A in place";
+    }
   }
 }
 
