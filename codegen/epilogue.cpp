@@ -23,6 +23,7 @@
 
 #include "codegen/gemm/gemm.h"
 #include "codegen/gemm/conv.h"
+#include "codegen/gemm/winograd.h"
 #include "codegen/gemm/depthwise.h"
 #include "codegen/gemm/path.h"
 #include "codegen/gemm/versioned_pack.h"
@@ -547,8 +548,10 @@ private:
     tn_ = std::min(jit_block_pixels_, N_);
     const kiln::gemm::Config c = dtype_ == kFloat32 ? kiln::gemm::conv_config<float>(*jit_conv_)
                                                     : kiln::gemm::conv_config<double>(*jit_conv_);
-    kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h): {}, {}, weight {}",
-                       group_.result()->name(), jit_conv_->str(), c.to_string(),
+    kiln::log()->debug("epilogue: %{} conv2d through kiln's implicit GEMM (codegen/gemm/conv.h){}: {}, {}, weight {}",
+                       group_.result()->name(),
+                       kiln::gemm::winograd_shape(*jit_conv_, c.nr()) ? ", Winograd F(2x2, 3x3)" : "",
+                       jit_conv_->str(), c.to_string(),
                        cached ? "packed once per version" : "packed per call into its scratch (not a parameter)");
   }
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-
 #include <spdlog/spdlog.h>
 
 #include "codegen/gemm/ukernel.h"
+#include "codegen/gemm/winograd.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -44,6 +44,8 @@ namespace {
 std::atomic<int64_t> g_conv_calls{0};
 std::atomic<int64_t> g_heap_packs{0};
 std::atomic<int64_t> g_register_calls{0};
+std::atomic<int64_t> g_winograd_items{0};
+std::atomic<int64_t> g_winograd_direct_items{0};
 
 // The register epilogue's kernels must be the variants of the packed weight's
 // tile for every row count of a group (its full tiles and its tail).
@@ -137,19 +139,19 @@ std::vector<Segment> &segments_scratch() {
   return v;
 }
 
-// One item's B block: k rows [pc, pc + kc) of group g's im2col, output-pixel
-// panels [q0, q1) of nr pixels, each panel kc x nr, k-major (the layout
-// gemm.cpp's pack_b_block writes), zero past the last pixel; read from the
-// item's window. Panel by panel: its row segments are found once, then each
-// k row is one vector copy per segment (stride 1) or a gather.
+// One item's B block: k rows [pc, pc + kc) of group g's im2col, output pixels
+// [p0, p1) in panels of nr pixels, each panel kc x nr, k-major (the layout
+// gemm.cpp's pack_b_block writes), zero past p1; read from the item's window.
+// Panel by panel: its row segments are found once, then each k row is one
+// vector copy per segment (stride 1) or a gather.
 template <class T>
-void pack_b_conv(const ConvShape &s, const Window &w, const T *xp, int64_t g, int64_t pc, int64_t kc, int64_t q0,
-                 int64_t q1, int64_t nr, T *dst) {
-  const int64_t P = s.pixels(), taps = s.kH * s.kW;
+void pack_b_conv(const ConvShape &s, const Window &w, const T *xp, int64_t g, int64_t pc, int64_t kc, int64_t p0,
+                 int64_t p1, int64_t nr, T *dst) {
+  const int64_t taps = s.kH * s.kW;
   std::vector<Segment> &seg = segments_scratch();
-  for (int64_t q = q0; q < q1; ++q) {
-    const int64_t p = q * nr, cnt = std::min(nr, P - p);
-    T *panel = dst + (q - q0) * kc * nr;
+  for (int64_t p = p0; p < p1; p += nr) {
+    const int64_t cnt = std::min(nr, p1 - p);
+    T *panel = dst + (p - p0) / nr * kc * nr;
     seg.clear();
     for (int64_t i = 0, oh = p / s.Wo, ow = p % s.Wo; i < cnt; ow = 0, ++oh) {
       const int64_t len = std::min(s.Wo - ow, cnt - i);
@@ -194,14 +196,14 @@ template <class T> struct Item {
   T *y;
   ConvBlockCallback after;
   void *ctx;
-  int64_t pp; // pixel panels per item
   const ConvEpilogue *epi;
 
-  // Image n, pixel panels [q0, q1); Bp the B block scratch, xp the window's.
-  void run(int64_t n, int64_t q0, int64_t q1, T *Bp, T *xp) const {
+  // Image n, output pixels [p0, p1) in panels of nr from p0; Bp the B
+  // block scratch, xp the window's.
+  void run(int64_t n, int64_t p0, int64_t p1, T *Bp, T *xp) const {
     const Config &c = w.config;
     const int64_t nr = c.nr(), P = s.pixels(), K = s.K(), Og = s.Og(), mr = c.mr;
-    const int64_t p0 = q0 * nr, np = std::min(P, q1 * nr) - p0;
+    const int64_t np = p1 - p0, panels = (np + nr - 1) / nr;
     T *yn = y + n * s.O * P;
     if (bias)
       for (int64_t o = 0; o < s.O; ++o) std::fill(yn + o * P + p0, yn + o * P + p0 + np, bias[o]);
@@ -214,14 +216,14 @@ template <class T> struct Item {
     for (int64_t g = 0; g < s.groups; ++g)
       for (int64_t pc = 0; pc < K; pc += c.kc) {
         const int64_t kc = std::min(c.kc, K - pc);
-        pack_b_conv(s, win, xp, g, pc, kc, q0, q1, nr, Bp);
+        pack_b_conv(s, win, xp, g, pc, kc, p0, p1, nr, Bp);
         const T beta = pc == 0 && !bias ? T(0) : T(1);
         // Group g's channels are final after its last k block: the epilogue runs there.
         const bool last = epi && pc + kc >= K;
         auto tile = [&](int64_t i0, int64_t q) {
           const int rows = int(std::min<int64_t>(mr, Og - i0));
-          const int64_t j0 = q * nr, cols = std::min(nr, P - j0), row = g * Og + i0;
-          const T *a = w.panel(g, pc, i0), *b = Bp + (q - q0) * kc * nr;
+          const int64_t j0 = p0 + q * nr, cols = std::min(nr, p1 - j0), row = g * Og + i0;
+          const T *a = w.panel(g, pc, i0), *b = Bp + q * kc * nr;
           T *cp = yn + row * P + j0;
           if (last) {
             auto e = reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(epi->kernels->by_rows[size_t(rows)]));
@@ -231,14 +233,45 @@ template <class T> struct Item {
           k(a, b, cp, kc, P, cols, T(1), beta);
         };
         if (knobs().order == 1) {
-          for (int64_t q = q0; q < q1; ++q)
+          for (int64_t q = 0; q < panels; ++q)
             for (int64_t i0 = 0; i0 < Og; i0 += mr) tile(i0, q);
         } else {
           for (int64_t i0 = 0; i0 < Og; i0 += mr)
-            for (int64_t q = q0; q < q1; ++q) tile(i0, q);
+            for (int64_t q = 0; q < panels; ++q) tile(i0, q);
         }
       }
     if (after) after(ctx, n, p0, np);
+  }
+
+  // Image n, tile rows [t0, t1) of a Winograd-shaped conv (output rows
+  // [2 t0, 2 t1)): through Winograd where its values allow, else direct.
+  // The register epilogue then runs on the block's output in L2, as a
+  // micro-kernel call per tile whose product is zero (0 x 0 over one k step)
+  // and beta 1: the same compiled code and operands as the direct path's.
+  void run_winograd(int64_t n, int64_t t0, int64_t t1, T *Bp, T *xp, T *ws) const {
+    const int64_t p0 = 2 * t0 * s.Wo, p1 = std::min(s.Ho, 2 * t1) * s.Wo;
+    if (!w.winograd_weight_ok || !run_winograd_item<T>(s, w, x, xs, bias, y, n, t0, t1, ws)) {
+      g_winograd_direct_items.fetch_add(1, std::memory_order_relaxed);
+      return run(n, p0, p1, Bp, xp);
+    }
+    g_winograd_items.fetch_add(1, std::memory_order_relaxed);
+    if (epi) register_epilogue_pass(n, p0, p1);
+    if (after) after(ctx, n, p0, p1 - p0);
+  }
+
+  void register_epilogue_pass(int64_t n, int64_t p0, int64_t p1) const {
+    alignas(64) static const T zeros[256] = {};
+    const void *eptrs[kMaxConvEpilogueBuffers];
+    int64_t elds[kMaxConvEpilogueBuffers];
+    epi->pointers(epi->ctx, n, p0, eptrs, elds);
+    const int64_t nr = w.config.nr(), mr = w.config.mr, P = s.pixels();
+    T *yn = y + n * s.O * P;
+    for (int64_t i0 = 0; i0 < s.O; i0 += mr) {
+      const int rows = int(std::min<int64_t>(mr, s.O - i0));
+      auto e = reinterpret_cast<EpilogueMicroKernel<T>>(const_cast<void *>(epi->kernels->by_rows[size_t(rows)]));
+      for (int64_t j0 = p0; j0 < p1; j0 += nr)
+        e(zeros, zeros, yn + i0 * P + j0, 1, P, std::min(nr, p1 - j0), T(1), T(1), eptrs, elds, i0, j0 - p0);
+    }
   }
 };
 
@@ -255,7 +288,7 @@ template <class T> Config conv_config(const ConvShape &s) {
 }
 
 template <class T> int64_t PackedConvWeight<T>::bytes() const {
-  return shape.groups * shape.Og() * shape.K() * int64_t(sizeof(T));
+  return (direct_elems() + (winograd ? winograd_weight_elems(shape) : 0)) * int64_t(sizeof(T));
 }
 
 template <class T> PackedConvWeight<T> conv_kernels(const ConvShape &s) {
@@ -267,6 +300,7 @@ template <class T> PackedConvWeight<T> conv_kernels(const ConvShape &s) {
   const int mr = w.config.mr;
   w.full = s.Og() >= mr ? micro_kernel<T>(w.config, mr) : nullptr;
   w.tail = s.Og() % mr ? micro_kernel<T>(w.config, int(s.Og() % mr)) : nullptr;
+  w.winograd = winograd_shape(s, w.config.nr());
   return w;
 }
 
@@ -290,6 +324,7 @@ PackedConvWeight<T> pack_conv_weight_into(const PackedConvWeight<T> &kernels, co
         }
       }
     }
+  if (pw.winograd) pw.winograd_weight_ok = winograd_pack_weight<T>(s, c.mr, W, ws, dst + pw.direct_elems());
   return pw;
 }
 
@@ -307,7 +342,9 @@ std::shared_ptr<const PackedConvWeight<T>> pack_conv_weight(const ConvShape &s, 
 
 template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads) {
   const Config c = conv_config<T>(s);
-  return item_panels(s, c, int64_t(sizeof(T)), threads > 0 ? threads : get_num_threads()) * c.nr();
+  threads = threads > 0 ? threads : get_num_threads();
+  if (winograd_shape(s, c.nr())) return std::min(s.Ho, 2 * winograd_item_tile_rows(s, c.nr(), threads)) * s.Wo;
+  return item_panels(s, c, int64_t(sizeof(T)), threads) * c.nr();
 }
 
 template <class T>
@@ -318,26 +355,46 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
   KILN_CHECK(ps.C == s.C && ps.O == s.O && ps.kH == s.kH && ps.kW == s.kW && ps.groups == s.groups,
              "gemm conv2d: the weight was packed for ", ps.str(), ", called with ", s.str());
   if (epi) check_epilogue(s, w.config, *epi, sizeof(T) == 8);
+  KILN_CHECK(!w.winograd || winograd_eligible(s), "gemm conv2d: Winograd panels for ", s.str(),
+             ", which is not a stride-1 undilated ungrouped 3x3 conv");
   g_conv_calls.fetch_add(1, std::memory_order_relaxed);
   if (epi) g_register_calls.fetch_add(1, std::memory_order_relaxed);
   if (threads <= 0) threads = get_num_threads();
   const Config &c = w.config;
   const int64_t nr = c.nr(), panels = (s.pixels() + nr - 1) / nr;
-  const int64_t pp = std::min(panels, block_pixels > 0 ? (block_pixels + nr - 1) / nr
-                                                     : item_panels(s, c, int64_t(sizeof(T)), threads));
-  const int64_t blocks = (panels + pp - 1) / pp;
-  const Item<T> item{s, x, xs, w, bias, y, after, ctx, pp, epi};
+  const Item<T> item{s, x, xs, w, bias, y, after, ctx, epi};
+  // Items of pp panels of pixels, or (Winograd) of tr tile rows: output rows
+  // [2 t0, 2 t0 + 2 tr), whose pixels the direct fallback takes in panels too.
+  int64_t pp = 0, tr = 0, blocks = 0;
+  if (w.winograd) {
+    const int64_t th = winograd_tile_rows(s);
+    tr = block_pixels > 0 ? std::min(th, (block_pixels + 2 * s.Wo - 1) / (2 * s.Wo))
+                          : winograd_item_tile_rows(s, nr, threads);
+    blocks = (th + tr - 1) / tr;
+    pp = (std::min(s.Ho, 2 * tr) * s.Wo + nr - 1) / nr;
+  } else {
+    pp = std::min(panels, block_pixels > 0 ? (block_pixels + nr - 1) / nr
+                                           : item_panels(s, c, int64_t(sizeof(T)), threads));
+    blocks = (panels + pp - 1) / pp;
+  }
   // B block plus a vector of slack (copy_vectors), then the largest window of an item.
   const size_t b_elems = size_t(std::min(c.kc, s.K()) * pp * nr + 64);
   // A block of pp * nr pixels spans at most this many output rows.
   const int64_t rows = std::min(s.Ho, (pp * nr + s.Wo - 2) / s.Wo + 1);
-  const int64_t win_elems = s.C * ((rows - 1) * s.sh + (s.kH - 1) * s.dh + 1) * (s.W + 2 * s.pw) + 64;
+  // (Whole 64-byte lines: Winograd's scratch follows, 64-byte aligned.)
+  const int64_t win_elems = (s.C * ((rows - 1) * s.sh + (s.kH - 1) * s.dh + 1) * (s.W + 2 * s.pw) + 64 + 15) / 16 * 16;
+  const int64_t wino_elems = w.winograd ? winograd_scratch_elems(s, nr, tr) : 0;
   auto work = [&](int64_t lo, int64_t hi) {
-    T *Bp = static_cast<T *>(thread_scratch(ScratchSlot::ConvColumns, (b_elems + size_t(win_elems)) * sizeof(T)));
+    T *Bp = static_cast<T *>(
+        thread_scratch(ScratchSlot::ConvColumns, (b_elems + size_t(win_elems + wino_elems)) * sizeof(T)));
     T *xp = Bp + b_elems;
     for (int64_t i = lo; i < hi; ++i) {
-      const int64_t n = i / blocks, q0 = i % blocks * pp;
-      item.run(n, q0, std::min(panels, q0 + pp), Bp, xp);
+      const int64_t n = i / blocks, b = i % blocks;
+      if (w.winograd) {
+        item.run_winograd(n, b * tr, std::min(winograd_tile_rows(s), (b + 1) * tr), Bp, xp, xp + win_elems);
+        continue;
+      }
+      item.run(n, b * pp * nr, std::min(s.pixels(), (b + 1) * pp * nr), Bp, xp);
     }
   };
   const int64_t items = s.N * blocks;
@@ -347,6 +404,8 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 
 int64_t conv_calls() { return g_conv_calls.load(std::memory_order_relaxed); }
 int64_t conv_register_epilogue_calls() { return g_register_calls.load(std::memory_order_relaxed); }
+int64_t conv_winograd_items() { return g_winograd_items.load(std::memory_order_relaxed); }
+int64_t conv_winograd_direct_items() { return g_winograd_direct_items.load(std::memory_order_relaxed); }
 int64_t conv_weight_heap_packs() { return g_heap_packs.load(std::memory_order_relaxed); }
 
 #define KILN_CONV_INSTANTIATE(T)                                                                                  \

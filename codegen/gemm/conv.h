@@ -23,7 +23,9 @@
 // strides, bias. The output is NCHW contiguous. conv_unsupported() names what
 // is not (the callers then run the BLAS path): a depthwise conv (groups == C,
 // one input channel per group: a GEMM with K = kH*kW per group), which runs
-// kiln's depthwise kernel instead (codegen/gemm/depthwise.h).
+// kiln's depthwise kernel instead (codegen/gemm/depthwise.h). Stride-1 3x3
+// convs whose shape pays for it run Winograd F(2x2, 3x3) on the same
+// micro-kernels (codegen/gemm/winograd.h; PackedConvWeight::winograd).
 #pragma once
 
 #include <algorithm>
@@ -65,10 +67,23 @@ template <class T> struct PackedConvWeight {
   // for the last O/groups % mr rows; null when not needed.
   using Kernel = void (*)(const T *a, const T *b, T *c, int64_t kc, int64_t ldc, int64_t n, T alpha, T beta);
   Kernel full = nullptr, tail = nullptr;
+  // Winograd F(2x2, 3x3) (codegen/gemm/winograd.h), chosen by the shape: the
+  // transformed weight (16 x O x C) follows the direct panels in `data`, and
+  // conv2d's items are whole rows of 2x2 output tiles. An item runs the direct
+  // panels instead where its input window, or the weight
+  // (!winograd_weight_ok), holds a value the transforms would not keep exact
+  // in its NaN and inf (winograd.h).
+  bool winograd = false;
+  bool winograd_weight_ok = false;
   int64_t bytes() const;
+  int64_t direct_elems() const { return shape.groups * shape.Og() * shape.K(); }
   const T *panel(int64_t g, int64_t pc, int64_t row0) const {
     const int64_t kc = std::min(config.kc, shape.K() - pc);
     return data + g * shape.Og() * shape.K() + pc * shape.Og() + row0 * kc;
+  }
+  // Position xi's A panel of rows [row0, row0 + mr): C x rows, k-major.
+  const T *winograd_panel(int64_t xi, int64_t row0) const {
+    return data + direct_elems() + (xi * shape.O + row0) * shape.C;
   }
 };
 
@@ -117,7 +132,9 @@ struct ConvEpilogue {
 // item stays in L2. Callers that compile per-block epilogues fix it once.
 template <class T> int64_t conv_block_pixels(const ConvShape &s, int threads = 0);
 
-// `block_pixels` 0: conv_block_pixels<T>(s, threads); else rounded up to nr.
+// `block_pixels` 0: conv_block_pixels<T>(s, threads); else rounded up to nr
+// pixels, or for Winograd (PackedConvWeight::winograd) to whole pairs of
+// output rows.
 // `epi`, when given, runs in the micro-kernels' registers (before `after`).
 template <class T>
 void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedConvWeight<T> &w, const T *bias, T *y,
@@ -128,6 +145,10 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
 int64_t conv_calls();
 // How many of them ran an epilogue in the micro-kernels' registers.
 int64_t conv_register_epilogue_calls();
+// Work items conv2d ran through Winograd F(2x2, 3x3), and items of a
+// Winograd-shaped conv that took the direct conv (a value out of its range).
+int64_t conv_winograd_items();
+int64_t conv_winograd_direct_items();
 // How many packings pack_conv_weight allocated since the process started (tests
 // check that a compiled call packs a weight that is no parameter into its scratch).
 int64_t conv_weight_heap_packs();

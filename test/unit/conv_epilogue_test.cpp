@@ -114,6 +114,9 @@ const std::vector<Geo> kGeos = {
     {"groups 4", 2, 32, 8, 9, 36, 3, 1, 1, 1, 4},
     {"1x1", 2, 64, 7, 7, 40, 1, 1, 0, 1, 1},
     {"k blocks", 1, 64, 10, 10, 20, 3, 1, 1, 1, 1},
+    // Winograd F(2x2, 3x3) (codegen/gemm/winograd.h): odd output sizes, an mr
+    // tail; the register epilogue then runs on each item's output block.
+    {"winograd", 2, 32, 13, 11, 28, 3, 1, 1, 1, 1},
 };
 
 struct Case {
@@ -165,9 +168,11 @@ void sweep(DType dt, int threads) {
       auto body = c.body;
       const Geo geo = g;
       Fn fn = [body, geo](const std::vector<Tensor> &in) { return body(geo, in[0], in[1]); };
+      const int64_t wino = gemm::conv_winograd_items();
       const Taken t = check_case(fn, {x, r}, g.K());
       EXPECT_GE(t.steps, 1) << "no conv epilogue was set up in registers";
       EXPECT_GE(t.calls, 2) << "the conv calls did not run the epilogue in registers";
+      if (std::string(g.name) == "winograd") EXPECT_GE(gemm::conv_winograd_items() - wino, 3 * g.N);
     }
   }
 }
