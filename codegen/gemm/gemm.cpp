@@ -268,6 +268,39 @@ void pack_a(const T *A, int64_t rs, int64_t cs, int64_t i0, int64_t mc, int64_t 
 
 // B k [p0, p0 + kc) x panels [q0, q1) of nr columns (zero past column N), each
 // panel kc x nr, k-major. op(B)[p, j] = B[p * rs + j * cs].
+#ifdef __AVX512F__
+// dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 block of floats: 16 row
+// loads, four rounds of in-register shuffles, 16 row stores (the scalar loop
+// below stores one element at a time, 16 rows apart).
+inline void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) { // pairs of rows: 32-bit interleave
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { // quads: 64-bit interleave
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // Now r[4q + k] holds, in each 128-bit lane l, column 4l + k of rows 4q .. 4q + 3.
+  for (int k = 0; k < 4; ++k) { // 128-bit lanes: rows 0-7 and 8-15
+    t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+    t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+    t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+    t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+  }
+  for (int k = 0; k < 8; ++k) {
+    _mm512_storeu_ps(dst + k * ldd, _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88));
+    _mm512_storeu_ps(dst + (8 + k) * ldd, _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd));
+  }
+}
+#endif
+
 template <class T>
 void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int64_t kc, int64_t q0, int64_t q1,
                   int64_t nr, T *dst) {
@@ -288,6 +321,16 @@ void pack_b_block(const T *B, int64_t rs, int64_t cs, int64_t N, int64_t p0, int
       // One thread, W5's four weights: 5.4 -> 2.5 ms (docs/performance.md, "Packing W^T").
       constexpr int64_t kb = 16;
       int64_t p = 0;
+#ifdef __AVX512F__
+      // Whole 16 x 16 blocks in registers (f32, a full panel): W5's four
+      // weights in a warm compile, allocation included, 6.7-7.9 -> 5.1-5.6 ms
+      // on 2 threads (docs/performance.md, "Packing W^T").
+      if constexpr (std::is_same_v<T, float>)
+        if (cols == nr && nr % 16 == 0) {
+          for (; p + kb <= kc; p += kb)
+            for (int64_t j = 0; j < nr; j += 16) transpose16(src + j * cs + p, cs, d + p * nr + j, nr);
+        }
+#endif
       for (; p + kb <= kc; p += kb)
         for (int64_t j = 0; j < cols; ++j) {
           const T *s = src + j * cs + p;
