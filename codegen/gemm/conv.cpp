@@ -357,6 +357,8 @@ void conv2d(const ConvShape &s, const T *x, const int64_t xs[4], const PackedCon
   if (epi) check_epilogue(s, w.config, *epi, sizeof(T) == 8);
   KILN_CHECK(!w.winograd || winograd_eligible(s), "gemm conv2d: Winograd panels for ", s.str(),
              ", which is not a stride-1 undilated ungrouped 3x3 conv");
+  KILN_CHECK(!w.winograd || w.config.nr() <= kWinogradMaxNr, "gemm conv2d: Winograd with panels of ",
+             w.config.nr(), " columns (at most ", kWinogradMaxNr, ")");
   g_conv_calls.fetch_add(1, std::memory_order_relaxed);
   if (epi) g_register_calls.fetch_add(1, std::memory_order_relaxed);
   if (threads <= 0) threads = get_num_threads();

@@ -85,7 +85,7 @@ int runs_of(int64_t j0, int64_t cnt, int64_t tw, Run *out) {
   return n;
 }
 
-constexpr int64_t kMaxNr = 64; // a panel's tiles: the micro-kernels' nr is at most 64 (f32 AVX-512, 4 vectors)
+constexpr int64_t kMaxNr = kWinogradMaxNr;
 
 // V = B^T d B for the panel's tiles, into 16 blocks of C x nr (B-panel layout).
 // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
@@ -162,7 +162,7 @@ bool winograd_eligible(const ConvShape &s) {
 }
 
 bool winograd_shape(const ConvShape &s, int64_t nr) {
-  if (!winograd_eligible(s)) return false;
+  if (!winograd_eligible(s) || nr > kWinogradMaxNr) return false;
   // Below 16 channels either way the transforms cost more than the multiplies they save.
   if (s.C < 16 || s.O < 16) return false;
   // Multiplies per image as the micro-kernels run them, padded panels

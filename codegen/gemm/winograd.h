@@ -39,6 +39,10 @@ namespace kiln::codegen::gemm {
 // overflow where the direct conv does not (2^32 * 2^32 * 36 * C * 16 << 2^127).
 constexpr double kWinogradLimit = 4294967296.0; // 2^32
 
+// A panel's tiles (the micro-kernels' nr, at most 4 vectors of 16 floats)
+// bound the transforms' stack buffers.
+constexpr int64_t kWinogradMaxNr = 64;
+
 // Whether Winograd computes `s` at all: 3x3, stride 1, dilation 1, one group.
 bool winograd_eligible(const ConvShape &s);
 
