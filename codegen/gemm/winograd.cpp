@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "codegen/gemm/ukernel.h"
 #include <spdlog/spdlog.h>
 
+#include "codegen/gemm/ukernel.h"
 #include "runtime/log.h"
 
 namespace kiln::codegen::gemm {
@@ -27,7 +27,8 @@ bool winograd_allowed() {
   return allowed;
 }
 
-// Padded tile columns the items of `s` leave in their panels, tile rows `r` per item.
+// The tiles the micro-kernels compute for `s` per image, with items of `r`
+// tile rows: each item's tiles rounded up to whole panels of nr.
 int64_t padded_tiles(const ConvShape &s, int64_t nr, int64_t r) {
   const int64_t th = winograd_tile_rows(s), tw = winograd_tile_cols(s);
   int64_t padded = 0;
