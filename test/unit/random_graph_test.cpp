@@ -35,6 +35,7 @@
 #include <kiln/kiln.h>
 
 #include "codegen/executable.h"
+#include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -294,6 +295,31 @@ TEST_P(RandomGraphContractions, CompiledAgreesWithEager) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomGraphContractions, ::testing::Range<uint64_t>(0, kContractionCases));
 
+// The generator's Winograd-shaped convs (16 -> 16, 3x3, on 11 x 11) run
+// through Winograd F(2x2, 3x3) when compiled, and agree with eager.
+TEST(RandomGraphContractionsWinograd, ReachWinograd) {
+  if (replaying() || gemm::path() != gemm::Path::Jit) GTEST_SKIP() << "kiln's conv is not the contraction path";
+  int found = 0;
+  for (uint64_t seed = 0; seed < 400 && found < 3; ++seed) {
+    std::unique_ptr<ir::Graph> g = random_graph(seed, contraction_graph_options()).trace();
+    bool shaped = false;
+    for (const ir::Node *n : g->nodes()) {
+      if (n->kind() != ir::Node::Kind::Op || n->op() != OpId::Conv2d) continue;
+      const Dims &w = n->operand(1)->type().shape;
+      shaped = shaped || (w.size() == 4 && w[0] == 16 && w[1] == 16 && w[2] == 3 && w[3] == 3);
+    }
+    if (!shaped) continue;
+    ++found;
+    Checker c;
+    ContractionCoverage cov;
+    const int64_t before = gemm::conv_winograd_items();
+    check_contraction_compile(c, seed, false, cov);
+    EXPECT_EQ(c.failures, 0) << "seed " << seed;
+    EXPECT_GT(gemm::conv_winograd_items(), before) << "seed " << seed << ": no conv ran through Winograd";
+  }
+  EXPECT_EQ(found, 3) << "too few Winograd-shaped convs in seeds 0..399";
+}
+
 // The contraction generator covers each contraction op, the odd sizes and
 // conv's parameters, and its graphs verify.
 TEST(RandomGraphGenerator, ContractionGraphsCoverTheOpsAndSizes) {
@@ -320,6 +346,9 @@ TEST(RandomGraphGenerator, ContractionGraphsCoverTheOpsAndSizes) {
         if (n->attr("stride")->as_ints()[0] == 2) conv_kinds.insert("stride 2");
         if (n->attr("dilation")->as_ints()[0] == 2) conv_kinds.insert("dilation 2");
         if (n->attr("padding")->as_ints()[0] > 0) conv_kinds.insert("padded");
+        if (w[0] >= 16 && w[1] >= 16 && w[2] == 3 && w[3] == 3 && groups == 1 && n->attr("stride")->as_ints()[0] == 1 &&
+            n->attr("dilation")->as_ints()[0] == 1)
+          conv_kinds.insert("winograd-shaped");
       }
     }
   }
@@ -328,7 +357,7 @@ TEST(RandomGraphGenerator, ContractionGraphsCoverTheOpsAndSizes) {
     EXPECT_TRUE(ks.count(size)) << "no contraction over K = " << size;
     EXPECT_TRUE(ns.count(size)) << "no contraction with N = " << size;
   }
-  for (const char *kind : {"depthwise", "grouped", "1x1", "3x3", "stride 2", "dilation 2", "padded"})
+  for (const char *kind : {"depthwise", "grouped", "1x1", "3x3", "stride 2", "dilation 2", "padded", "winograd-shaped"})
     EXPECT_TRUE(conv_kinds.count(kind)) << "no " << kind << " conv";
 }
 

@@ -442,6 +442,7 @@ private:
   // conv2d of an NCHW value: stride 1 or 2, padding 0 to 2, dilation 1 or 2,
   // groups a divisor of C (C itself: depthwise), kernel 1 to 3 per axis, bias or not.
   void conv(const Val &a) {
+    if (c_.chance(15)) return winograd_conv(a);
     Shape s = shape(a);
     const int64_t c = s[1], h = s[2], w = s[3];
     std::vector<int64_t> divisors;
@@ -462,6 +463,17 @@ private:
     Tensor weight = param({cout, c / groups, kh, kw});
     Tensor bias = c_.chance(50) ? param({cout}) : Tensor();
     return push(conv2d(a.t, weight, bias, {sh, sw}, {ph, pw}, {dh, dw}, groups), bound + (bias.defined() ? 1 : 0));
+  }
+
+  // A conv kiln runs through Winograd F(2x2, 3x3) (codegen/gemm/winograd.h:
+  // 16+ channels each way, tiles that fill the panels), within max_numel: a
+  // [1, 16, 11, 11] parameter shifted by a's mean, then 16 -> 16, 3x3, pad 1.
+  void winograd_conv(const Val &a) {
+    Tensor x = param({1, 16, 11, 11}) + a.t.mean();
+    Tensor weight = param({16, 16, 3, 3});
+    Tensor bias = c_.chance(50) ? param({16}) : Tensor();
+    const double bound = (1 + a.bound) * 16 * 9;
+    return push(conv2d(x, weight, bias, {1, 1}, {1, 1}, {1, 1}, 1), bound + (bias.defined() ? 1 : 0));
   }
 
   void view() {
