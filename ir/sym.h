@@ -1,0 +1,94 @@
+// Symbolic sizes (issue 17, "Dynamic shapes"): the sizes that shape rules
+// compute from dims whose values are known only per call.
+//
+// A SymExpr is an integer polynomial over atoms. An atom is a symbol s<k> (a
+// dim bound per call) or a floor division (a // b) that did not simplify. Every
+// operation returns the normal form: terms sorted (highest degree first), like
+// terms merged, zero terms dropped, and the numerator of a division by a
+// constant c reduced to coefficients in [0, c). So == is structural and sound:
+// (s0 + 1) * (s0 + 1) == s0*s0 + 2*s0 + 1, and (128*s0) // 64 == 2*s0.
+//
+// Values are immutable and cheap to copy (division atoms are shared).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::ir {
+
+class SymExpr;
+struct SymDiv; // an atom (num // den); defined in sym.cpp
+
+class SymExpr {
+public:
+  SymExpr() = default; // the constant 0
+  SymExpr(int64_t c);  // a constant (implicit, as sizes are ints)
+  // s<id>; id >= 0.
+  static SymExpr symbol(int id);
+
+  // The value when the expression mentions no symbol.
+  std::optional<int64_t> constant() const;
+  bool is_constant() const { return constant().has_value(); }
+  // The highest symbol id mentioned, -1 when none.
+  int max_symbol() const;
+
+  friend SymExpr operator+(const SymExpr &a, const SymExpr &b);
+  friend SymExpr operator-(const SymExpr &a, const SymExpr &b);
+  friend SymExpr operator*(const SymExpr &a, const SymExpr &b);
+  SymExpr operator-() const;
+
+  // floor(a / b), as Python's // (what torch computes for sizes). A constant
+  // zero divisor is a kiln::Error.
+  static SymExpr floordiv(const SymExpr &a, const SymExpr &b);
+  // a - b * (a // b).
+  static SymExpr mod(const SymExpr &a, const SymExpr &b);
+  // a / b when b divides a for every value of the symbols (what a reshape with
+  // -1 needs); nullopt when that cannot be shown.
+  static std::optional<SymExpr> exact_div(const SymExpr &a, const SymExpr &b);
+
+  // The value with s<k> = values[k]. kiln::Error on a symbol without a value,
+  // a division by zero or an int64 overflow.
+  int64_t evaluate(std::span<const int64_t> values) const;
+
+  // "2*s0*s1 + (s2 + 1 // 4) - 3"; parse() reads it back (and accepts any
+  // spacing, parentheses and the operators + - * // %). A parse error is a
+  // kiln::Error naming the text and the position.
+  std::string str() const;
+  static SymExpr parse(std::string_view text);
+
+  bool operator==(const SymExpr &o) const;
+  bool operator!=(const SymExpr &o) const { return !(*this == o); }
+  // A total order on normal forms (sorting, maps).
+  friend int compare(const SymExpr &a, const SymExpr &b);
+
+  struct Atom {
+    int symbol = -1;                  // >= 0: s<symbol>
+    std::shared_ptr<const SymDiv> div; // else a division
+  };
+  struct Factor {
+    Atom atom;
+    int power = 1;
+  };
+  struct Term {
+    int64_t coeff = 0;
+    std::vector<Factor> factors; // sorted by atom, each atom once; empty: the constant term
+  };
+  const std::vector<Term> &terms() const { return terms_; }
+
+private:
+  static SymExpr from_terms(std::vector<Term> terms); // normalizes
+  std::vector<Term> terms_;
+};
+
+int compare(const SymExpr &a, const SymExpr &b);
+
+struct SymDiv {
+  SymExpr num, den;
+};
+
+} // namespace kiln::ir
