@@ -12,14 +12,20 @@ int64_t TensorType::numel() const {
 }
 
 bool TensorType::operator==(const TensorType &o) const {
-  if (dtype != o.dtype || IntArrayRef(shape) != IntArrayRef(o.shape)) return false;
+  if (dtype != o.dtype || IntArrayRef(shape) != IntArrayRef(o.shape) || sym != o.sym) return false;
   if (strides.has_value() != o.strides.has_value()) return false;
   return !strides || IntArrayRef(*strides) == IntArrayRef(*o.strides);
 }
 
 std::string TensorType::str() const {
   std::string s(short_name(dtype));
-  s += shape_str(shape);
+  if (sym.empty()) {
+    s += shape_str(shape);
+  } else {
+    s += '[';
+    for (size_t i = 0; i < sym.size(); ++i) s += (i ? ", " : "") + sym[i].str();
+    s += ']';
+  }
   if (strides) {
     s += '{';
     for (size_t i = 0; i < strides->size(); ++i) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ir/memory_plan.h"
+#include "ir/sym.h"
 #include "runtime/op_registry.h"
 #include "runtime/tensor.h"
 
@@ -29,13 +30,23 @@ namespace kiln::ir {
 // dtype + shape, and strides once the layout pass has decided them.
 struct TensorType {
   DType dtype = kFloat32;
-  Dims shape;
+  Dims shape; // for a symbolic dim: its size in the traced call (the graph's symbol_hints)
   std::optional<Dims> strides;
+  // Symbolic dims (issue 17): empty when every dim is the constant in `shape`;
+  // else one expression per dim (a constant for a static one), printed in its
+  // place: f32[s0, 768]. Such a type has no strides (yet).
+  std::vector<SymExpr> sym;
+
+  TensorType() = default;
+  TensorType(DType d, Dims s, std::optional<Dims> st = std::nullopt, std::vector<SymExpr> symbolic_dims = {})
+      : dtype(d), shape(std::move(s)), strides(std::move(st)), sym(std::move(symbolic_dims)) {}
+
+  bool symbolic() const { return !sym.empty(); }
 
   static TensorType of(const Tensor &t) { return TensorType{t.dtype(), Dims(t.sizes()), std::nullopt}; }
   int64_t numel() const;
   bool operator==(const TensorType &o) const;
-  std::string str() const; // "f32[4, 8]" or "f32[4, 8]{8, 1}" with strides
+  std::string str() const; // "f32[4, 8]", "f32[4, 8]{8, 1}" with strides, "f32[s0, 2*s1]" symbolic
 };
 
 class Node;
@@ -129,6 +140,12 @@ public:
   const std::string &name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
 
+  // The values of the symbols s0, s1, ... in the traced call, which symbolic
+  // types' `shape` holds: printed `symbols(s0 = 4, ...)` in a top-level graph's
+  // header. Empty when no type is symbolic; fusion bodies use their graph's.
+  const std::vector<int64_t> &symbol_hints() const { return symbol_hints_; }
+  void set_symbol_hints(std::vector<int64_t> hints) { symbol_hints_ = std::move(hints); }
+
   // ---- values owned by the graph
   Value *add_input(TensorType type, std::string name = "");
   Value *add_param(const Tensor &live, std::string name = "");
@@ -202,6 +219,7 @@ private:
   std::vector<WriteBack> write_backs_;
   std::unordered_set<std::string> used_names_;
   std::optional<MemoryPlan> memory_plan_;
+  std::vector<int64_t> symbol_hints_;
   int64_t next_id_ = 0;
 };
 

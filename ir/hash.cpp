@@ -66,6 +66,11 @@ uint64_t hash_type(uint64_t h, const TensorType &t) {
   h = mix(h, uint64_t(t.dtype));
   h = mix(h, t.shape.size());
   for (int64_t s : t.shape) h = mix(h, uint64_t(s));
+  h = mix(h, t.sym.size());
+  for (const SymExpr &e : t.sym) {
+    const std::string s = e.str();
+    h = hash_bytes(h, s.data(), s.size());
+  }
   h = mix(h, t.strides.has_value());
   if (t.strides)
     for (int64_t s : *t.strides) h = mix(h, uint64_t(s));

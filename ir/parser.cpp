@@ -5,7 +5,9 @@
 #include "ir/parser.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +60,24 @@ public:
 
   // Bytes of text not yet lexed (after the token last returned).
   size_t remaining() const { return src_.size() - pos_; }
+
+  // Just after a '[': the text up to its ']' on the same line (parentheses
+  // balanced), or nullopt when there is none. A symbolic type's dims are
+  // read as text: they hold '*' and '+', which are no tokens.
+  std::optional<std::string_view> bracket_body() const {
+    int parens = 0;
+    for (size_t i = pos_; i < src_.size(); ++i) {
+      const char c = src_[i];
+      if (c == '\n' || c == '[' || c == '{' || c == '}' || (c == ']' && parens == 0))
+        return c == ']' ? std::optional<std::string_view>(src_.substr(pos_, i - pos_)) : std::nullopt;
+      parens += c == '(' ? 1 : c == ')' ? -1 : 0;
+    }
+    return std::nullopt;
+  }
+  // Skips what bracket_body returned and its ']'.
+  void skip_bracket_body(size_t n) {
+    for (size_t i = 0; i <= n; ++i) advance();
+  }
 
   Token next() {
     skip_space_and_comments();
@@ -388,6 +408,9 @@ private:
     TensorType t;
     t.dtype = *d;
     Token open = tok_;
+    if (at(Tok::LBracket))
+      if (std::optional<std::string_view> dims = lex_.bracket_body(); dims && symbolic_text(*dims))
+        return parse_symbolic_dims(t, open, *dims);
     auto shape = parse_int_list(Tok::LBracket, Tok::RBracket, "'[' after the dtype");
     check_shape(open, shape);
     t.shape = Dims(shape);
@@ -404,6 +427,73 @@ private:
     }
     return t;
   }
+  // Dims with a symbol, a product or a function in them ('2*s0', 'floordiv(s0, 2)').
+  static bool symbolic_text(std::string_view dims) {
+    return std::any_of(dims.begin(), dims.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '*' || c == '('; });
+  }
+
+  // f32[s0, 2*s1, 768]: each dim a SymExpr; `shape` their values at the
+  // graph's symbols(...), or placeholders until the header has given them.
+  TensorType parse_symbolic_dims(TensorType t, const Token &open, std::string_view dims) {
+    lex_.skip_bracket_body(dims.size());
+    tok_ = lex_.next();
+    int parens = 0;
+    size_t begin = 0;
+    for (size_t i = 0; i <= dims.size(); ++i) {
+      if (i < dims.size() && (dims[i] != ',' || parens != 0)) {
+        parens += dims[i] == '(' ? 1 : dims[i] == ')' ? -1 : 0;
+        continue;
+      }
+      try {
+        t.sym.push_back(SymExpr::parse(dims.substr(begin, i - begin)));
+      } catch (const Error &e) {
+        fail_at(open, std::string("bad symbolic dim: ") + e.what());
+      }
+      if (t.sym.size() > size_t(kMaxDims))
+        fail_at(open, "type has more than " + std::to_string(kMaxDims) + " dims");
+      begin = i + 1;
+    }
+    if (at(Tok::LBrace) && next_is({Tok::Int, Tok::RBrace}))
+      fail("a type with symbolic dims cannot have strides (not supported yet)");
+    t.shape = Dims(std::vector<int64_t>(t.sym.size(), 0));
+    if (hints_ready_) t.shape = sizes_at_hints(open, t);
+    return t;
+  }
+
+  // The symbolic type's sizes at the header's symbols(...).
+  Dims sizes_at_hints(const Token &at_tok, const TensorType &t) const {
+    std::vector<int64_t> shape;
+    for (const SymExpr &e : t.sym) {
+      try {
+        shape.push_back(e.evaluate(hints_));
+      } catch (const Error &err) {
+        fail_at(at_tok, std::string(err.what()) + (hints_.empty() ? " (the graph header has no symbols(...))" : ""));
+      }
+    }
+    check_shape(at_tok, shape);
+    return Dims(shape);
+  }
+
+  // symbols(s0 = 4, s1 = 128): the symbols' values in the traced call, in order.
+  void parse_symbols(Graph &g) {
+    expect(Tok::LParen, "'(' after 'symbols'");
+    std::vector<int64_t> hints;
+    do {
+      Token name = take();
+      const std::string want = "s" + std::to_string(hints.size());
+      if (name.kind != Tok::Ident || name.text != want)
+        fail_at(name, "expected symbol " + want + " (symbols are s0, s1, ... in order), got " + describe(name));
+      expect(Tok::Equal, "'=' and the symbol's value");
+      Token v = take();
+      const int64_t value = parse_int(v);
+      if (value < 0 || value > kMaxDim) fail_at(v, "symbol " + want + " = " + v.text + " is out of range");
+      hints.push_back(value);
+    } while (accept(Tok::Comma));
+    expect(Tok::RParen, "')' or ',' after a symbol");
+    g.set_symbol_hints(hints);
+    hints_ = std::move(hints);
+  }
+
   void check_shape(const Token &at_tok, const std::vector<int64_t> &shape) const {
     if (shape.size() > size_t(kMaxDims))
       fail_at(at_tok, "type has " + std::to_string(shape.size()) + " dims; at most " + std::to_string(kMaxDims));
@@ -443,7 +533,22 @@ private:
     expect_ident("graph");
     g.set_name(expect(Tok::At, "'@name' after 'graph'").text);
     Scope scope;
+    Token header = tok_;
     parse_inputs(g, scope, group);
+    if (at_ident("symbols")) {
+      if (group) fail("symbols(...) belongs in the top-level graph's header; a fusion body uses its graph's");
+      take();
+      parse_symbols(g);
+    }
+    if (!group) {
+      hints_ready_ = true;
+      for (Value *v : g.inputs()) {
+        if (!v->type().symbolic()) continue;
+        TensorType t = v->type();
+        t.shape = sizes_at_hints(header, t);
+        v->set_type(std::move(t));
+      }
+    }
     if (at_ident("params")) {
       take();
       parse_params(g, scope);
@@ -500,7 +605,9 @@ private:
       Token name = expect(Tok::Percent, "a parameter '%name: type'");
       check_fresh(scope, name);
       expect(Tok::Colon, "':' after the parameter name");
+      Token type_tok = tok_;
       TensorType type = parse_type();
+      if (type.symbolic()) fail_at(type_tok, "a parameter's type cannot have symbolic dims (a captured tensor has its sizes)");
       // No live storage in a file: a META tensor of the type, bound later with bind_param.
       Value *v = g.add_param(detail::make_tensor(type.shape, type.dtype, /*meta=*/true));
       v->set_type(type);
@@ -517,6 +624,7 @@ private:
       expect(Tok::Colon, "':' after the constant name");
       Token type_tok = tok_;
       TensorType type = parse_type();
+      if (type.symbolic()) fail_at(type_tok, "a constant's type cannot have symbolic dims");
       expect(Tok::Equal, "'=' and the constant's value");
       bool wrapped = false;
       if (at_ident("wrapped")) {
@@ -806,6 +914,9 @@ private:
   }
 
   Lexer lex_;
+  // The top-level graph's symbols(...) values; ready once its header is read.
+  std::vector<int64_t> hints_;
+  bool hints_ready_ = false;
   Token tok_;
   SourceMap *locations_;
 };

@@ -86,6 +86,12 @@ public:
     os_ << "graph @" << text::name(g.name()) << "(";
     value_list(g.inputs());
     os_ << ")";
+    if (!g.symbol_hints().empty()) {
+      os_ << " symbols(";
+      for (size_t k = 0; k < g.symbol_hints().size(); ++k)
+        os_ << (k ? ", " : "") << "s" << k << " = " << g.symbol_hints()[k];
+      os_ << ")";
+    }
     if (!g.params().empty()) {
       os_ << " params(";
       value_list(g.params());

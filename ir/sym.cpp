@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 
@@ -167,6 +168,8 @@ SymExpr SymExpr::operator-() const {
 SymExpr operator-(const SymExpr &a, const SymExpr &b) { return a + (-b); }
 
 SymExpr operator*(const SymExpr &a, const SymExpr &b) {
+  KILN_CHECK(a.terms_.size() * b.terms_.size() <= size_t(SymExpr::kMaxTerms), "symbolic size: (", a.str(), ") * (",
+             b.str(), ") has more than ", SymExpr::kMaxTerms, " terms");
   std::vector<Term> terms;
   terms.reserve(a.terms_.size() * b.terms_.size());
   for (const Term &x : a.terms_)
@@ -189,7 +192,7 @@ SymExpr SymExpr::floordiv(const SymExpr &a, const SymExpr &b) {
     // q, leaving the numerator's coefficients in [0, c).
     std::vector<Term> q, r;
     for (const Term &t : a.terms_) {
-      const int64_t qc = floor_div(t.coeff, c), rc = t.coeff - qc * c;
+      const int64_t qc = floor_div(t.coeff, c), rc = t.coeff % c < 0 ? t.coeff % c + c : t.coeff % c; // no overflow
       if (qc != 0) q.push_back({qc, t.factors});
       if (rc != 0) r.push_back({rc, t.factors});
     }
@@ -253,20 +256,10 @@ int64_t SymExpr::evaluate(std::span<const int64_t> values) const {
 
 namespace {
 
-// An operand of //: bare when it is one atom, a non-negative constant, or (as
-// a numerator) one positive term; parenthesized otherwise, since // binds as *.
-std::string operand(const SymExpr &e, bool numerator) {
-  const std::string s = e.str();
-  const auto &t = e.terms();
-  if (t.empty()) return s;
-  if (t.size() == 1 && t[0].coeff > 0 && (numerator || t[0].factors.empty() || (t[0].coeff == 1 && t[0].factors.size() == 1 && t[0].factors[0].power == 1)))
-    return s;
-  return "(" + s + ")";
-}
-
+// Function syntax rather than Python's //, which starts a comment in the IR text.
 std::string atom_str(const Atom &a) {
   if (a.symbol >= 0) return "s" + std::to_string(a.symbol);
-  return "(" + operand(a.div->num, true) + " // " + operand(a.div->den, false) + ")";
+  return "floordiv(" + a.div->num.str() + ", " + a.div->den.str() + ")";
 }
 
 } // namespace
@@ -313,20 +306,32 @@ private:
 
   SymExpr term() {
     SymExpr e = factor();
-    for (;;) {
-      if (eat("//")) e = SymExpr::floordiv(e, factor());
-      else if (eat("*")) e = e * factor();
-      else if (eat("%")) e = SymExpr::mod(e, factor());
-      else return e;
-    }
+    while (eat("*")) e = e * factor();
+    return e;
   }
 
   SymExpr factor() {
+    // Text is untrusted (the IR parser hands dims over): bounded recursion.
+    struct Depth {
+      int &d;
+      explicit Depth(int &depth) : d(++depth) {}
+      ~Depth() { --d; }
+    } depth(depth_);
+    if (depth_ > kMaxDepth) fail("nested more than " + std::to_string(kMaxDepth) + " deep");
     if (eat("-")) return -factor();
     if (eat("(")) {
       SymExpr e = expr();
       if (!eat(")")) fail("expected ')'");
       return e;
+    }
+    for (const char *fn : {"floordiv", "mod"}) {
+      if (!eat(fn)) continue;
+      if (!eat("(")) fail(std::string("expected '(' after ") + fn);
+      SymExpr a = expr();
+      if (!eat(",")) fail(std::string("expected ',' between ") + fn + "'s operands");
+      SymExpr b = expr();
+      if (!eat(")")) fail("expected ')'");
+      return fn[0] == 'f' ? SymExpr::floordiv(a, b) : SymExpr::mod(a, b);
     }
     skip();
     const bool sym = i_ < s_.size() && s_[i_] == 's';
@@ -356,8 +361,10 @@ private:
     KILN_FAIL("symbolic size '", s_, "': ", what, " at position ", i_);
   }
 
+  static constexpr int kMaxDepth = 64;
   std::string_view s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 } // namespace

@@ -55,14 +55,19 @@ public:
   // a division by zero or an int64 overflow.
   int64_t evaluate(std::span<const int64_t> values) const;
 
-  // "2*s0*s1 + (s2 + 1 // 4) - 3"; parse() reads it back (and accepts any
-  // spacing, parentheses and the operators + - * // %). A parse error is a
+  // "2*s0*s1 + floordiv(s2 + 1, 4) - 3"; parse() reads it back (and accepts
+  // any spacing, parentheses, + - * and mod(a, b)). A parse error is a
   // kiln::Error naming the text and the position.
+  // (Not Python's //: in the IR text // starts a comment.)
   std::string str() const;
   static SymExpr parse(std::string_view text);
 
   bool operator==(const SymExpr &o) const;
   bool operator!=(const SymExpr &o) const { return !(*this == o); }
+  // A product with more terms than this is a kiln::Error (untrusted text
+  // such as (s0 + s1)*(s2 + s3)*... would otherwise grow without bound).
+  static constexpr int kMaxTerms = 4096;
+
   // A total order on normal forms (sorting, maps).
   friend int compare(const SymExpr &a, const SymExpr &b);
 

@@ -38,7 +38,8 @@ bool same_shape_and_dtype(const TensorType &a, const TensorType &b) {
 
 class Verifier {
 public:
-  explicit Verifier(const Graph &g, std::string path) : g_(g), path_(std::move(path)) {}
+  Verifier(const Graph &g, std::string path, const std::vector<int64_t> &hints)
+      : g_(g), path_(std::move(path)), hints_(hints) {}
 
   void run() {
     check_graph_values();
@@ -56,6 +57,34 @@ private:
   void add_defined(const Value *v) {
     if (!names_.insert(v->name()).second) fail("value name " + ref(v) + " is defined twice");
     defined_.insert(v);
+    if (v->type().symbolic()) check_symbolic(v);
+  }
+
+  // A symbolic type: one expression per dim, each naming only the graph's
+  // symbols and giving `shape` at their traced values; no strides yet.
+  void check_symbolic(const Value *v) const {
+    const TensorType &t = v->type();
+    const std::string what = ref(v) + ": " + t.str();
+    if (t.sym.size() != t.shape.size())
+      fail(what + " has " + std::to_string(t.sym.size()) + " symbolic dims for " + std::to_string(t.shape.size()) +
+           " sizes");
+    if (t.strides) fail(what + " has strides, which a symbolic type cannot have yet");
+    if (v->kind() == Value::Kind::Param || v->kind() == Value::Kind::Const)
+      fail(what + ": a parameter or constant cannot have symbolic dims");
+    for (size_t i = 0; i < t.sym.size(); ++i) {
+      if (t.sym[i].max_symbol() >= int(hints_.size()))
+        fail(what + ": s" + std::to_string(t.sym[i].max_symbol()) + " is not among the graph's " +
+             std::to_string(hints_.size()) + " symbols");
+      int64_t size = 0;
+      try {
+        size = t.sym[i].evaluate(hints_);
+      } catch (const Error &e) {
+        fail(what + ": " + e.what());
+      }
+      if (size != t.shape[int64_t(i)])
+        fail(what + ": dim " + std::to_string(i) + " is " + std::to_string(size) + " at the symbols' values, but " +
+             std::to_string(t.shape[int64_t(i)]) + " in the shape");
+    }
   }
 
   void check_list(const std::vector<Value *> &vs, Value::Kind kind, const char *what) {
@@ -179,7 +208,8 @@ private:
         fail(n, "body input " + ref(body->inputs()[i]) + " has type " + body->inputs()[i]->type().str() +
                     " but operand " + ref(op) + " is " + op->type().str());
     }
-    Verifier inner(*body, path_ + "/" + body->name());
+    if (!body->symbol_hints().empty()) fail(n, "a fusion body has symbols of its own; it uses its graph's");
+    Verifier inner(*body, path_ + "/" + body->name(), hints_);
     inner.is_body_ = true;
     for (size_t i = 0; i < n.operands().size(); ++i)
       if (is_wrapped(n.operands()[i])) inner.wrapped_inputs_.insert(body->inputs()[i]);
@@ -222,13 +252,14 @@ private:
   bool is_body_ = false;
   std::unordered_set<const Value *> defined_;
   std::unordered_set<const Value *> wrapped_inputs_; // body inputs that receive wrapped numbers
+  const std::vector<int64_t> &hints_;
   std::unordered_set<std::string> names_;
 };
 
 } // namespace
 
 void verify(const Graph &g) {
-  Verifier(g, g.name()).run();
+  Verifier(g, g.name(), g.symbol_hints()).run();
   try {
     verify_memory_plan(g);
   } catch (const VerifyError &) {

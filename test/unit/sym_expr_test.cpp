@@ -93,8 +93,8 @@ std::string text(const Ast &n) {
   case Ast::Add: return "(" + text(*n.a) + " + " + text(*n.b) + ")";
   case Ast::Sub: return "(" + text(*n.a) + " - " + text(*n.b) + ")";
   case Ast::Mul: return "(" + text(*n.a) + ")*(" + text(*n.b) + ")";
-  case Ast::FloorDiv: return "(" + text(*n.a) + ") // (" + text(*n.b) + ")";
-  case Ast::Mod: return "(" + text(*n.a) + ") % (" + text(*n.b) + ")";
+  case Ast::FloorDiv: return "floordiv(" + text(*n.a) + ", " + text(*n.b) + ")";
+  case Ast::Mod: return "mod(" + text(*n.a) + ", " + text(*n.b) + ")";
   }
   return "";
 }
@@ -158,6 +158,9 @@ TEST(SymExpr, FloorDivisionSimplifiesWhatItCan) {
   EXPECT_EQ(SymExpr::floordiv(s(0), -1), -s(0));
   EXPECT_EQ(SymExpr::floordiv(-s(0), 2), -s(0) + SymExpr::floordiv(s(0), 2)); // floor(-x / 2) = -x + floor(x / 2)
   EXPECT_EQ(SymExpr::floordiv(-7, 2), SymExpr(-4)); // Python: -7 // 2 == -4
+  // A coefficient at the edge of int64: floor(-2^63 / 3) = -3074457345618258603 (3 * that is -2^63 - 1).
+  const std::vector<int64_t> one = {1};
+  EXPECT_EQ(SymExpr::floordiv(s(0) * std::numeric_limits<int64_t>::min(), 3).evaluate(one), -3074457345618258603);
   EXPECT_EQ(SymExpr::mod(-7, 2), SymExpr(1));       // Python: -7 % 2 == 1
   EXPECT_EQ(SymExpr::mod(4 * s(0) + 3, 4), SymExpr(3));
   EXPECT_EQ(SymExpr::mod(s(0) * s(1), s(1)), SymExpr(0));
@@ -184,10 +187,11 @@ TEST(SymExpr, TextForm) {
   EXPECT_EQ((1 - s(0)).str(), "-s0 + 1");
   EXPECT_EQ((s(1) * s(0) * s(0)).str(), "s0*s0*s1");
   EXPECT_EQ(SymExpr(0).str(), "0");
-  EXPECT_EQ(SymExpr::floordiv(s(0) + 1, 4).str(), "((s0 + 1) // 4)");
-  EXPECT_EQ(SymExpr::floordiv(s(0), 2 * s(1)).str(), "(s0 // (2*s1))");
+  EXPECT_EQ(SymExpr::floordiv(s(0) + 1, 4).str(), "floordiv(s0 + 1, 4)");
+  EXPECT_EQ(SymExpr::floordiv(s(0), 2 * s(1)).str(), "floordiv(s0, 2*s1)");
   EXPECT_EQ(P(" 2 *s0*  s1 - -3"), 2 * s(0) * s(1) + 3);
-  EXPECT_EQ(P("s0 // 2 * 2"), SymExpr::floordiv(s(0), 2) * 2); // // and * bind alike, left to right
+  EXPECT_EQ(P("floordiv(s0, 2) * 2 + mod(s0, 2)"), s(0));
+  EXPECT_EQ(P("2 * (s0 + 1)"), 2 * s(0) + 2);
   EXPECT_EQ(P("-s0 * 3"), -3 * s(0));
   EXPECT_EQ(P("s10"), s(10));
 }
@@ -200,6 +204,15 @@ TEST(SymExpr, BadInputIsAnError) {
   expect_error([] { SymExpr::parse("s0 +"); }, {"'s0 +'", "position 4"});
   expect_error([] { SymExpr::parse("x"); }, {"expected a number, a symbol s<k> or '('", "position 0"});
   expect_error([] { SymExpr::parse("s0 / 2"); }, {"unexpected '/'"});
+  expect_error([] { SymExpr::parse("s0 // 2"); }, {"unexpected '/'"}); // // is a comment in the IR text
+  expect_error([] { SymExpr::parse("floordiv(s0 2)"); }, {"expected ',' between floordiv's operands"});
+  expect_error([] { SymExpr::parse(std::string(100, '(') + "s0" + std::string(100, ')')); }, {"nested more than 64 deep"});
+  expect_error(
+      [] {
+        SymExpr p = 1;
+        for (int k = 0; k < 13; ++k) p = p * (s(k) + 1);
+      },
+      {"more than 4096 terms"});
   expect_error([] { SymExpr::parse("(s0 + 1"); }, {"expected ')'"});
   expect_error([] { SymExpr::parse(""); }, {"expected a number"});
   expect_error([] { SymExpr::parse("99999999999999999999"); }, {"out of range"});
