@@ -3,6 +3,7 @@
 // tensors of the operand types, compared with the recorded result types.
 #include "ir/verifier.h"
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -165,13 +166,55 @@ private:
     return t;
   }
 
+  // The sizes of `v`'s type with the symbols at `values`; nullopt when a dim
+  // comes out negative there.
+  static std::optional<Dims> sizes_at(const Value *v, const std::vector<int64_t> &values) {
+    const TensorType &t = v->type();
+    if (!t.symbolic()) return t.shape;
+    std::vector<int64_t> sizes;
+    for (const SymExpr &e : t.sym) {
+      sizes.push_back(e.evaluate(values));
+      if (sizes.back() < 0) return std::nullopt;
+    }
+    return Dims(sizes);
+  }
+
   void check_inferred_types(const Node &n, Arity a) {
     // Factories have no tensor operand to make the run META: they would allocate.
     if (n.info().kind == OpKind::Factory) return;
+    check_types_at(n, a, hints_);
+    // A symbolic type claims its dims for every value of the symbols: the rule
+    // again with each symbol moved by a different amount (never to 0 or 1,
+    // which broadcasting treats apart). A rule that refuses those sizes holds
+    // only where the symbols are related (s0 == s1 for an add): a guard's
+    // business, not checked here.
+    bool symbolic = false;
+    for (const Value *v : n.operands()) symbolic |= v && v->type().symbolic();
+    for (const Value *v : n.results()) symbolic |= v->type().symbolic();
+    if (!symbolic) return;
+    std::vector<int64_t> moved = hints_;
+    for (size_t k = 0; k < moved.size(); ++k) moved[k] += 3 + 2 * int64_t(k);
+    check_types_at(n, a, moved);
+  }
+
+  // The op's rule run on META tensors with the operands' sizes at `values`,
+  // against the results' types there.
+  void check_types_at(const Node &n, Arity a, const std::vector<int64_t> &values) {
+    const bool traced = &values == &hints_;
     std::vector<Tensor> out;
     try {
       std::vector<Tensor> in;
-      for (const Value *v : n.operands()) in.push_back(meta_of(v));
+      for (const Value *v : n.operands()) {
+        if (traced || !v) {
+          in.push_back(meta_of(v));
+          continue;
+        }
+        std::optional<Dims> sizes = sizes_at(v, values);
+        if (!sizes) return;
+        Tensor t = detail::make_tensor(*sizes, v->type().dtype, /*meta=*/true);
+        t.impl().wrapped_number = is_wrapped(v);
+        in.push_back(t);
+      }
       // Absent trailing optionals (linear without bias) read as undefined tensors.
       if (a.max != kVariadic)
         while (in.size() < a.max) in.emplace_back();
@@ -180,18 +223,22 @@ private:
     } catch (const TraceError &) {
       return; // the rule reads data: nothing to check without values
     } catch (const Error &e) {
+      if (!traced) return; // see check_inferred_types
       fail(n, e.what());
     } catch (const std::exception &e) {
+      if (!traced) return;
       fail(n, std::string("the op's shape rule failed: ") + e.what());
     }
     if (out.size() != n.results().size())
       fail(n, std::to_string(n.results().size()) + " results, but the op gives " + std::to_string(out.size()));
     for (size_t i = 0; i < out.size(); ++i) {
-      TensorType want = TensorType::of(out[i]);
       const TensorType &got = n.results()[i]->type();
-      if (!same_shape_and_dtype(want, got))
-        fail(n, (out.size() > 1 ? "result " + std::to_string(i) + " type " : "result type ") + got.str() +
-                    " does not match the inferred " + want.str());
+      std::optional<Dims> sizes = traced ? std::optional<Dims>(got.shape) : sizes_at(n.results()[i], values);
+      if (out[i].dtype() == got.dtype && sizes && IntArrayRef(*sizes) == out[i].sizes()) continue;
+      std::string where;
+      for (size_t k = 0; !traced && k < values.size(); ++k) where += (k ? ", s" : " at s") + std::to_string(k) + " = " + std::to_string(values[k]);
+      fail(n, (out.size() > 1 ? "result " + std::to_string(i) + " type " : "result type ") + got.str() +
+                  " does not match the inferred " + TensorType::of(out[i]).str() + where);
     }
   }
 

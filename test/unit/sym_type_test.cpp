@@ -107,5 +107,26 @@ TEST(SymbolicTypes, VerifierChecksEveryTypeAgainstTheSymbols) {
   expect_error([&] { verify(*g); }, {"strides"});
 }
 
+TEST(SymbolicTypes, VerifierRunsTheShapeRuleAtOtherValuesOfTheSymbols) {
+  // At s0 = s1 = 4 the rule gives [4, 768] either way; only [s0, 768] holds for every s0.
+  const std::string ok = "graph @g(%x: f32[s0, 768], %y: f32[s1]) symbols(s0 = 4, s1 = 4) params(%w: f32[768]) {\n"
+                         "  %0 = mul(%x, %w) : f32[s0, 768]\n  return %0\n}\n";
+  verify(*parse(ok));
+  std::string bad = ok;
+  bad.replace(bad.find(": f32[s0, 768]\n"), 14, ": f32[s1, 768]");
+  expect_error([&] { verify(*parse(bad)); },
+               {"%0 = mul(%x, %w)", "result type f32[s1, 768] does not match the inferred f32[7, 768] at s0 = 7, s1 = 9"});
+  // sum over dim 1 of [s0, 2*s1] is [s0]; typed [2*s1] it matches only at the traced values.
+  const std::string sum = "graph @g(%x: f32[s0, 2*s1]) symbols(s0 = 6, s1 = 3) {\n"
+                          "  %0 = sum(%x) {dims = [1], keepdim = false, dtype = none} : f32[TYPE]\n  return %0\n}\n";
+  auto with = [&](const std::string &type) { return std::string(sum).replace(sum.find("TYPE"), 4, type); };
+  verify(*parse(with("s0")));
+  expect_error([&] { verify(*parse(with("2*s1"))); }, {"does not match the inferred f32[9] at s0 = 9, s1 = 8"});
+  // add(x, y) with x: [s0] and y: [s1] holds where s0 == s1 only: the rule refuses other sizes, and that
+  // relation is a guard's business, not a type error.
+  verify(*parse("graph @g(%x: f32[s0], %y: f32[s1]) symbols(s0 = 4, s1 = 4) {\n"
+                "  %0 = add(%x, %y) {alpha = 1} : f32[s0]\n  return %0\n}\n"));
+}
+
 } // namespace
 } // namespace kiln::ir
