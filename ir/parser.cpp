@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <istream>
+#include <optional>
 #include <unordered_map>
 
 #include "ir/op_signature.h"
@@ -429,7 +429,9 @@ private:
   }
   // Dims with a symbol, a product or a function in them ('2*s0', 'floordiv(s0, 2)').
   static bool symbolic_text(std::string_view dims) {
-    return std::any_of(dims.begin(), dims.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '*' || c == '('; });
+    return std::any_of(dims.begin(), dims.end(), [](char c) {
+      return std::isalpha(static_cast<unsigned char>(c)) || c == '*' || c == '(';
+    });
   }
 
   // f32[s0, 2*s1, 768]: each dim a SymExpr; `shape` their values at the

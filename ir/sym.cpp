@@ -148,8 +148,10 @@ std::optional<int64_t> SymExpr::constant() const {
 int SymExpr::max_symbol() const {
   int m = -1;
   for (const Term &t : terms_)
-    for (const Factor &f : t.factors)
-      m = std::max({m, f.atom.symbol, f.atom.div ? std::max(f.atom.div->num.max_symbol(), f.atom.div->den.max_symbol()) : -1});
+    for (const Factor &f : t.factors) {
+      m = std::max(m, f.atom.symbol);
+      if (f.atom.div) m = std::max({m, f.atom.div->num.max_symbol(), f.atom.div->den.max_symbol()});
+    }
   return m;
 }
 

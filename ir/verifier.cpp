@@ -236,7 +236,12 @@ private:
       std::optional<Dims> sizes = traced ? std::optional<Dims>(got.shape) : sizes_at(n.results()[i], values);
       if (out[i].dtype() == got.dtype && sizes && IntArrayRef(*sizes) == out[i].sizes()) continue;
       std::string where;
-      for (size_t k = 0; !traced && k < values.size(); ++k) where += (k ? ", s" : " at s") + std::to_string(k) + " = " + std::to_string(values[k]);
+      for (size_t k = 0; !traced && k < values.size(); ++k) {
+        where += k ? ", s" : " at s"; // appended: a temporary string + here trips GCC 12's -Wrestrict
+        where += std::to_string(k);
+        where += " = ";
+        where += std::to_string(values[k]);
+      }
       fail(n, (out.size() > 1 ? "result " + std::to_string(i) + " type " : "result type ") + got.str() +
                   " does not match the inferred " + TensorType::of(out[i]).str() + where);
     }
