@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "runtime/error.h"
+#include "runtime/int_math.h"
 
 namespace kiln::ir {
 
@@ -38,9 +39,7 @@ int64_t checked_neg(int64_t a) {
 int64_t floor_div(int64_t a, int64_t b) {
   KILN_CHECK(b != 0, "symbolic size: ", a, " // 0, a division by zero");
   KILN_CHECK(!(a == std::numeric_limits<int64_t>::min() && b == -1), "symbolic size: ", a, " // -1 overflows int64");
-  int64_t q = a / b;
-  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
-  return q;
+  return div_floor(a, b);
 }
 
 int compare_atom(const Atom &a, const Atom &b) {

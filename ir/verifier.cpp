@@ -157,11 +157,10 @@ private:
     return wrapped_inputs_.count(v) > 0;
   }
 
-  // A META tensor standing for `v` (keeping the wrapped-number flag, which
-  // changes type promotion).
-  Tensor meta_of(const Value *v) const {
-    if (!v) return Tensor();
-    Tensor t = detail::make_tensor(v->type().shape, v->type().dtype, /*meta=*/true);
+  // A META tensor standing for `v` with `sizes` (keeping the wrapped-number
+  // flag, which changes type promotion).
+  Tensor meta_of(const Value *v, IntArrayRef sizes) const {
+    Tensor t = detail::make_tensor(sizes, v->type().dtype, /*meta=*/true);
     t.impl().wrapped_number = is_wrapped(v);
     return t;
   }
@@ -205,15 +204,13 @@ private:
     try {
       std::vector<Tensor> in;
       for (const Value *v : n.operands()) {
-        if (traced || !v) {
-          in.push_back(meta_of(v));
+        if (!v) {
+          in.emplace_back();
           continue;
         }
-        std::optional<Dims> sizes = sizes_at(v, values);
+        std::optional<Dims> sizes = traced ? std::optional<Dims>(v->type().shape) : sizes_at(v, values);
         if (!sizes) return;
-        Tensor t = detail::make_tensor(*sizes, v->type().dtype, /*meta=*/true);
-        t.impl().wrapped_number = is_wrapped(v);
-        in.push_back(t);
+        in.push_back(meta_of(v, *sizes));
       }
       // Absent trailing optionals (linear without bias) read as undefined tensors.
       if (a.max != kVariadic)

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/int_math.h"
 #include "runtime/kernels/composite_internal.h"
 #include "runtime/kernels/strided.h"
 #include "runtime/op_adapters.h"
@@ -69,7 +70,6 @@ Dims pool_shape(const Planes &p, int64_t oh, int64_t ow) {
   return {p.c, oh, ow};
 }
 
-int64_t div_floor(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 // torch's pooling_output_shape: in ceil mode the last window must start inside
 // the input or the left padding.

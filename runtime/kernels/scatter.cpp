@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/int_math.h"
 #include "runtime/kernels/elementwise.h"
 #include "runtime/kernels/strided.h"
 #include "runtime/op_adapters.h"
@@ -118,12 +119,6 @@ template <class T> T combine(Reduce r, T acc, T v) {
   return v;
 }
 
-// a / c rounded down, c > 0.
-template <class T> T floor_div(T a, T c) {
-  const T q = a / c;
-  return (a % c != 0 && a < 0) ? T(q - 1) : q;
-}
-
 // out (a copy of self) gets src scattered along d through index with `r`.
 template <class T, class I>
 void scatter_lines(const Tensor &out, int64_t d, const Tensor &index, const Tensor &src, Reduce r, bool include_self) {
@@ -157,7 +152,7 @@ void scatter_lines(const Tensor &out, int64_t d, const Tensor &index, const Tens
       if (count[size_t(j)] == 0) continue;
       const int64_t c = count[size_t(j)] + (include_self ? 1 : 0);
       if constexpr (std::is_floating_point_v<T>) line[j * os] = line[j * os] / T(c);
-      else if constexpr (!std::is_same_v<T, bool>) line[j * os] = floor_div(line[j * os], T(c)); // torch rounds down
+      else if constexpr (!std::is_same_v<T, bool>) line[j * os] = div_floor(line[j * os], T(c)); // torch rounds down
     }
   });
 }
