@@ -2,33 +2,49 @@
 
 #include <unordered_map>
 
+#include "ir/sym_infer.h"
 #include "runtime/ops.h"
 
 namespace kiln::ir {
 
 namespace {
 
-void check_inputs(const Graph &g, const std::vector<Tensor> &inputs) {
+// The symbols' values bound from the inputs (a top-level graph), or the
+// caller's (a fusion body, which uses its graph's symbols); the inputs checked
+// against the graph's input types at those values.
+std::vector<int64_t> check_inputs(const Graph &g, const std::vector<Tensor> &inputs, const std::vector<int64_t> *outer) {
   const auto &decl = g.inputs();
   KILN_CHECK(inputs.size() == decl.size(), "interpret: graph @", g.name(), " takes ", decl.size(),
              " inputs, got ", inputs.size());
+  std::vector<IntArrayRef> sizes;
   for (size_t i = 0; i < decl.size(); ++i) {
     const Tensor &t = inputs[i];
     const TensorType &want = decl[i]->type();
     KILN_CHECK(t.defined(), "interpret: input ", i, " (%", decl[i]->name(), ") of @", g.name(),
                " is an undefined tensor");
-    KILN_CHECK(t.dtype() == want.dtype && t.sizes() == IntArrayRef(want.shape), "interpret: input ", i, " (%",
-               decl[i]->name(), ") of @", g.name(), " must be ", want.str(), ", got ",
+    KILN_CHECK(t.dtype() == want.dtype && (want.symbolic() || t.sizes() == IntArrayRef(want.shape)), "interpret: input ",
+               i, " (%", decl[i]->name(), ") of @", g.name(), " must be ", want.str(), ", got ",
                TensorType::of(t).str());
+    sizes.push_back(t.sizes());
   }
+  std::vector<int64_t> values = outer ? *outer : bind_symbols(g, sizes);
+  for (size_t i = 0; i < decl.size(); ++i) {
+    const TensorType &want = decl[i]->type();
+    if (!want.symbolic()) continue;
+    for (size_t d = 0; d < want.sym.size(); ++d)
+      KILN_CHECK(want.sym[d].evaluate(values) == sizes[i][int64_t(d)], "interpret: input ", i, " (%",
+                 decl[i]->name(), ") of @", g.name(), " must be ", want.str(), ", got ",
+                 TensorType::of(inputs[i]).str());
+  }
+  return values;
 }
 
 class Interpreter {
 public:
   explicit Interpreter(const Graph &g) : g_(g) {}
 
-  std::vector<Tensor> run(const std::vector<Tensor> &inputs) {
-    check_inputs(g_, inputs);
+  std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::vector<int64_t> *outer) {
+    values_ = check_inputs(g_, inputs, outer);
     for (size_t i = 0; i < inputs.size(); ++i) env_[g_.inputs()[i]] = inputs[i];
     for (const Value *p : g_.params()) env_[p] = p->tensor();
     for (const Value *c : g_.consts()) env_[c] = c->tensor();
@@ -57,11 +73,21 @@ private:
   void run_node(const Node &n) {
     std::vector<Tensor> args;
     for (const Value *v : n.operands()) args.push_back(v ? get(v) : Tensor());
-    std::vector<Tensor> results =
-        n.kind() == Node::Kind::FusionGroup ? interpret(*n.body(), args) : run_op(n.op(), args, n.attrs());
+    std::vector<Tensor> results = n.kind() == Node::Kind::FusionGroup ? Interpreter(*n.body()).run(args, &values_)
+                                                                      : run_op(n.op(), args, attrs_of(n));
     KILN_CHECK(results.size() == n.results().size(), "interpret: @", g_.name(), ": ", n.mnemonic(), " returned ",
                results.size(), " results, the graph expects ", n.results().size());
     for (size_t i = 0; i < results.size(); ++i) env_[n.result(i)] = results[i];
+  }
+
+  // A view, reshape or expand in a symbolic graph: its sizes are its result
+  // type's, at this call's symbols (ir/sym_infer.h).
+  Attrs attrs_of(const Node &n) const {
+    const TensorType &t = n.result()->type();
+    if (!sizes_in_attrs(n.op()) || !t.symbolic()) return n.attrs();
+    std::vector<int64_t> sizes;
+    for (const SymExpr &e : t.sym) sizes.push_back(e.evaluate(values_));
+    return attrs_with_sizes(n.op(), n.attrs(), sizes);
   }
 
   // All values are read before any target is written: a write-back value may
@@ -78,12 +104,13 @@ private:
 
   const Graph &g_;
   std::unordered_map<const Value *, Tensor> env_;
+  std::vector<int64_t> values_; // the symbols' values in this call
 };
 
 } // namespace
 
 std::vector<Tensor> interpret(const Graph &g, const std::vector<Tensor> &inputs) {
-  return Interpreter(g).run(inputs);
+  return Interpreter(g).run(inputs, nullptr);
 }
 
 } // namespace kiln::ir

@@ -11,7 +11,8 @@
 namespace kiln::ir {
 
 // Runs g on `inputs` (one per graph input, with the input's shape and dtype;
-// kiln::Error naming the input otherwise). Parameters read their live tensors,
+// kiln::Error naming the input otherwise). A graph with symbols runs at any
+// sizes its input types allow (ir::bind_symbols reads the symbols' values). Parameters read their live tensors,
 // constants their values, fusion groups run their body. After the nodes, the
 // write-backs are copied into the input and parameter tensors (functionalized
 // in-place ops), so callers see the same mutations as eager.

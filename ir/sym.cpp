@@ -154,6 +154,26 @@ int SymExpr::max_symbol() const {
   return m;
 }
 
+namespace {
+void collect_symbols(const SymExpr &e, std::vector<int> &out) {
+  for (const SymExpr::Term &t : e.terms())
+    for (const SymExpr::Factor &f : t.factors) {
+      if (f.atom.symbol >= 0) out.push_back(f.atom.symbol);
+      if (!f.atom.div) continue;
+      collect_symbols(f.atom.div->num, out);
+      collect_symbols(f.atom.div->den, out);
+    }
+}
+} // namespace
+
+std::vector<int> SymExpr::symbols() const {
+  std::vector<int> ids;
+  collect_symbols(*this, ids);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 SymExpr operator+(const SymExpr &a, const SymExpr &b) {
   std::vector<Term> terms = a.terms_;
   terms.insert(terms.end(), b.terms_.begin(), b.terms_.end());

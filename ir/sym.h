@@ -36,6 +36,8 @@ public:
   bool is_constant() const { return constant().has_value(); }
   // The highest symbol id mentioned, -1 when none.
   int max_symbol() const;
+  // The ids of the symbols mentioned, ascending, each once.
+  std::vector<int> symbols() const;
 
   friend SymExpr operator+(const SymExpr &a, const SymExpr &b);
   friend SymExpr operator-(const SymExpr &a, const SymExpr &b);

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ir/op_signature.h"
+#include "ir/sym_infer.h"
 #include "ir/text.h"
 #include "runtime/trace_hook.h"
 
@@ -178,6 +179,17 @@ private:
     return Dims(sizes);
   }
 
+  // The node's attributes with the symbols at `values`: a view, reshape or
+  // expand keeps the traced sizes in its attributes and its true ones in its
+  // result type (ir/sym_infer.h).
+  static Attrs attrs_at(const Node &n, const std::vector<int64_t> &values, bool traced) {
+    const TensorType &t = n.result()->type();
+    if (traced || !sizes_in_attrs(n.op()) || !t.symbolic()) return n.attrs();
+    std::vector<int64_t> sizes;
+    for (const SymExpr &e : t.sym) sizes.push_back(e.evaluate(values));
+    return attrs_with_sizes(n.op(), n.attrs(), sizes);
+  }
+
   void check_inferred_types(const Node &n, Arity a) {
     // Factories have no tensor operand to make the run META: they would allocate.
     if (n.info().kind == OpKind::Factory) return;
@@ -216,11 +228,14 @@ private:
       if (a.max != kVariadic)
         while (in.size() < a.max) in.emplace_back();
       detail::TracingOff off;
-      out = run_op(n.op(), in, n.attrs());
+      out = run_op(n.op(), in, attrs_at(n, values, traced));
     } catch (const TraceError &) {
       return; // the rule reads data: nothing to check without values
     } catch (const Error &e) {
-      if (!traced) return; // see check_inferred_types
+      // See check_inferred_types. A view, reshape or expand reads its sizes from
+      // its own result type: if they do not hold away from the traced call,
+      // the type is wrong.
+      if (!traced && !(sizes_in_attrs(n.op()) && n.result()->type().symbolic())) return;
       fail(n, e.what());
     } catch (const std::exception &e) {
       if (!traced) return;

@@ -104,7 +104,7 @@ Value *reshape_chain(ir::Graph &g, Node &n) {
   if (!inner) return nullptr;
   Value *src = inner->operand(0);
   if (src->type() == n.result()->type()) return src;
-  return Builder(g, &n).op<OpId::Reshape>({src}, {.shape = n.result()->type().shape.vec()});
+  return Builder(g, &n).reshape(src, n.result()->type());
 }
 
 // expand to the input's own shape -> x
@@ -209,6 +209,7 @@ void erase_if_dead(ir::Graph &g, Node *n, std::unordered_set<Node *> &erased) {
 class Canonicalize : public Pass {
 public:
   std::string_view name() const override { return "canonicalize"; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     bool changed = false;

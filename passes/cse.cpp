@@ -29,6 +29,7 @@ bool same(const ir::Node &a, const ir::Node &b) {
 class Cse : public Pass {
 public:
   std::string_view name() const override { return "cse"; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     bool changed = false;

@@ -9,6 +9,7 @@ namespace {
 class Dce : public Pass {
 public:
   std::string_view name() const override { return "dce"; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     bool changed = false;

@@ -19,6 +19,13 @@ using ir::Value;
 using Values = std::vector<Value *>;
 
 int64_t rank(const Value *v) { return int64_t(v->type().shape.size()); }
+// Whether dim d of v's type is a symbol (its size known only per call). A rule
+// that reads a size to pick a form or compute a constant leaves the op whole
+// there rather than decide for the traced size alone.
+bool symbolic_dim(const Value *v, int64_t d) {
+  const ir::TensorType &t = v->type();
+  return t.symbolic() && !t.sym.at(size_t(d)).is_constant();
+}
 int64_t wrap(int64_t d, int64_t r) { return d < 0 ? d + r : d; }
 
 // ---- the primitives the rules are written in (attributes as the adapters read them)
@@ -98,6 +105,7 @@ Values batch_norm(Emit e, const Node &n) {
   auto opnd = [&](size_t i) { return i < n.operands().size() ? n.operand(i) : nullptr; };
   bool training = attrs::BatchNorm{n}.training();
   double eps = attrs::BatchNorm{n}.eps();
+  if (symbolic_dim(x, 1)) return {}; // the per-channel reshapes would need the count per call
   std::vector<int64_t> chan(size_t(rank(x)), 1);
   chan.at(1) = x->type().shape[1];
   auto per_channel = [&](Value *v) { return e.reshape(v, chan); };
@@ -140,6 +148,8 @@ Value *tiny_linear(Emit e, Value *x, Value *w) {
   const Dims &xs = x->type().shape, &ws = w->type().shape;
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < xs.size(); ++i) rows *= xs[i];
+  for (int64_t d = 0; d < rank(x); ++d)
+    if (symbolic_dim(x, d)) return nullptr; // a size-dependent choice: BLAS serves every size
   int64_t n = ws[0], k = ws[1];
   if (xs[xs.size() - 1] != k || k == 0 || rows * n * k > kTinyContraction) return nullptr;
   if (!is_floating(x->type().dtype) || x->type().dtype != w->type().dtype) return nullptr;
@@ -182,14 +192,23 @@ template <class A> Value *variance(Emit e, const Node &n, A a) {
   bool keepdim = a.keepdim();
   double correction = a.correction().value_or(1.0);
   double count = 1;
-  for (int64_t d : dims) count *= double(x->type().shape[size_t(d)]);
+  for (int64_t d : dims) {
+    if (symbolic_dim(x, d)) return nullptr; // the count is per call: the composite stays
+    count *= double(x->type().shape[size_t(d)]);
+  }
   Value *c = e.sub(x, e.mean(x, dims));
   Value *ss = e.b.op<OpId::Sum>({e.mul(c, c)}, {.dims = dims, .keepdim = keepdim, .dtype = std::nullopt});
   return e.mul(ss, 1.0 / std::max(0.0, count - correction));
 }
 
-Values var(Emit e, const Node &n) { return {variance(e, n, attrs::Var{n})}; }
-Values std_(Emit e, const Node &n) { return {e.unary(OpId::Sqrt, variance(e, n, attrs::Std{n}))}; }
+Values var(Emit e, const Node &n) {
+  Value *v = variance(e, n, attrs::Var{n});
+  return v ? Values{v} : Values{};
+}
+Values std_(Emit e, const Node &n) {
+  Value *v = variance(e, n, attrs::Std{n});
+  return v ? Values{e.unary(OpId::Sqrt, v)} : Values{};
+}
 
 // torch's _safe_softmax, as SDPA uses it: a row whose every score is -inf (all
 // keys masked out) gives zeros where plain softmax gives 0/0 = NaN. The row max
@@ -211,6 +230,10 @@ Values sdpa(Emit e, const Node &n) {
   if (rank(q) < 2 || rank(k) < 2) return {};
   Value *mask = n.operands().size() > 3 ? n.operand(3) : nullptr;
   const Dims &qs = q->type().shape, &ks = k->type().shape;
+  // The default scale reads E, and the causal mask is a constant [L, S].
+  if ((!a.scale() && symbolic_dim(q, rank(q) - 1)) ||
+      (a.is_causal() && (symbolic_dim(q, rank(q) - 2) || symbolic_dim(k, rank(k) - 2))))
+    return {};
   int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2], E = qs[qs.size() - 1];
   double scale = a.scale().value_or(1.0 / std::sqrt(double(E)));
   Value *scores = e.mul(e.matmul(q, e.transpose(k, rank(k) - 2, rank(k) - 1)), scale);
@@ -289,7 +312,9 @@ bool decompose_node(ir::Graph &g, Node &n) {
              " results for ", n.results().size());
   for (size_t i = 0; i < rep.size(); ++i) {
     Value *v = match_dtype(b, rep[i], n.result(i)->type());
-    KILN_CHECK(IntArrayRef(v->type().shape) == IntArrayRef(n.result(i)->type().shape), "decompose: ",
+    KILN_CHECK(IntArrayRef(v->type().shape) == IntArrayRef(n.result(i)->type().shape) &&
+                   v->type().sym == n.result(i)->type().sym,
+               "decompose: ",
                n.mnemonic(), ": decomposition has type ", v->type().str(), ", the op has ",
                n.result(i)->type().str());
     keep_layout(n, *n.result(i), *v);
@@ -302,6 +327,7 @@ bool decompose_node(ir::Graph &g, Node &n) {
 class Decompose : public Pass {
 public:
   std::string_view name() const override { return "decompose"; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     bool changed = false;

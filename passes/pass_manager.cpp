@@ -232,11 +232,24 @@ PipelineOptions PipelineOptions::from_env() {
   return o;
 }
 
+namespace {
+std::vector<std::string> symbolic_pass_names() {
+  std::vector<std::string> names;
+  for (const std::string &n : pass_names())
+    if (create_pass(n)->handles_symbolic()) names.push_back(n);
+  return names;
+}
+} // namespace
+
 std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, const PipelineOptions &opts) {
   std::vector<std::unique_ptr<Pass>> passes;
   for (const std::string &name : split_list(pipeline)) {
     auto pass = create_pass(name);
     KILN_CHECK(pass, "unknown pass '", name, "' in pipeline \"", pipeline, "\"; known passes: ", join(pass_names()));
+    // Checked before any pass runs, so that a refused pipeline leaves the graph as it was.
+    KILN_CHECK(g.symbol_hints().empty() || pass->handles_symbolic(), "pass '", name,
+               "' does not handle symbolic dims yet (@", g.name(), " has ", g.symbol_hints().size(),
+               " symbols); the passes that do: ", join(symbolic_pass_names()));
     passes.push_back(std::move(pass));
   }
   Dumper dumper(opts);

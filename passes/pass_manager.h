@@ -21,6 +21,10 @@ public:
   virtual std::string_view name() const = 0;
   // Returns whether the graph changed.
   virtual bool run(ir::Graph &g) = 0;
+  // Whether the pass keeps symbolic dims (issue 17): every size it reads to
+  // decide or compute is either read as an expression or left alone when
+  // symbolic. run_pipeline refuses a graph with symbols for the others.
+  virtual bool handles_symbolic() const { return false; }
 };
 
 using PassFactory = std::function<std::unique_ptr<Pass>()>;

@@ -1,7 +1,9 @@
 #include "passes/rewrite.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "ir/sym_infer.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln::passes {
@@ -36,7 +38,9 @@ ir::TensorType layout_type(const Tensor &t) {
   return type;
 }
 
-std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs) {
+namespace {
+
+std::vector<ir::TensorType> infer_static(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs) {
   std::vector<Tensor> metas;
   for (const ir::Value *v : operands) metas.push_back(v ? meta_of(v) : Tensor());
   detail::TracingOff off; // a pass may run while some caller traces
@@ -46,6 +50,80 @@ std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> 
   const bool view = op_info(op).kind == OpKind::View;
   for (const Tensor &r : run_op(op, metas, attrs)) types.push_back(view ? ir::TensorType::of(r) : layout_type(r));
   return types;
+}
+
+std::vector<int64_t> sizes_at(const std::vector<ir::SymExpr> &dims, std::span<const int64_t> values) {
+  std::vector<int64_t> sizes;
+  for (const ir::SymExpr &e : dims) sizes.push_back(e.evaluate(values));
+  return sizes;
+}
+
+std::vector<ir::TensorType> infer_symbolic(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs,
+                                           std::span<const int64_t> hints, const std::vector<ir::SymExpr> *target) {
+  const std::string_view name = op_info(op).mnemonic;
+  if (ir::sizes_in_attrs(op))
+    KILN_CHECK(target && !target->empty(), name,
+               ": a symbolic operand needs the result's symbolic sizes (passes::Builder::reshape)");
+  std::vector<int> symbols;
+  auto add_symbols = [&](const std::vector<ir::SymExpr> &dims) {
+    for (const ir::SymExpr &e : dims)
+      for (int k : e.symbols()) symbols.push_back(k);
+  };
+  for (const ir::Value *v : operands)
+    if (v) add_symbols(v->type().sym);
+  if (target) add_symbols(*target);
+  std::sort(symbols.begin(), symbols.end());
+  symbols.erase(std::unique(symbols.begin(), symbols.end()), symbols.end());
+  for (int k : symbols)
+    KILN_CHECK(size_t(k) < hints.size(), name, ": symbol s", k, " has no traced value");
+
+  // The rule at the traced sizes gives the dtypes and layouts.
+  std::vector<ir::TensorType> types =
+      infer_static(op, operands, target ? ir::attrs_with_sizes(op, attrs, sizes_at(*target, hints)) : attrs);
+  for (const ir::TensorType &t : types)
+    KILN_CHECK(!t.strides, name, ": eager gives its result ", t.str(),
+               " a strided layout, which a symbolic type cannot hold yet");
+  auto rule = [&](std::span<const int64_t> values) {
+    std::vector<Tensor> metas;
+    for (const ir::Value *v : operands) {
+      if (!v) {
+        metas.emplace_back();
+        continue;
+      }
+      const ir::TensorType &t = v->type();
+      Tensor m = detail::make_tensor(t.symbolic() ? Dims(sizes_at(t.sym, values)) : t.shape, t.dtype, true);
+      if (v->kind() == ir::Value::Kind::Const && v->tensor().defined())
+        m.impl().wrapped_number = v->tensor().impl().wrapped_number;
+      metas.push_back(m);
+    }
+    detail::TracingOff off;
+    std::vector<Dims> sizes;
+    for (const Tensor &r : run_op(op, metas, target ? ir::attrs_with_sizes(op, attrs, sizes_at(*target, values)) : attrs))
+      sizes.push_back(Dims(r.sizes()));
+    return sizes;
+  };
+  std::vector<std::vector<ir::SymExpr>> dims;
+  try {
+    dims = ir::fit_symbolic_dims(rule, hints, symbols);
+  } catch (const Error &e) {
+    throw Error(std::string(name) + ": " + e.what());
+  }
+  for (size_t r = 0; r < types.size(); ++r) {
+    bool symbolic = false;
+    for (const ir::SymExpr &e : dims[r]) symbolic |= !e.is_constant();
+    if (symbolic) types[r].sym = dims[r];
+  }
+  return types;
+}
+
+} // namespace
+
+std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs,
+                                        std::span<const int64_t> hints, const std::vector<ir::SymExpr> *target) {
+  bool symbolic = target && !target->empty();
+  for (const ir::Value *v : operands) symbolic |= v && v->type().symbolic();
+  if (!symbolic) return infer_static(op, operands, attrs);
+  return infer_symbolic(op, operands, attrs, hints, target);
 }
 
 Tensor contiguous_copy(const Tensor &t) {
@@ -75,13 +153,43 @@ std::optional<double> const_scalar(const ir::Value *v) {
   return dispatch_dtype(t.dtype(), [&]<class T>() { return double(*static_cast<const T *>(t.raw_data())); });
 }
 
+namespace {
+
+// The traced values of the symbols: the graph's, or in a fusion body (which
+// has none of its own) read off the operands' dims that are a bare symbol.
+std::vector<int64_t> symbol_values(const ir::Graph &g, const std::vector<ir::Value *> &operands) {
+  if (!g.symbol_hints().empty()) return g.symbol_hints();
+  std::vector<int64_t> values;
+  for (const ir::Value *v : operands) {
+    if (!v) continue;
+    const ir::TensorType &t = v->type();
+    for (size_t d = 0; d < t.sym.size(); ++d) {
+      std::vector<int> ids = t.sym[d].symbols();
+      if (ids.size() != 1 || t.sym[d] != ir::SymExpr::symbol(ids[0])) continue;
+      if (values.size() <= size_t(ids[0])) values.resize(size_t(ids[0]) + 1, -1);
+      values[size_t(ids[0])] = t.shape[int64_t(d)];
+    }
+  }
+  return values;
+}
+
+} // namespace
+
 std::vector<ir::Value *> Builder::op_n(OpId id, std::vector<ir::Value *> operands, Attrs attrs) {
-  std::vector<ir::TensorType> types = infer_types(id, operands, attrs);
+  std::vector<ir::TensorType> types = infer_types(id, operands, attrs, symbol_values(g_, operands));
   return g_.create(id, std::move(operands), std::move(attrs), types, anchor_)->results();
 }
 
 ir::Value *Builder::op(OpId id, std::vector<ir::Value *> operands, Attrs attrs) {
   return op_n(id, std::move(operands), std::move(attrs)).at(0);
+}
+
+ir::Value *Builder::reshape(ir::Value *x, const ir::TensorType &to) {
+  std::vector<ir::Value *> operands{x};
+  Attrs attrs = attrs::ReshapeArgs{.shape = to.shape.vec()}.to_attrs();
+  std::vector<ir::TensorType> types =
+      infer_types(OpId::Reshape, operands, attrs, symbol_values(g_, operands), to.symbolic() ? &to.sym : nullptr);
+  return g_.create(OpId::Reshape, std::move(operands), std::move(attrs), types, anchor_)->result();
 }
 
 ir::Value *Builder::scalar(double v) { return g_.add_const(detail::wrap_scalar(Scalar(v)), "cst"); }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "ir/graph.h"
@@ -20,7 +21,13 @@ Tensor meta_of(const ir::Value *v);
 // contiguous, its strides (the layout executors give it: eager's).
 ir::TensorType layout_type(const Tensor &t);
 // Result types of `op` applied to `operands` (null = absent) with `attrs`.
-std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs);
+// With a symbolic operand, the result dims are fitted over the symbols
+// (ir/sym_infer.h), whose traced values are `hints`; an op whose attributes
+// hold its result's sizes (reshape, view, expand) then needs `target`, the
+// result's symbolic dims. kiln::Error when the op has no symbolic shape there.
+std::vector<ir::TensorType> infer_types(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs,
+                                        std::span<const int64_t> hints = {},
+                                        const std::vector<ir::SymExpr> *target = nullptr);
 // A contiguous deep copy of a real tensor (constants own their data).
 Tensor contiguous_copy(const Tensor &t);
 // The value of a one-element constant, or nullopt.
@@ -38,6 +45,8 @@ public:
     return op(Id, std::move(operands), args.to_attrs());
   }
   std::vector<ir::Value *> op_n(OpId id, std::vector<ir::Value *> operands, Attrs attrs);
+  // reshape(x) to `to`'s dims, symbolic ones included.
+  ir::Value *reshape(ir::Value *x, const ir::TensorType &to);
   // A 0-dim wrapped-number constant (promotes like a C++ scalar passed to an op).
   ir::Value *scalar(double v);
   ir::Graph &graph() { return g_; }

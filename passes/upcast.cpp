@@ -46,6 +46,7 @@ void upcast_node(ir::Graph &g, Node &n) {
 class Upcast : public Pass {
 public:
   std::string_view name() const override { return "upcast"; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     bool changed = false;

@@ -1,0 +1,181 @@
+#include "ir/sym_infer.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace kiln::ir {
+
+namespace {
+
+std::string binding(std::span<const int> symbols, std::span<const int64_t> values) {
+  std::string s;
+  for (int k : symbols) {
+    s += s.empty() ? "s" : ", s"; // appended: GCC 12's -Wrestrict
+    s += std::to_string(k);
+    s += " = ";
+    s += std::to_string(values[size_t(k)]);
+  }
+  return s;
+}
+
+std::string dims_str(IntArrayRef d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+// The rule at `values`, its error reworded: a refusal away from the traced
+// sizes means the op's shapes hold only where the symbols are related.
+std::vector<Dims> run_at(const SizesAt &rule, std::span<const int> symbols, std::span<const int64_t> values,
+                         bool traced) {
+  try {
+    return rule(values);
+  } catch (const Error &e) {
+    if (traced) throw;
+    throw Error("no symbolic shape: the op's sizes hold only for some values of the symbols (at " +
+                binding(symbols, values) + ": " + e.what() + ")");
+  }
+}
+
+void check_structure(const std::vector<Dims> &base, const std::vector<Dims> &at, std::span<const int> symbols,
+                     std::span<const int64_t> values) {
+  bool same = base.size() == at.size();
+  for (size_t r = 0; same && r < base.size(); ++r) same = base[r].size() == at[r].size();
+  if (!same)
+    throw Error("no symbolic shape: the op's result ranks change with the symbols (at " + binding(symbols, values) +
+                ")");
+}
+
+} // namespace
+
+std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::span<const int64_t> hints,
+                                                    std::span<const int> symbols) {
+  const int m = int(symbols.size());
+  if (m > kMaxFitSymbols)
+    throw Error("no symbolic shape: the op reads " + std::to_string(m) + " symbols; at most " +
+                std::to_string(kMaxFitSymbols) + " are supported");
+  for (int k : symbols)
+    KILN_CHECK(k >= 0 && size_t(k) < hints.size(), "fit_symbolic_dims: symbol s", k, " has no traced value");
+  const std::vector<int64_t> base_values(hints.begin(), hints.end());
+
+  // sizes[U]: the rule with the symbols of subset U moved up by one.
+  std::vector<std::vector<Dims>> sizes(size_t(1) << m);
+  for (size_t u = 0; u < sizes.size(); ++u) {
+    std::vector<int64_t> values = base_values;
+    for (int j = 0; j < m; ++j)
+      if (u >> j & 1) ++values[size_t(symbols[size_t(j)])];
+    sizes[u] = run_at(rule, symbols, values, u == 0);
+    check_structure(sizes[0], sizes[u], symbols, values);
+  }
+
+  // Newton's form on the unit cube: the coefficient of prod_{j in T} (s_j - h_j)
+  // is the alternating sum of the sizes over the subsets of T.
+  std::vector<SymExpr> shifted; // s_j - h_j
+  for (int k : symbols) shifted.push_back(SymExpr::symbol(k) - SymExpr(hints[size_t(k)]));
+  std::vector<std::vector<SymExpr>> out(sizes[0].size());
+  for (size_t r = 0; r < sizes[0].size(); ++r)
+    for (size_t d = 0; d < sizes[0][r].size(); ++d) {
+      SymExpr e;
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        int64_t coeff = 0;
+        for (size_t u = t;; u = (u - 1) & t) { // the subsets u of t
+          const int64_t v = sizes[u][r][int64_t(d)];
+          coeff += (std::popcount(t ^ u) & 1) ? -v : v;
+          if (u == 0) break;
+        }
+        if (coeff == 0) continue;
+        SymExpr term(coeff);
+        for (int j = 0; j < m; ++j)
+          if (t >> j & 1) term = term * shifted[size_t(j)];
+        e = e + term;
+      }
+      out[r].push_back(e);
+    }
+
+  // Two checks away from the unit cube, each symbol moved by a different amount
+  // (a floor division can look linear on the cube).
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int64_t> values = base_values;
+    for (int j = 0; j < m; ++j) {
+      int64_t &v = values[size_t(symbols[size_t(j)])];
+      v = pass == 0 ? v + 5 + 2 * j : 2 * v + 17 + 3 * j;
+    }
+    std::vector<Dims> got = run_at(rule, symbols, values, false);
+    check_structure(sizes[0], got, symbols, values);
+    for (size_t r = 0; r < out.size(); ++r) {
+      std::vector<int64_t> want;
+      for (const SymExpr &e : out[r]) want.push_back(e.evaluate(values));
+      if (IntArrayRef(want) == IntArrayRef(got[r])) continue;
+      std::string dims = "[";
+      for (size_t d = 0; d < out[r].size(); ++d) {
+        if (d) dims += ", ";
+        dims += out[r][d].str();
+      }
+      dims += "]";
+      bool symbolic = false;
+      for (const SymExpr &e : out[r]) symbolic |= !e.is_constant();
+      if (symbolic) dims += " = " + dims_str(want);
+      throw Error("no symbolic shape: result " + std::to_string(r) + " is " + dims_str(got[r]) + " at " +
+                  binding(symbols, values) + ", not " + dims +
+                  " (a size that is not multilinear in the symbols, such as a floor division)");
+    }
+  }
+  return out;
+}
+
+bool sizes_in_attrs(OpId op) { return op == OpId::View || op == OpId::Reshape || op == OpId::Expand; }
+
+Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes) {
+  KILN_CHECK(sizes_in_attrs(op), "attrs_with_sizes: ", op_info(op).mnemonic, " keeps no sizes in its attributes");
+  const auto &names = op_info(op).attr_names;
+  auto it = std::find(names.begin(), names.end(), "shape");
+  KILN_CHECK(it != names.end() && size_t(it - names.begin()) < attrs.size(), "attrs_with_sizes: ",
+             op_info(op).mnemonic, " has no shape attribute");
+  Attrs out = attrs;
+  out[size_t(it - names.begin())] = AttrValue(sizes);
+  return out;
+}
+
+std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef> &sizes) {
+  const size_t n = g.symbol_hints().size();
+  if (n == 0) return {};
+  KILN_CHECK(sizes.size() == g.inputs().size(), "@", g.name(), ": ", g.inputs().size(), " inputs expected, got ",
+             sizes.size());
+  std::vector<int64_t> values(n, -1);
+  auto input_name = [&](size_t i) { return "input " + std::to_string(i) + " (%" + g.inputs()[i]->name() + ")"; };
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const TensorType &t = g.inputs()[i]->type();
+    KILN_CHECK(sizes[i].size() == t.shape.size(), "@", g.name(), ": ", input_name(i), " must have ", t.shape.size(),
+               " dims (", t.str(), "), got ", dims_str(sizes[i]));
+    for (size_t d = 0; d < t.sym.size(); ++d) {
+      std::vector<int> ids = t.sym[d].symbols();
+      if (ids.size() != 1 || t.sym[d] != SymExpr::symbol(ids[0]) || values[size_t(ids[0])] >= 0) continue;
+      values[size_t(ids[0])] = sizes[i][int64_t(d)];
+    }
+  }
+  for (size_t k = 0; k < n; ++k)
+    KILN_CHECK(values[k] >= 0, "@", g.name(), ": no input dim is s", k, " alone, so a call cannot bind it");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const TensorType &t = g.inputs()[i]->type();
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      const int64_t want = t.symbolic() ? t.sym[d].evaluate(values) : t.shape[int64_t(d)];
+      if (want == sizes[i][int64_t(d)]) continue;
+      std::string why = t.symbolic() && !t.sym[d].is_constant()
+                            ? t.sym[d].str() + " = " + std::to_string(want) + " at " +
+                                  binding(t.sym[d].symbols(), values)
+                            : std::to_string(want);
+      throw Error("@" + g.name() + ": " + input_name(i) + " of type " + t.str() + " has size " +
+                  std::to_string(sizes[i][int64_t(d)]) + " in dim " + std::to_string(d) + ", where the graph needs " +
+                  why);
+    }
+  }
+  return values;
+}
+
+} // namespace kiln::ir
