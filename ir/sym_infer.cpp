@@ -38,7 +38,7 @@ std::vector<Dims> run_at(const SizesAt &rule, std::span<const int> symbols, std:
     return rule(values);
   } catch (const Error &e) {
     if (traced) throw;
-    throw Error("no symbolic shape: the op's sizes hold only for some values of the symbols (at " +
+    throw Error("no symbolic shape: the sizes hold only for some values of the symbols (at " +
                 binding(symbols, values) + ": " + e.what() + ")");
   }
 }
@@ -48,7 +48,7 @@ void check_structure(const std::vector<Dims> &base, const std::vector<Dims> &at,
   bool same = base.size() == at.size();
   for (size_t r = 0; same && r < base.size(); ++r) same = base[r].size() == at[r].size();
   if (!same)
-    throw Error("no symbolic shape: the op's result ranks change with the symbols (at " + binding(symbols, values) +
+    throw Error("no symbolic shape: the result ranks change with the symbols (at " + binding(symbols, values) +
                 ")");
 }
 
@@ -58,7 +58,7 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
                                                     std::span<const int> symbols) {
   const int m = int(symbols.size());
   if (m > kMaxFitSymbols)
-    throw Error("no symbolic shape: the op reads " + std::to_string(m) + " symbols; at most " +
+    throw Error("no symbolic shape: " + std::to_string(m) + " symbols; at most " +
                 std::to_string(kMaxFitSymbols) + " are supported");
   for (int k : symbols)
     KILN_CHECK(k >= 0 && size_t(k) < hints.size(), "fit_symbolic_dims: symbol s", k, " has no traced value");
