@@ -2,7 +2,7 @@
 //
 //   kiln list
 //   kiln run <example> [--eager|--compiled] [--threads N]
-//   kiln dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]
+//   kiln dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR] [--dynamic]
 //             [--kernels|--llvm|--asm]
 //   kiln bench <example>...|all [--threads N] [--repeat N] [--gemm jit|blas|both] [--json FILE] [--trace FILE]
 //   kiln run|dump|bench FILE.kir [--seed N] [--params W.safetensors] [--inputs X.safetensors] ...
@@ -29,6 +29,7 @@
 #include "codegen/executable.h"
 #include "example.h"
 #include "frontend/bench.h"
+#include "frontend/symbolize.h"
 #include "ir/interpreter.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -48,9 +49,11 @@ constexpr const char *kUsage =
     "  run <example> [--eager|--compiled] [--threads N]\n"
     "                                            output shapes, checksum, max |compiled - eager|;\n"
     "                                            both paths run, --eager/--compiled picks the one shown\n"
-    "  dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR]\n"
+    "  dump <example> [--after-all|--after=PASS|--before=PASS] [--format=text|dot] [--out DIR] [--dynamic]\n"
     "                 [--kernels|--llvm|--asm]   IR between passes (default: the final IR), a summary;\n"
-    "                                            --kernels/--llvm/--asm: JIT dumps (KILN_DUMP) on stderr\n"
+    "                                            --kernels/--llvm/--asm: JIT dumps (KILN_DUMP) on stderr;\n"
+    "                                            --dynamic: every input dim symbolic where the graph\n"
+    "                                            allows (the symbolic IR; no codegen yet)\n"
     "  bench <example>...|all [--threads N] [--repeat N] [--gemm jit|blas|both] [--json FILE] [--trace FILE]\n"
     "                                            eager vs compiled table; --repeat: timed calls (default\n"
     "                                            20, at least 5 but at most ~1 s per phase);\n"
@@ -80,6 +83,7 @@ struct Args {
   int repeat = 20;
   bool repeat_given = false; // --repeat N: exactly N timed calls, no time cap
   std::vector<std::string> after, before;
+  bool dynamic = false; // dump --dynamic: every input dim symbolic where the graph allows
   std::string format = "text";
   std::string out_dir, json_file, trace_file, jit_dump;
   std::vector<kiln::gemm::Path> gemm; // --gemm; empty: the current path (KILN_GEMM)
@@ -145,7 +149,7 @@ bool flag_allowed(const std::string &cmd, const std::string &flag) {
       {"list", {}},
       {"run", {"--eager", "--compiled", "--threads", "--seed", "--params", "--inputs"}},
       {"dump", {"--after-all", "--after", "--before", "--format", "--out", "--kernels", "--llvm", "--asm", "--seed",
-                "--params", "--inputs"}},
+                "--params", "--inputs", "--dynamic"}},
       {"bench", {"--threads", "--repeat", "--gemm", "--json", "--trace", "--seed", "--params", "--inputs"}},
   };
   std::string name = flag.substr(0, flag.find('='));
@@ -160,6 +164,7 @@ void parse_flag(const std::vector<std::string> &a, size_t &i, Args &o) {
   if (!flag_allowed(o.command, f)) throw UsageError("unknown option '" + f + "' for '" + o.command + "'");
   if (f == "--eager" || f == "--compiled") o.mode = f.substr(2);
   else if (f == "--after-all") o.after.push_back("*");
+  else if (f == "--dynamic") o.dynamic = true;
   else if (f == "--kernels" || f == "--llvm" || f == "--asm") o.jit_dump = f.substr(2);
   else if (take_value(a, i, "--threads", v)) o.threads = parse_positive("--threads", v);
   else if (take_value(a, i, "--repeat", v)) o.repeat = parse_positive("--repeat", v), o.repeat_given = true;
@@ -545,6 +550,22 @@ void print_summary(std::ostream &os, const std::map<std::string, int> &before, c
      << ")\n";
 }
 
+// dump --dynamic: which input dims each symbol stands for, and why the others stayed static.
+void print_dynamic_summary(std::ostream &os, const kiln::SymbolicTrace &st) {
+  const std::vector<int64_t> &hints = st.graph->symbol_hints();
+  os << "dynamic: " << hints.size() << (hints.size() == 1 ? " symbol" : " symbols") << " (traced " << st.traces
+     << " times)\n";
+  for (size_t k = 0; k < st.symbols.size(); ++k) {
+    os << "  s" << k << " = " << hints[k] << " in the traced call:";
+    for (const kiln::InputDim &d : st.symbols[k]) os << " input " << d.input << " dim " << d.dim << ";";
+    os << "\n";
+  }
+  for (const std::string &r : st.static_reasons) os << "  static: " << r << "\n";
+  if (!hints.empty())
+    os << "  codegen over runtime sizes is not built yet (issue 17): the passes that keep symbols ran, "
+          "the others and codegen did not\n";
+}
+
 int cmd_dump(const Args &o) {
   const kiln::examples::Example ex = example_or_file(o);
   std::vector<std::string> pipeline = split_commas(kiln::passes::default_pipeline());
@@ -554,7 +575,13 @@ int cmd_dump(const Args &o) {
         throw UsageError("unknown pass '" + p + "' (pipeline: " + kiln::passes::default_pipeline() + ")");
   DumpSink sink(o);
   kiln::examples::Workload w = ex.make();
-  std::shared_ptr<kiln::ir::Graph> g = kiln::trace(w.fn, w.inputs, "main");
+  std::optional<kiln::SymbolicTrace> st;
+  if (o.dynamic) st = kiln::trace_symbolic(w.fn, w.inputs, kiln::every_input_dim(w.inputs), "main");
+  std::shared_ptr<kiln::ir::Graph> g = st ? st->graph : kiln::trace(w.fn, w.inputs, "main");
+  // A symbolic graph goes through the passes that keep symbols only: the
+  // others, and codegen, read sizes (issue 17).
+  if (!g->symbol_hints().empty())
+    std::erase_if(pipeline, [](const std::string &p) { return !kiln::passes::create_pass(p)->handles_symbolic(); });
   auto before = op_counts(*g);
   if (selected(o.after, "trace")) sink.emit(*g, 0, "after trace");
   for (size_t i = 0; i < pipeline.size(); ++i) {
@@ -567,9 +594,12 @@ int cmd_dump(const Args &o) {
     if (named || (selected(o.after, pass) && changed)) sink.emit(*g, i + 1, "after " + pass);
   }
   if (o.after.empty() && o.before.empty()) sink.emit(*g, pipeline.size(), "after " + pipeline.back());
+  std::ostream &summary = o.format == "dot" && o.out_dir.empty() ? std::cerr : std::cout;
+  if (st) print_dynamic_summary(summary, *st);
+  if (!g->symbol_hints().empty()) return 0;
   auto exe = kiln::codegen::make_executable(g, w.inputs);
   // Keep dot output on stdout a valid Graphviz file: the summary goes to stderr then.
-  print_summary(o.format == "dot" && o.out_dir.empty() ? std::cerr : std::cout, before, *g, exe->stats());
+  print_summary(summary, before, *g, exe->stats());
   return 0;
 }
 
