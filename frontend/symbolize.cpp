@@ -62,7 +62,8 @@ std::string structure_difference(const ir::Graph &base, const ir::Graph &g) {
   auto same_value = [&](const ir::Value *a, const ir::Value *b) {
     if (!a || !b) return a == b;
     auto ia = at_base.find(a), ib = at_g.find(b);
-    if (ia != at_base.end() || ib != at_g.end()) return ia != at_base.end() && ib != at_g.end() && ia->second == ib->second;
+    if (ia != at_base.end() || ib != at_g.end())
+      return ia != at_base.end() && ib != at_g.end() && ia->second == ib->second;
     // Parameters and constants: the same position in their lists.
     for (const auto &[lb, lg] : {std::pair{&base.params(), &g.params()}, {&base.consts(), &g.consts()}}) {
       auto pa = std::find(lb->begin(), lb->end(), a), pb = std::find(lg->begin(), lg->end(), b);
@@ -122,7 +123,8 @@ public:
     std::vector<std::vector<ir::SymExpr>> dims = ir::fit_symbolic_dims(rule, hints, symbols);
     const std::vector<ir::Value *> vals = values_of(base_);
     for (size_t i = 0; i < vals.size(); ++i) {
-      const bool symbolic = std::any_of(dims[i].begin(), dims[i].end(), [](const ir::SymExpr &e) { return !e.is_constant(); });
+      const bool symbolic =
+          std::any_of(dims[i].begin(), dims[i].end(), [](const ir::SymExpr &e) { return !e.is_constant(); });
       KILN_CHECK(!symbolic || !vals[i]->type().strides, "%", vals[i]->name(), " has the strided layout ",
                  vals[i]->type().str(), ", which a symbolic type cannot hold yet");
     }
@@ -159,7 +161,8 @@ std::vector<InputDim> checked_dims(const std::vector<Tensor> &examples, const st
     KILN_CHECK(d.dim >= -rank && d.dim < rank, "dynamic dims: input ", d.input, " of shape ",
                examples[d.input].sizes(), " has no dim ", d.dim);
     if (d.dim < 0) d.dim += rank;
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const InputDim &o) { return o.input == d.input && o.dim == d.dim; });
+    const bool seen =
+        std::any_of(out.begin(), out.end(), [&](const InputDim &o) { return o.input == d.input && o.dim == d.dim; });
     if (!seen) out.push_back(d);
   }
   return out;

@@ -12,7 +12,8 @@ namespace {
 // The symbols' values bound from the inputs (a top-level graph), or the
 // caller's (a fusion body, which uses its graph's symbols); the inputs checked
 // against the graph's input types at those values.
-std::vector<int64_t> check_inputs(const Graph &g, const std::vector<Tensor> &inputs, const std::vector<int64_t> *outer) {
+std::vector<int64_t> check_inputs(const Graph &g, const std::vector<Tensor> &inputs,
+                                  const std::vector<int64_t> *outer) {
   const auto &decl = g.inputs();
   KILN_CHECK(inputs.size() == decl.size(), "interpret: graph @", g.name(), " takes ", decl.size(),
              " inputs, got ", inputs.size());
@@ -22,9 +23,9 @@ std::vector<int64_t> check_inputs(const Graph &g, const std::vector<Tensor> &inp
     const TensorType &want = decl[i]->type();
     KILN_CHECK(t.defined(), "interpret: input ", i, " (%", decl[i]->name(), ") of @", g.name(),
                " is an undefined tensor");
-    KILN_CHECK(t.dtype() == want.dtype && (want.symbolic() || t.sizes() == IntArrayRef(want.shape)), "interpret: input ",
-               i, " (%", decl[i]->name(), ") of @", g.name(), " must be ", want.str(), ", got ",
-               TensorType::of(t).str());
+    const bool sizes_ok = want.symbolic() || t.sizes() == IntArrayRef(want.shape);
+    KILN_CHECK(t.dtype() == want.dtype && sizes_ok, "interpret: input ", i, " (%", decl[i]->name(), ") of @",
+               g.name(), " must be ", want.str(), ", got ", TensorType::of(t).str());
     sizes.push_back(t.sizes());
   }
   std::vector<int64_t> values = outer ? *outer : bind_symbols(g, sizes);
@@ -74,20 +75,10 @@ private:
     std::vector<Tensor> args;
     for (const Value *v : n.operands()) args.push_back(v ? get(v) : Tensor());
     std::vector<Tensor> results = n.kind() == Node::Kind::FusionGroup ? Interpreter(*n.body()).run(args, &values_)
-                                                                      : run_op(n.op(), args, attrs_of(n));
+                                                                      : run_op(n.op(), args, attrs_at(n, values_));
     KILN_CHECK(results.size() == n.results().size(), "interpret: @", g_.name(), ": ", n.mnemonic(), " returned ",
                results.size(), " results, the graph expects ", n.results().size());
     for (size_t i = 0; i < results.size(); ++i) env_[n.result(i)] = results[i];
-  }
-
-  // A view, reshape or expand in a symbolic graph: its sizes are its result
-  // type's, at this call's symbols (ir/sym_infer.h).
-  Attrs attrs_of(const Node &n) const {
-    const TensorType &t = n.result()->type();
-    if (!sizes_in_attrs(n.op()) || !t.symbolic()) return n.attrs();
-    std::vector<int64_t> sizes;
-    for (const SymExpr &e : t.sym) sizes.push_back(e.evaluate(values_));
-    return attrs_with_sizes(n.op(), n.attrs(), sizes);
   }
 
   // All values are read before any target is written: a write-back value may

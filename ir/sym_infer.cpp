@@ -109,8 +109,7 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
     std::vector<Dims> got = run_at(rule, symbols, values, false);
     check_structure(sizes[0], got, symbols, values);
     for (size_t r = 0; r < out.size(); ++r) {
-      std::vector<int64_t> want;
-      for (const SymExpr &e : out[r]) want.push_back(e.evaluate(values));
+      const std::vector<int64_t> want = evaluate_dims(out[r], values);
       if (IntArrayRef(want) == IntArrayRef(got[r])) continue;
       std::string dims = "[";
       for (size_t d = 0; d < out[r].size(); ++d) {
@@ -140,6 +139,18 @@ Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes) {
   Attrs out = attrs;
   out[size_t(it - names.begin())] = AttrValue(sizes);
   return out;
+}
+
+Attrs attrs_at(const Node &n, std::span<const int64_t> values) {
+  const TensorType &t = n.result()->type();
+  if (!sizes_in_attrs(n.op()) || !t.symbolic()) return n.attrs();
+  return attrs_with_sizes(n.op(), n.attrs(), evaluate_dims(t.sym, values));
+}
+
+std::vector<int64_t> evaluate_dims(std::span<const SymExpr> dims, std::span<const int64_t> values) {
+  std::vector<int64_t> sizes;
+  for (const SymExpr &e : dims) sizes.push_back(e.evaluate(values));
+  return sizes;
 }
 
 std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef> &sizes) {

@@ -44,6 +44,13 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
 // the result sizes at some value of the symbols.
 bool sizes_in_attrs(OpId op);
 Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes);
+// Node n's attributes with the symbols at `values`: its own, except for a
+// view, reshape or expand with a symbolic result (what the verifier and the
+// interpreter run).
+Attrs attrs_at(const Node &n, std::span<const int64_t> values);
+
+// Each dim's size with the symbols at `values`.
+std::vector<int64_t> evaluate_dims(std::span<const SymExpr> dims, std::span<const int64_t> values);
 
 // The values of g's symbols in a call with inputs of `sizes` (one per graph
 // input): an input dim that is a bare symbol binds it, and then every dim of

@@ -3,6 +3,7 @@
 // tensors of the operand types, compared with the recorded result types.
 #include "ir/verifier.h"
 
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -171,23 +172,9 @@ private:
   static std::optional<Dims> sizes_at(const Value *v, const std::vector<int64_t> &values) {
     const TensorType &t = v->type();
     if (!t.symbolic()) return t.shape;
-    std::vector<int64_t> sizes;
-    for (const SymExpr &e : t.sym) {
-      sizes.push_back(e.evaluate(values));
-      if (sizes.back() < 0) return std::nullopt;
-    }
+    std::vector<int64_t> sizes = evaluate_dims(t.sym, values);
+    if (std::any_of(sizes.begin(), sizes.end(), [](int64_t s) { return s < 0; })) return std::nullopt;
     return Dims(sizes);
-  }
-
-  // The node's attributes with the symbols at `values`: a view, reshape or
-  // expand keeps the traced sizes in its attributes and its true ones in its
-  // result type (ir/sym_infer.h).
-  static Attrs attrs_at(const Node &n, const std::vector<int64_t> &values, bool traced) {
-    const TensorType &t = n.result()->type();
-    if (traced || !sizes_in_attrs(n.op()) || !t.symbolic()) return n.attrs();
-    std::vector<int64_t> sizes;
-    for (const SymExpr &e : t.sym) sizes.push_back(e.evaluate(values));
-    return attrs_with_sizes(n.op(), n.attrs(), sizes);
   }
 
   void check_inferred_types(const Node &n, Arity a) {
@@ -228,7 +215,7 @@ private:
       if (a.max != kVariadic)
         while (in.size() < a.max) in.emplace_back();
       detail::TracingOff off;
-      out = run_op(n.op(), in, attrs_at(n, values, traced));
+      out = run_op(n.op(), in, traced ? n.attrs() : attrs_at(n, values));
     } catch (const TraceError &) {
       return; // the rule reads data: nothing to check without values
     } catch (const Error &e) {

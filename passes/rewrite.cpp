@@ -52,12 +52,6 @@ std::vector<ir::TensorType> infer_static(OpId op, const std::vector<ir::Value *>
   return types;
 }
 
-std::vector<int64_t> sizes_at(const std::vector<ir::SymExpr> &dims, std::span<const int64_t> values) {
-  std::vector<int64_t> sizes;
-  for (const ir::SymExpr &e : dims) sizes.push_back(e.evaluate(values));
-  return sizes;
-}
-
 std::vector<ir::TensorType> infer_symbolic(OpId op, const std::vector<ir::Value *> &operands, const Attrs &attrs,
                                            std::span<const int64_t> hints, const std::vector<ir::SymExpr> *target) {
   const std::string_view name = op_info(op).mnemonic;
@@ -79,7 +73,7 @@ std::vector<ir::TensorType> infer_symbolic(OpId op, const std::vector<ir::Value 
 
   // The rule at the traced sizes gives the dtypes and layouts.
   std::vector<ir::TensorType> types =
-      infer_static(op, operands, target ? ir::attrs_with_sizes(op, attrs, sizes_at(*target, hints)) : attrs);
+      infer_static(op, operands, target ? ir::attrs_with_sizes(op, attrs, ir::evaluate_dims(*target, hints)) : attrs);
   for (const ir::TensorType &t : types)
     KILN_CHECK(!t.strides, name, ": eager gives its result ", t.str(),
                " a strided layout, which a symbolic type cannot hold yet");
@@ -91,15 +85,15 @@ std::vector<ir::TensorType> infer_symbolic(OpId op, const std::vector<ir::Value 
         continue;
       }
       const ir::TensorType &t = v->type();
-      Tensor m = detail::make_tensor(t.symbolic() ? Dims(sizes_at(t.sym, values)) : t.shape, t.dtype, true);
+      Tensor m = detail::make_tensor(t.symbolic() ? Dims(ir::evaluate_dims(t.sym, values)) : t.shape, t.dtype, true);
       if (v->kind() == ir::Value::Kind::Const && v->tensor().defined())
         m.impl().wrapped_number = v->tensor().impl().wrapped_number;
       metas.push_back(m);
     }
     detail::TracingOff off;
     std::vector<Dims> sizes;
-    for (const Tensor &r : run_op(op, metas, target ? ir::attrs_with_sizes(op, attrs, sizes_at(*target, values)) : attrs))
-      sizes.push_back(Dims(r.sizes()));
+    const Attrs at = target ? ir::attrs_with_sizes(op, attrs, ir::evaluate_dims(*target, values)) : attrs;
+    for (const Tensor &r : run_op(op, metas, at)) sizes.push_back(Dims(r.sizes()));
     return sizes;
   };
   std::vector<std::vector<ir::SymExpr>> dims;
