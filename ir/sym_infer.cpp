@@ -21,15 +21,6 @@ std::string binding(std::span<const int> symbols, std::span<const int64_t> value
   return s;
 }
 
-std::string dims_str(IntArrayRef d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
 // The rule at `values`, its error reworded: a refusal away from the traced
 // sizes means the op's shapes hold only where the symbols are related.
 std::vector<Dims> run_at(const SizesAt &rule, std::span<const int> symbols, std::span<const int64_t> values,
@@ -119,8 +110,8 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
       dims += "]";
       bool symbolic = false;
       for (const SymExpr &e : out[r]) symbolic |= !e.is_constant();
-      if (symbolic) dims += " = " + dims_str(want);
-      throw Error("no symbolic shape: result " + std::to_string(r) + " is " + dims_str(got[r]) + " at " +
+      if (symbolic) dims += " = " + shape_str(want);
+      throw Error("no symbolic shape: result " + std::to_string(r) + " is " + shape_str(got[r]) + " at " +
                   binding(symbols, values) + ", not " + dims +
                   " (a size that is not multilinear in the symbols, such as a floor division)");
     }
@@ -128,7 +119,7 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
   return out;
 }
 
-bool sizes_in_attrs(OpId op) { return op == OpId::View || op == OpId::Reshape || op == OpId::Expand; }
+bool sizes_in_attrs(OpId op) { return has_trait(op, OpTrait::SizesInAttrs); }
 
 Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes) {
   KILN_CHECK(sizes_in_attrs(op), "attrs_with_sizes: ", op_info(op).mnemonic, " keeps no sizes in its attributes");
@@ -163,7 +154,7 @@ std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef>
   for (size_t i = 0; i < sizes.size(); ++i) {
     const TensorType &t = g.inputs()[i]->type();
     KILN_CHECK(sizes[i].size() == t.shape.size(), "@", g.name(), ": ", input_name(i), " must have ", t.shape.size(),
-               " dims (", t.str(), "), got ", dims_str(sizes[i]));
+               " dims (", t.str(), "), got ", shape_str(sizes[i]));
     for (size_t d = 0; d < t.sym.size(); ++d) {
       std::vector<int> ids = t.sym[d].symbols();
       if (ids.size() != 1 || t.sym[d] != SymExpr::symbol(ids[0]) || values[size_t(ids[0])] >= 0) continue;

@@ -38,8 +38,8 @@ inline constexpr int kMaxFitSymbols = 4;
 std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::span<const int64_t> hints,
                                                     std::span<const int> symbols);
 
-// Ops whose attributes hold their result's sizes (view, reshape and expand's
-// `shape`). In a symbolic graph that attribute keeps the traced sizes and the
+// Ops whose attributes hold their result's sizes (ops.def's SizesInAttrs: view,
+// reshape and expand's `shape`). In a symbolic graph that attribute keeps the traced sizes and the
 // result type's dims are the truth: attrs_with_sizes gives the attributes for
 // the result sizes at some value of the symbols.
 bool sizes_in_attrs(OpId op);

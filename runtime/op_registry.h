@@ -39,13 +39,14 @@ enum class OpTrait : uint32_t {
   NoGrad = 1u << 7,
   EpilogueHead = 1u << 8,
   BatchStrided = 1u << 9,
+  SizesInAttrs = 1u << 10,
 };
 constexpr OpTrait operator|(OpTrait a, OpTrait b) { return OpTrait(uint32_t(a) | uint32_t(b)); }
 constexpr bool has(OpTrait set, OpTrait t) { return (uint32_t(set) & uint32_t(t)) != 0; }
 // Names of the traits, in bit order (docs and test messages).
 inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap", "Costly", "Transcendental", "Lowers",
                                                 "Eager",     "Fuses", "NoGrad", "EpilogueHead",
-                                                "BatchStrided"};
+                                                "BatchStrided", "SizesInAttrs"};
 
 // How many tensor operands an op takes (ops.def's In(n) / In(min, max)).
 struct OpOperands {
