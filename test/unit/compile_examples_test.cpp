@@ -5,6 +5,7 @@
 #include "graph_test_util.h"
 
 #include "example.h"
+#include "example_params.h"
 
 using namespace kiln;
 using namespace kiln::testing;
@@ -44,17 +45,7 @@ TEST_P(CompileExample, CompiledEqualsEager) {
   }
 }
 
-std::vector<std::string> example_names() {
-  std::vector<std::string> names;
-  for (const examples::Example &e : examples::all_examples()) names.push_back(e.name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Examples, CompileExample, ::testing::ValuesIn(example_names()), [](const auto &info) {
-  std::string s = info.param;
-  for (char &c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Examples, CompileExample, ::testing::ValuesIn(kiln::testing::example_names()),
+                         kiln::testing::example_param_name);
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "example.h"
+#include "example_params.h"
 #include "expect_error.h"
 #include "frontend/symbolize.h"
 #include "ir/printer.h"
@@ -126,6 +127,11 @@ TEST_P(SymbolizeExample, InterpreterMatchesEagerAtNewSizes) {
                         std::to_string(st.traces) + " traces";
   for (const std::string &r : st.static_reasons) summary += "\n  static: " + r;
   std::cout << summary << "\n";
+  // Every requested dim is either a symbol's or has its reason.
+  size_t kept = 0;
+  for (const std::vector<InputDim> &dims : st.symbols) kept += dims.size();
+  EXPECT_EQ(kept + st.static_reasons.size(), every_input_dim(w.inputs).size()) << summary;
+  EXPECT_EQ(st.symbols.size(), st.graph->symbol_hints().size());
   if (st.symbols.empty()) return;
   const std::vector<int64_t> &hints = st.graph->symbol_hints();
   // (The traced sizes themselves: trace_examples_test.)
@@ -140,17 +146,7 @@ TEST_P(SymbolizeExample, InterpreterMatchesEagerAtNewSizes) {
   }
 }
 
-std::vector<std::string> example_names() {
-  std::vector<std::string> names;
-  for (const examples::Example &e : examples::all_examples()) names.push_back(e.name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Examples, SymbolizeExample, ::testing::ValuesIn(example_names()), [](const auto &info) {
-  std::string s = info.param;
-  for (char &c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Examples, SymbolizeExample, ::testing::ValuesIn(kiln::testing::example_names()),
+                         kiln::testing::example_param_name);
 
 } // namespace
