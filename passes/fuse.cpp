@@ -147,31 +147,60 @@ private:
     return k == OpKind::Elementwise || k == OpKind::Reduction;
   }
 
+  // A value's dims as fusion compares them: the sizes, and in a symbolic
+  // graph (issue 17) each symbolic dim as a negative key, one per distinct
+  // expression, so that dims are equal exactly when their expressions are
+  // (s0 and a static 32 differ even when s0 was traced at 32) and no
+  // symbolic dim reads as 1 (sizes 0 and 1 stay static).
+  Dims dims_of(const Value *v) const {
+    const ir::TensorType &t = v->type();
+    if (!t.symbolic()) return t.shape;
+    Dims d;
+    for (const ir::SymExpr &e : t.sym) {
+      if (std::optional<int64_t> c = e.constant()) {
+        d.push_back(*c);
+        continue;
+      }
+      auto it = std::find(sym_keys_.begin(), sym_keys_.end(), e);
+      if (it == sym_keys_.end()) it = sym_keys_.insert(sym_keys_.end(), e);
+      d.push_back(-1 - int64_t(it - sym_keys_.begin()));
+    }
+    return d;
+  }
+  // dims_of's dims as the IR prints them.
+  std::string show(IntArrayRef d) const {
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i)
+      s.append(i ? ", " : "").append(d[i] >= 0 ? std::to_string(d[i]) : sym_keys_[size_t(-1 - d[i])].str());
+    return s + "]";
+  }
+
   void refuse(const Node &n, const std::string &why) {
     log()->debug("fuse: not fusing %{} ({}) : {}", n.result()->name(), n.mnemonic(), why);
   }
 
   // Would `n`, with result shape `s`, fit a group of domain `d`?
   std::string shape_misfit(const Node &n, const Group &grp) const {
-    IntArrayRef s = n.result()->type().shape;
+    Dims s = dims_of(n.result());
     bool red = n.info().kind == OpKind::Reduction;
     if (grp.contraction) {
       if (red) return "not elementwise over the contraction's output (a reduction)";
       if (!same_shape(s, grp.domain))
-        return "not elementwise over the contraction's output: shape " + shape_str(s) + " vs " + shape_str(grp.domain);
+        return "not elementwise over the contraction's output: shape " + show(s) + " vs " + show(grp.domain);
       return "";
     }
     if (red) {
-      IntArrayRef in = n.operand(0)->type().shape;
+      Dims in = dims_of(n.operand(0));
       if (std::string why = reduction_misfit(n); !why.empty()) return why;
-      if (!same_shape(in, grp.domain)) return "reduction input shape " + shape_str(in) + " differs from the group domain " + shape_str(grp.domain);
+      if (!same_shape(in, grp.domain))
+        return "reduction input shape " + show(in) + " differs from the group domain " + show(grp.domain);
       if (grp.has_reduction && reduced_dims(n) != grp.reduced)
         return "reduces dims " + shape_str(reduced_dims(n)) + ", the group's reductions " + shape_str(grp.reduced);
       return "";
     }
     if (same_shape(s, grp.domain)) return misaligned_row_read(n, grp);
     if (grp.has_reduction && is_row_shape(s, grp.domain, grp.reduced)) return "";
-    return "shape " + shape_str(s) + " does not match the group domain " + shape_str(grp.domain);
+    return "shape " + show(s) + " does not match the group domain " + show(grp.domain);
   }
 
   // See dropped_row_misaligned: a full-shape `n` reading such a member of `grp`.
@@ -180,7 +209,7 @@ private:
     for (const Value *v : n.operands()) {
       if (!v || !v->producer() || v->type().shape.size() != grp.domain.size() - grp.reduced.size()) continue;
       auto it = group_of_.find(v->producer());
-      if (it != group_of_.end() && it->second == grp.id && is_row_shape(v->type().shape, grp.domain, grp.reduced))
+      if (it != group_of_.end() && it->second == grp.id && is_row_shape(dims_of(v), grp.domain, grp.reduced))
         return "reads row value %" + v->name() + " (reduced dims dropped), which broadcasting aligns with other dims";
     }
     return "";
@@ -189,7 +218,7 @@ private:
   // Whether a full-shape member of `readers` reads a dropped row value of `rows`.
   bool reads_misaligned_row(const Group &readers, const Group &rows) const {
     for (const Node *m : readers.members)
-      if (m->results().size() == 1 && same_shape(m->result()->type().shape, rows.domain) &&
+      if (m->results().size() == 1 && same_shape(dims_of(m->result()), rows.domain) &&
           !misaligned_row_read(*m, rows).empty())
         return true;
     return false;
@@ -253,7 +282,7 @@ private:
     grp.seed = n->result()->name();
     bool red = n->info().kind == OpKind::Reduction;
     if (std::string why = red ? reduction_misfit(*n) : ""; !why.empty()) return refuse(*n, why);
-    grp.domain = red ? Dims(n->operand(0)->type().shape) : Dims(n->result()->type().shape);
+    grp.domain = dims_of(red ? n->operand(0) : n->result());
     groups_.emplace(grp.id, grp);
     add(*n, groups_.at(grp.id));
   }
@@ -264,7 +293,7 @@ private:
     Group grp;
     grp.id = next_id_++;
     grp.seed = n->result()->name();
-    grp.domain = Dims(n->result()->type().shape);
+    grp.domain = dims_of(n->result());
     grp.contraction = n;
     groups_.emplace(grp.id, grp);
     add(*n, groups_.at(grp.id));
@@ -489,11 +518,16 @@ private:
   std::unordered_map<const Node *, std::vector<size_t>> formed_;
   int next_id_ = 0;
   bool duplicate_;
+  mutable std::vector<ir::SymExpr> sym_keys_; // dims_of's key -1 - i is sym_keys_[i]
 };
 
 class FusePass : public Pass {
 public:
   std::string_view name() const override { return "fuse"; }
+  // Its decisions compare dims (symbolic ones by their expressions) and never
+  // read a symbolic size, except fuse_duplicate's cost estimate at the traced
+  // sizes, which then holds for every size (it changes speed, not results).
+  bool handles_symbolic() const override { return true; }
   bool run(Graph &g) override { return Fuser(g, true).run(); }
 };
 

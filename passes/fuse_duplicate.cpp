@@ -245,6 +245,8 @@ private:
   // an operand of rank >= 1 to expand (a 0-dim one would change type promotion).
   std::string widen_misfit(const Node &n, const std::vector<Node *> &expr, const Target &t) const {
     const Dims &d = groups_.domain(t.group);
+    if (std::any_of(d.begin(), d.end(), [](int64_t k) { return k < 0; }))
+      return "the domain has symbolic dims (the expand's sizes would be per call)";
     if (!broadcasts_to(n.result()->type().shape, d)) return "does not broadcast to it";
     for (const ir::Use &u : t.uses)
       if (IntArrayRef(u.user->result()->type().shape) != IntArrayRef(d)) return "a reader is not over the whole domain";

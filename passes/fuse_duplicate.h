@@ -21,7 +21,8 @@ public:
   virtual ~FuseGroups() = default;
   // The group of `n`, or -1 when n runs on its own (eagerly, or not fusible).
   virtual int group_of(const ir::Node &n) const = 0;
-  // The shape of `group`'s widest value (its iteration space).
+  // The shape of `group`'s widest value (its iteration space); in a symbolic
+  // graph, a symbolic dim is a negative key (never a size).
   virtual const Dims &domain(int group) const = 0;
   // The contraction heading `group` (a GEMM/conv epilogue group), or nullptr.
   virtual const ir::Node *contraction_of(int group) const = 0;

@@ -5,7 +5,8 @@
 // Two groups merge when
 //   - every node of both bodies is elementwise (row-wise groups keep their own
 //     row structure: merging them would need one row loop for two domains),
-//   - all results of both groups have one shape (the iteration space),
+//   - all results of both groups have one shape (the iteration space; in a
+//     symbolic graph, the same expression per dim),
 //   - they share at least one operand (otherwise nothing is saved),
 //   - neither reaches the other (merging would create a cycle),
 //   - the merged group stays within kMaxNodes body nodes and kMaxBuffers buffers.
@@ -33,15 +34,21 @@ constexpr size_t kMaxBuffers = 32; // operands + results of the merged kernel
 
 bool is_group(const Node *n) { return n->kind() == Node::Kind::FusionGroup; }
 
-// The common shape of all results of an elementwise-only group, or nullptr.
-const Dims *elementwise_domain(const Node &n) {
+// Same dims: the sizes, and in a symbolic graph the same expression per dim
+// (s0 and a static 32 differ even where s0 was traced at 32).
+bool same_dims(const ir::TensorType &a, const ir::TensorType &b) {
+  return IntArrayRef(a.shape) == IntArrayRef(b.shape) && a.sym == b.sym;
+}
+
+// The common type (dims) of all results of an elementwise-only group, or nullptr.
+const ir::TensorType *elementwise_domain(const Node &n) {
   const Graph &body = *n.body();
   if (!body.params().empty() || !body.consts().empty()) return nullptr;
   for (const Node *m : body.nodes())
     if (m->kind() != Node::Kind::Op || m->info().kind != OpKind::Elementwise) return nullptr;
-  const Dims &d = n.result(0)->type().shape;
+  const ir::TensorType &d = n.result(0)->type();
   for (const Value *r : n.results())
-    if (!(IntArrayRef(r->type().shape) == IntArrayRef(d))) return nullptr;
+    if (!same_dims(r->type(), d)) return nullptr;
   return &d;
 }
 
@@ -82,9 +89,9 @@ private:
   }
 
   const char *refusal(const std::vector<Node *> &order, size_t i, size_t j) const {
-    const Dims *da = elementwise_domain(*order[i]), *db = elementwise_domain(*order[j]);
+    const ir::TensorType *da = elementwise_domain(*order[i]), *db = elementwise_domain(*order[j]);
     if (!db) return "not an elementwise group";
-    if (!(IntArrayRef(*da) == IntArrayRef(*db))) return "different iteration spaces";
+    if (!same_dims(*da, *db)) return "different iteration spaces";
     if (order[i]->body()->num_nodes() + order[j]->body()->num_nodes() > kMaxNodes) return "group too large";
     if (merged_operands(*order[i], *order[j]).size() + order[i]->results().size() + order[j]->results().size() >
         kMaxBuffers)
@@ -178,6 +185,8 @@ private:
 class FuseHorizontalPass : public Pass {
 public:
   std::string_view name() const override { return "fuse-horizontal"; }
+  // Its decisions compare dims (symbolic ones by their expressions) and count nodes and buffers.
+  bool handles_symbolic() const override { return true; }
   bool run(Graph &g) override { return HorizontalFuser(g).run(); }
 };
 

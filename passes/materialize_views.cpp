@@ -208,6 +208,10 @@ private:
 class MaterializeViewsPass : public Pass {
 public:
   std::string_view name() const override { return "materialize-views"; }
+  // In a symbolic graph its choices read the traced sizes (a view's strides,
+  // the element threshold) and hold for every size: a copy changes speed, not
+  // values, and the Builder gives it the view's symbolic type.
+  bool handles_symbolic() const override { return true; }
   bool run(Graph &g) override { return Materializer(g).run(); }
 };
 

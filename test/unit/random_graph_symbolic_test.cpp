@@ -1,6 +1,6 @@
 // Symbolic dims over seeded random graphs (test/util/random_graph.h): each
 // graph is traced with every input dim requested symbolic (frontend/symbolize.h),
-// run through the passes that keep symbols with the verifier after each, and
+// run through the passes that keep symbols (up to materialize-views) with the verifier after each, and
 // the interpreter's results on that one graph at new sizes (sizes the tracing
 // never saw, odd ones for the vector tails) equal running the model eagerly
 // there. Tolerance as random_graph_test: rtol 1e-4, atol 1e-5.
@@ -56,7 +56,7 @@ int check_seed(uint64_t seed) {
     passes::PipelineOptions o;
     o.verify_each = true;
     try {
-      passes::run_pipeline(g, "upcast,decompose,canonicalize,cse,dce", o);
+      passes::run_pipeline(g, "upcast,decompose,canonicalize,cse,dce,fuse,fuse-horizontal,materialize-views", o);
     } catch (const Error &e) {
       ADD_FAILURE() << rg.origin << ": passes threw " << e.what() << "\ntraced:\n" << traced;
       return -1;
