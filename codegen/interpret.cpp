@@ -342,8 +342,17 @@ private:
 
 } // namespace
 
-void interpret(const KernelDesc &k, void *const *given) {
-  k.validate();
+void interpret(const KernelDesc &desc, void *const *given) {
+  desc.validate();
+  if (desc.runtime_dim0) { // this call's extent, as the compiled code reads it
+    KernelDesc at = desc;
+    at.runtime_dim0 = false;
+    at.shape[0] = *static_cast<const int64_t *>(given[desc.num_buffers()]);
+    KILN_CHECK(at.shape[0] >= 0, "kernel: negative runtime extent ", at.shape[0]);
+    interpret(at, given);
+    return;
+  }
+  const KernelDesc &k = desc;
   // An output written in place uses its input's pointer, as the compiled code does.
   std::vector<void *> pointers(given, given + k.num_buffers());
   for (size_t o = 0; o < k.outputs.size(); ++o)

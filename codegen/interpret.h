@@ -13,7 +13,7 @@
 
 namespace kiln::codegen {
 
-// buffers: inputs then outputs, as for CompiledKernel::run. Throws kiln::Error
+// buffers: inputs then outputs (then dim 0's extent for a runtime dim 0), as for CompiledKernel::run. Throws kiln::Error
 // if the description is invalid.
 void interpret(const KernelDesc &desc, void *const *buffers);
 

@@ -81,7 +81,8 @@ class CompiledKernel {
 public:
   using Fn = void (*)(void *const *buffers);
 
-  // buffers: inputs then outputs, in KernelDesc order, each pointing at element 0.
+  // buffers: inputs then outputs, in KernelDesc order, each pointing at element 0;
+  // then, for a kernel with KernelDesc::runtime_dim0, a pointer to dim 0's extent (int64_t).
   void run(void *const *buffers) const { fn_(buffers); }
   Fn fn() const { return fn_; }
   uint64_t hash() const { return hash_; }

@@ -320,6 +320,16 @@ void check_alias(const KernelDesc &k, size_t o, int32_t input) {
 } // namespace
 
 void KernelDesc::validate() const {
+  if (runtime_dim0) {
+    KILN_CHECK(!shape.empty(), "kernel: a runtime dim 0 needs rank >= 1");
+    KILN_CHECK(!has_reductions() || size_t(row_rank) < shape.size(), "kernel: a runtime dim 0 must be an outer dim, ",
+               "not in the reduced row (rank ", shape.size(), ", row rank ", row_rank, ")");
+    KernelDesc assumed = *this; // strides and aliases must hold at every extent: check at a large one
+    assumed.runtime_dim0 = false;
+    assumed.shape[0] = kRuntimeExtentAssumed;
+    assumed.validate();
+    return;
+  }
   KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "kernel: rank ", shape.size(), " > ",
              kMaxKernelRank);
   for (int64_t s : shape) KILN_CHECK(s >= 0, "kernel: negative size ", s);
@@ -346,7 +356,13 @@ std::string KernelDesc::key() const {
   // key format version (2: Reduce nodes and their combine; 3: stream_stores; 4: ops by name,
   // so that the KOp enumeration may grow anywhere: vector-math ops follow KILN_KERNEL_OPS)
   w.put<uint32_t>(4);
-  w.put_vec(shape);
+  if (runtime_dim0) { // the traced extent picks no code
+    std::vector<int64_t> dims = shape;
+    dims[0] = -1;
+    w.put_vec(dims);
+  } else {
+    w.put_vec(shape);
+  }
   w.put(grain);
   w.put(stream_stores);
   w.put<uint64_t>(inputs.size());
@@ -408,6 +424,7 @@ std::string KernelDesc::to_string() const {
   os << " grain=" << grain;
   if (row_rank != 1) os << " row_rank=" << row_rank;
   if (stream_stores) os << " stream_stores";
+  if (runtime_dim0) os << " runtime_dim0";
   os << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";

@@ -14,7 +14,9 @@
 //   ELEMENTS, one per iteration dimension (0 = broadcast along that dim, any
 //   sign); element (i0..ik) lives at buffer[sum i_d * stride_d]. bool is 1 byte.
 // - Shape and strides are compile-time constants of the kernel (kiln's compiled programs are
-//   specialised per shape; constant trip counts and strides give the best code).
+//   specialised per shape; constant trip counts and strides give the best code), except
+//   dim 0's extent when KernelDesc::runtime_dim0 is set: then it is read per call from
+//   buffers[num_buffers()] (a pointer to an int64_t), after the inputs and outputs.
 // - Types are explicit: binary ops need equal dtypes; promotion is the caller's
 //   job (insert cast()). Comparisons give bool. Integer Div truncates toward zero
 //   and a zero divisor gives 0 (never traps). Float Min/Max propagate NaN (torch).
@@ -96,6 +98,9 @@
 namespace kiln::codegen {
 
 inline constexpr int kMaxKernelRank = 4;
+// The dim-0 extent that validation and codegen's choices assume for a kernel
+// whose dim 0 is read per call (KernelDesc::runtime_dim0).
+inline constexpr int64_t kRuntimeExtentAssumed = 4096;
 
 // X(name, arity, traits): the kernel ops other than vector math. Their order is
 // free (KernelDesc::key names the ops). Traits (KOpTrait): Lane = its lowering
@@ -221,6 +226,16 @@ struct KernelDesc {
   // In place: empty, or per output the input whose memory it overwrites (-1 =
   // its own buffer). See "In-place outputs" in the file comment.
   std::vector<int32_t> output_aliases_input;
+  // Dim 0's extent is read per call (dynamic shapes, issue 17): the compiled
+  // kernel reads it from buffers[num_buffers()], which points at an int64_t
+  // >= 0, so that one kernel serves every batch size. shape[0] is then only
+  // the size it was traced at: key() leaves it out and codegen chooses its
+  // loops as if dim 0 were large (kRuntimeExtentAssumed). Dim 0 must be an
+  // outer dim (rank >= 1, and row_rank < rank when the kernel reduces), and
+  // the strides must hold at every extent: a row-major buffer's dim-0 stride
+  // is the product of the other dims, which do not change. These kernels
+  // never stream their stores (stream_stores is ignored).
+  bool runtime_dim0 = false;
 
   int64_t numel() const;
   // Elements in one row: the product of the last row_rank dims (1 for rank 0).
@@ -305,6 +320,7 @@ public:
   void output_per_row(Expr value, std::vector<int64_t> outer_strides = {});
   void set_grain(int64_t elements) { desc_.grain = elements; }
   void set_stream_stores(bool on) { desc_.stream_stores = on; }
+  void set_runtime_dim0(bool on) { desc_.runtime_dim0 = on; } // see KernelDesc::runtime_dim0
   // Output `output` overwrites input `input` in place (see the file comment).
   void alias_output(size_t output, int32_t input);
 

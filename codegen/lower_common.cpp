@@ -18,6 +18,11 @@ Lowering::Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t)
     : k_(k), m_(m), c_(m.getContext()), target_(t) {
   shape_ = k.shape.empty() ? std::vector<int64_t>{1} : k.shape; // rank 0 = one element
   streamed_.assign(k.outputs.size(), 0);
+  if (k.runtime_dim0) { // shape_[0] is kRuntimeExtentAssumed times what collapse_dims merged into dim 0
+    dim0_scale_ = shape_[0] / kRuntimeExtentAssumed;
+    row_rank_ = k.has_reductions() ? size_t(k.row_rank) : 1;
+    return; // streaming needs aligned blocks of a known count (and pays off only on large outputs)
+  }
   // An in-place output stores through its input's pointer, whose alignment
   // nobody promised, into lines the kernel has just read: never streamed.
   for (size_t o = 0; o < k.outputs.size(); ++o)
@@ -55,12 +60,24 @@ bool Lowering::rows_stay_aligned(size_t o) const {
   return std::all_of(st.begin(), st.end() - 1, [&](int64_t s) { return s * size % kStreamAlign == 0; });
 }
 
-int64_t Lowering::outer_count() const {
-  if (blocked()) return (shape_[0] + kStreamBlock - 1) / kStreamBlock;
-  if (block_ > 0) return (shape_[0] + block_ - 1) / block_; // row blocks: outer_rank() == 1
-  if (rank() == 1) return shape_[0];
-  int64_t n = 1;
-  for (size_t d = 0; d < outer_rank(); ++d) n *= shape_[d];
+// The extent of (collapsed) dim 0: shape_[0], or for a runtime dim 0 the
+// call's extent times the dims collapse_dims merged into it.
+Value *Lowering::dim0_extent(IRBuilder<> &b, Value *buffers) {
+  if (!k_.runtime_dim0) return b.getInt64(shape_[0]);
+  auto *ptr = llvm::PointerType::getUnqual(c_);
+  Value *slot = b.CreateConstInBoundsGEP1_64(ptr, buffers, k_.num_buffers());
+  Value *n = b.CreateLoad(b.getInt64Ty(), b.CreateLoad(ptr, slot, "extent.ptr"), "extent");
+  return dim0_scale_ == 1 ? n : b.CreateMul(n, b.getInt64(dim0_scale_), "dim0", true, true);
+}
+
+// Iterations of the parallel loop, given dim 0's extent n0.
+Value *Lowering::outer_count(IRBuilder<> &b, Value *n0) const {
+  auto ceil_div = [&](int64_t d) { return b.CreateUDiv(b.CreateAdd(n0, b.getInt64(d - 1)), b.getInt64(d)); };
+  if (blocked()) return ceil_div(kStreamBlock);
+  if (block_ > 0) return ceil_div(block_); // row blocks: outer_rank() == 1
+  if (rank() == 1) return n0;
+  Value *n = n0;
+  for (size_t d = 1; d < outer_rank(); ++d) n = b.CreateMul(n, b.getInt64(shape_[d]));
   return n;
 }
 
@@ -94,8 +111,8 @@ void Lowering::build_entry(const std::string &symbol, llvm::Function *body) {
   auto *pfty = llvm::FunctionType::get(llvm::Type::getVoidTy(c_), {i64, i64, i64, ptr, ptr}, false);
   llvm::FunctionCallee pfor = m_.getOrInsertFunction(kParallelForSymbol, pfty);
   IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
-  b.CreateCall(pfor, {b.getInt64(0), b.getInt64(outer_count()), b.getInt64(outer_grain()), body,
-                      f->getArg(0)});
+  Value *count = outer_count(b, dim0_extent(b, f->getArg(0)));
+  b.CreateCall(pfor, {b.getInt64(0), count, b.getInt64(outer_grain()), body, f->getArg(0)});
   b.CreateRetVoid();
 }
 
@@ -237,7 +254,7 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   std::vector<std::vector<int64_t>> st(nbuf);      // per buffer, innermost first
   for (size_t d = in.shape.size(); d-- > 0;) {
     int64_t size = in.shape[d];
-    if (size == 1) continue;
+    if (size == 1 && !(d == 0 && in.runtime_dim0)) continue; // a runtime dim 0 may be 1 only when traced
     bool merge = !shape.empty();
     for (size_t b = 0; merge && b < nbuf; ++b) merge = strides(k, b)[d] == st[b].back() * shape.back();
     if (merge) {
@@ -261,6 +278,7 @@ KernelDesc dims_slice(const KernelDesc &in, size_t from, size_t to) {
   KernelDesc k = in;
   auto cut = [&](std::vector<int64_t> &v) { v = std::vector<int64_t>(v.begin() + from, v.begin() + to); };
   cut(k.shape);
+  k.runtime_dim0 = in.runtime_dim0 && from == 0;
   for (auto &b : k.inputs) cut(b.strides);
   for (auto &o : k.outputs) cut(o.buffer.strides);
   k.row_rank = 1;
@@ -318,6 +336,7 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
   KernelDesc shared = share_alias_strides(desc);
+  if (shared.runtime_dim0) shared.shape[0] = kRuntimeExtentAssumed; // the code is the same for every traced extent
   KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;

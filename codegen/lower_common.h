@@ -93,7 +93,8 @@ private:
   int64_t row_length() const;
   std::vector<int64_t> strides_of(size_t buf) const;
   bool rows_stay_aligned(size_t o) const;
-  int64_t outer_count() const;
+  Value *dim0_extent(IRBuilder<> &b, Value *buffers);
+  Value *outer_count(IRBuilder<> &b, Value *n0) const;
   int64_t outer_grain() const;
   void stamp(llvm::Function *f);
   llvm::FunctionType *body_type();
@@ -237,7 +238,7 @@ private:
   // ---- row blocks (lower_row_block.cpp).
   int64_t f32_lanes() const;
   llvm::FixedVectorType *lane_type(llvm::Type *scalar) const;
-  void emit_row_blocks(IRBuilder<> &b, Value *begin, Value *end);
+  void emit_row_blocks(IRBuilder<> &b, Value *begin, Value *end, Value *rows);
   std::vector<uint8_t> row_invariant_nodes() const;
   std::vector<uint8_t> per_row_inputs_of_pass(const std::vector<int32_t> &reductions) const;
   void emit_row_block(IRBuilder<> &b, Value *first);
@@ -288,6 +289,7 @@ private:
   std::vector<Value *> shift_;     // row by row: per Shifted sum, its K in this row (Accum)
   std::vector<uint8_t> centering_; // per node: reductions_used_by_reductions()
   std::vector<Value *> tile_wide_; // tiles: per float32 sum, its double accumulator per row of the tile
+  int64_t dim0_scale_ = 1;         // runtime dim 0: elements of collapsed dim 0 per unit of the call's extent
   int64_t block_ = 0;              // rows per row block (see choose_row_block), 0 = row by row
   std::vector<uint8_t> invariant_; // row blocks: per node, the same in every row
 };

@@ -28,19 +28,19 @@ llvm::FixedVectorType *Lowering::lane_type(llvm::Type *scalar) const {
   return llvm::FixedVectorType::get(scalar, unsigned(block_));
 }
 
-// [begin, end) counts blocks (see outer_count): only the kernel's last
-// block can be short, and its rows (count % block_) go row by row.
-void Lowering::emit_row_blocks(IRBuilder<> &b, Value *begin, Value *end) {
+// [begin, end) counts blocks (see outer_count) of the kernel's `rows` rows:
+// only the last block can be short, and its rows (rows % block_) go row by row.
+void Lowering::emit_row_blocks(IRBuilder<> &b, Value *begin, Value *end, Value *rows) {
   invariant_ = row_invariant_nodes();
-  int64_t whole = shape_[0] / block_;
-  Value *last = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end, b.getInt64(whole), nullptr, "whole.end");
+  Value *whole = b.CreateUDiv(rows, b.getInt64(block_), "whole");
+  Value *last = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end, whole, nullptr, "whole.end");
   emit_loop(b, begin, last, "block", [&](IRBuilder<> &bb, Value *t) {
     emit_row_block(bb, bb.CreateMul(t, bb.getInt64(block_), "block.first", true, true));
   }, LoopMD::Nest);
-  if (shape_[0] % block_ == 0) return;
-  Value *has_rest = b.CreateICmpSGT(end, b.getInt64(whole));
-  Value *lo = b.CreateSelect(has_rest, b.getInt64(whole * block_), b.getInt64(shape_[0]));
-  emit_loop(b, lo, b.getInt64(shape_[0]), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
+  if (!k_.runtime_dim0 && shape_[0] % block_ == 0) return;
+  Value *has_rest = b.CreateICmpSGT(end, whole);
+  Value *lo = b.CreateSelect(has_rest, b.CreateMul(whole, b.getInt64(block_)), rows);
+  emit_loop(b, lo, rows, "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
 }
 
 // Per node: the same value in every row (depends on no load that moves

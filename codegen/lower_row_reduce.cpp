@@ -37,7 +37,7 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
   allocate_scratch(b, f);
   block_ = choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
   if (block_ > 0) {
-    emit_row_blocks(b, f->getArg(1), f->getArg(2));
+    emit_row_blocks(b, f->getArg(1), f->getArg(2), dim0_extent(b, f->getArg(0)));
   } else {
     emit_loop(b, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
   }

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "ir/graph.h"
+#include "ir/sym_infer.h"
 #include "passes/group_geometry.h"
 #include "passes/lowering_check.h"
 #include "runtime/op_attrs.h"
@@ -579,6 +580,68 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
     k.output(expr.at(o), sp.permute(st));
   }
   return k.build();
+}
+
+namespace {
+
+// The symbols a group's operand and result types mention.
+std::vector<int> group_symbols(const ir::Node &group) {
+  std::vector<int> ids;
+  auto add = [&](const ir::TensorType &t) {
+    for (const ir::SymExpr &e : t.sym)
+      for (int id : e.symbols())
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  for (const ir::Value *v : group.operands())
+    if (v) add(v->type());
+  for (const ir::Value *r : group.results()) add(r->type());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// The group at position `index` of g lowered with the symbols at `values`:
+// graph inputs and intermediate values contiguous, params and consts as they are.
+KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int64_t> values,
+                          std::vector<size_t> &buffer_operands) {
+  std::unique_ptr<ir::Graph> at = ir::instantiate(g, values);
+  const ir::Node &node = *at->nodes().at(index);
+  std::vector<Tensor> operands;
+  for (const ir::Value *v : node.operands()) {
+    bool captured = v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const;
+    operands.push_back(captured ? v->tensor() : kiln::detail::make_tensor(v->type().shape, v->type().dtype, true));
+  }
+  return lower_group(node, operands, buffer_operands);
+}
+
+} // namespace
+
+KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
+                                std::vector<size_t> &buffer_operands) {
+  const std::vector<ir::Node *> nodes = g.nodes();
+  const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
+  KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
+             g.name());
+  const std::string name = "fusion group %" + group.result()->name();
+  const std::vector<int> ids = group_symbols(group);
+  KILN_CHECK(ids.size() == 1, "codegen: ", name, " has ", ids.size(),
+             " symbols; a kernel reads one size per call (its dim 0)");
+  const int s = ids[0];
+  std::vector<int64_t> moved(values.begin(), values.end());
+  moved.at(size_t(s)) += 1;
+  std::vector<size_t> moved_operands;
+  KernelDesc a = lower_group_at(g, index, values, buffer_operands);
+  KernelDesc b = lower_group_at(g, index, moved, moved_operands);
+  std::string sym = "s";
+  sym += std::to_string(s); // (not "s" + ...: GCC 12 warns -Wrestrict on that)
+  KILN_CHECK(!a.shape.empty() && a.shape[0] == values[size_t(s)] && b.shape[0] == moved[size_t(s)], "codegen: ", name,
+             ": its kernel's outermost dim is not ", sym, " (kernel shape ", shape_str(a.shape), " at ", sym, " = ",
+             values[size_t(s)], ", ", shape_str(b.shape), " at ", sym, " = ", moved[size_t(s)], ")");
+  b.shape[0] = a.shape[0];
+  KILN_CHECK(a.key() == b.key() && buffer_operands == moved_operands, "codegen: ", name, ": its kernel changes with ",
+             sym, " beyond its outermost dim (an inner size or a stride)");
+  a.runtime_dim0 = true;
+  a.validate();
+  return a;
 }
 
 } // namespace kiln::codegen

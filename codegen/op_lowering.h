@@ -2,14 +2,16 @@
 // lowering-rule table in op_lowering.cpp.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "codegen/kernel.h"
 #include "runtime/op_registry.h"
 
 namespace kiln::ir {
+class Graph;
 class Node;
-}
+} // namespace kiln::ir
 
 namespace kiln::codegen {
 
@@ -25,5 +27,17 @@ bool lowered_dtype(DType t);
 // buffers, in buffer order. Throws kiln::Error when the group cannot be lowered.
 KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operands,
                        std::vector<size_t> &buffer_operands);
+
+// A fusion group of symbolic graph g (issue 17) as one kernel for every value
+// of the one symbol its types mention (KernelDesc::runtime_dim0), which must be
+// what the kernel's outermost dim walks: the batch of a [s0, 1024] softmax, not
+// the rows a batch-norm reduction folds. Lowered with the symbols at `values`
+// and again with that symbol moved by one, operands contiguous (params and
+// consts as they are); the two descriptions must differ only in dim 0, which
+// holds at every value since sizes are multilinear in the symbols (the
+// verifier checks each). Otherwise a kiln::Error says why: another symbol, the
+// symbol in an inner dim or in the row, a stride that grows with it.
+KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
+                                std::vector<size_t> &buffer_operands);
 
 } // namespace kiln::codegen

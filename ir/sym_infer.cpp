@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <string>
+#include <unordered_map>
 
 #include "runtime/error.h"
 
@@ -178,6 +179,66 @@ std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef>
     }
   }
   return values;
+}
+
+namespace {
+
+TensorType type_at(const TensorType &t, std::span<const int64_t> values) {
+  if (!t.symbolic()) return t;
+  std::vector<int64_t> d = evaluate_dims(t.sym, values);
+  return TensorType(t.dtype, Dims(IntArrayRef(d)));
+}
+
+using ValueMap = std::unordered_map<const Value *, Value *>;
+
+// Nodes of `from` appended to `to` at `values`, under their names; `map` has
+// `from`'s inputs, params and consts already.
+void copy_nodes_at(const Graph &from, Graph &to, ValueMap &map, std::span<const int64_t> values) {
+  for (const Node *n : from.nodes()) {
+    std::vector<Value *> ops;
+    for (const Value *v : n->operands()) ops.push_back(v ? map.at(v) : nullptr);
+    std::vector<TensorType> types;
+    for (const Value *r : n->results()) types.push_back(type_at(r->type(), values));
+    Node *copy = n->kind() == Node::Kind::FusionGroup ? to.create_group(ops, types)
+                                                       : to.create(n->op(), ops, attrs_at(*n, values), types);
+    for (size_t k = 0; k < n->results().size(); ++k) {
+      copy->result(k)->set_name(n->result(k)->name());
+      map[n->result(k)] = copy->result(k);
+    }
+    if (n->kind() != Node::Kind::FusionGroup) continue;
+    const Graph &body = *n->body();
+    Graph &into = *copy->body();
+    ValueMap inner;
+    for (size_t i = 0; i < body.inputs().size(); ++i) {
+      into.inputs()[i]->set_name(body.inputs()[i]->name());
+      inner[body.inputs()[i]] = into.inputs()[i];
+    }
+    for (const Value *p : body.params()) inner[p] = into.add_param(p->tensor(), p->name());
+    for (const Value *c : body.consts()) inner[c] = into.add_const(c->tensor(), c->name());
+    copy_nodes_at(body, into, inner, values);
+    std::vector<Value *> outs;
+    for (const Value *o : body.outputs()) outs.push_back(inner.at(o));
+    into.set_outputs(outs);
+  }
+}
+
+} // namespace
+
+std::unique_ptr<Graph> instantiate(const Graph &g, std::span<const int64_t> values) {
+  const size_t n = g.symbol_hints().size();
+  KILN_CHECK(values.size() == n, "instantiate: @", g.name(), " has ", n, n == 1 ? " symbol" : " symbols", ", given ",
+             values.size(), values.size() == 1 ? " value" : " values");
+  auto out = std::make_unique<Graph>(g.name());
+  ValueMap map;
+  for (const Value *v : g.inputs()) map[v] = out->add_input(type_at(v->type(), values), v->name());
+  for (const Value *p : g.params()) map[p] = out->add_param(p->tensor(), p->name());
+  for (const Value *c : g.consts()) map[c] = out->add_const(c->tensor(), c->name());
+  copy_nodes_at(g, *out, map, values);
+  std::vector<Value *> outs;
+  for (const Value *o : g.outputs()) outs.push_back(map.at(o));
+  out->set_outputs(outs);
+  for (const WriteBack &w : g.write_backs()) out->add_write_back(map.at(w.target), map.at(w.value));
+  return out;
 }
 
 } // namespace kiln::ir

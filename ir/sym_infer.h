@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -59,5 +60,11 @@ std::vector<int64_t> evaluate_dims(std::span<const SymExpr> dims, std::span<cons
 // such as two inputs' equal dims, or a symbol no input dim binds). Empty for a
 // graph without symbols.
 std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef> &sizes);
+
+// g with its symbols at `values` (one per symbol): the same values and nodes
+// under the same names, each type at those sizes and each view's sizes in its
+// attributes (attrs_at), fusion bodies too. A static graph: what a
+// specialization of the symbolic graph to one call's sizes compiles.
+std::unique_ptr<Graph> instantiate(const Graph &g, std::span<const int64_t> values);
 
 } // namespace kiln::ir

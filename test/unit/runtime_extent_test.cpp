@@ -1,0 +1,405 @@
+// Kernels whose dim 0 is read per call (KernelDesc::runtime_dim0, issue 17):
+// one compiled kernel, run at many extents (0, 1, vector and block tails,
+// enough rows for several threads), against the plain C++ evaluator
+// (codegen/interpret.h) of the same description at that extent.
+#include <cmath>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include <kiln/kiln.h>
+
+#include "codegen/interpret.h"
+#include "codegen/op_lowering.h"
+#include "expect_error.h"
+#include "ir/interpreter.h"
+#include "ir/parser.h"
+#include "ir/sym_infer.h"
+#include "jit_test_util.h"
+#include "passes/pass_manager.h"
+#include "runtime/error.h"
+
+namespace kiln::test {
+namespace {
+
+using codegen::Expr;
+using kiln::testing::expect_error;
+using codegen::KernelBuilder;
+using codegen::KernelDesc;
+using codegen::KOp;
+
+// A kernel family: builds the description for a given dim-0 size.
+struct Case {
+  const char *name;
+  std::function<KernelDesc(int64_t)> build;
+  double tolerance; // relative; 0 = bit-exact
+};
+
+// Elements a buffer spans at extent n: 1 + sum (size_d - 1) * |stride_d|.
+size_t buffer_elems(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+  for (int64_t s : shape)
+    if (s == 0) return 0;
+  int64_t last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * std::abs(strides[d]);
+  return size_t(last + 1);
+}
+
+KernelDesc at_extent(KernelDesc k, int64_t n) {
+  k.shape[0] = n;
+  return k;
+}
+
+std::vector<std::vector<uint8_t>> make_buffers(const KernelDesc &k, uint32_t seed) {
+  std::vector<std::vector<uint8_t>> bufs;
+  for (size_t i = 0; i < k.num_buffers(); ++i) {
+    const codegen::BufferSpec &b = i < k.inputs.size() ? k.inputs[i] : k.outputs[i - k.inputs.size()].buffer;
+    size_t n = buffer_elems(k.shape, b.strides);
+    switch (b.dtype) {
+    case DType::Float32: bufs.push_back(bytes_of(random_values<float>(n, -3, 3, seed + uint32_t(i)))); break;
+    case DType::Int32: bufs.push_back(bytes_of(random_values<int32_t>(n, -50, 50, seed + uint32_t(i)))); break;
+    default: bufs.emplace_back(n * itemsize(b.dtype), uint8_t(0)); break;
+    }
+  }
+  return bufs;
+}
+
+void expect_same(const KernelDesc &k, const std::vector<std::vector<uint8_t>> &got,
+                 const std::vector<std::vector<uint8_t>> &want, double tol, const std::string &what) {
+  for (size_t i = 0; i < k.num_buffers(); ++i) { // inputs too: an in-place output lands in its input
+    DType t = i < k.inputs.size() ? k.inputs[i].dtype : k.outputs[i - k.inputs.size()].buffer.dtype;
+    if (t != DType::Float32 || tol == 0) {
+      ASSERT_EQ(got[i], want[i]) << what << ": buffer " << i;
+      continue;
+    }
+    std::vector<float> g = values_of<float>(got[i]), w = values_of<float>(want[i]);
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t e = 0; e < g.size(); ++e)
+      ASSERT_NEAR(g[e], w[e], tol * (1 + std::abs(w[e]))) << what << ": buffer " << i << " element " << e;
+  }
+}
+
+std::vector<Case> cases() {
+  return {
+      {"broadcast row vector, [n, 1024]",
+       [](int64_t n) {
+         KernelBuilder k({n, 1024});
+         Expr x = k.input(DType::Float32), a = k.input(DType::Float32, {0, 1});
+         k.output(x * a + 1.5);
+         return k.build();
+       },
+       0},
+      {"contiguous [n, 3] collapsed into one loop of 3n",
+       [](int64_t n) {
+         KernelBuilder k({n, 3});
+         Expr x = k.input(DType::Float32), y = k.input(DType::Float32);
+         k.output(max(x * 2.0 - y, 0.25));
+         return k.build();
+       },
+       0},
+      {"transposed inner dims [n, 5, 7]",
+       [](int64_t n) {
+         KernelBuilder k({n, 5, 7});
+         Expr x = k.input(DType::Float32, {35, 1, 5});
+         k.output(x * x);
+         return k.build();
+       },
+       0},
+      {"int32 compare and select to bool and int32, [n, 33]",
+       [](int64_t n) {
+         KernelBuilder k({n, 33});
+         Expr x = k.input(DType::Int32), y = k.input(DType::Int32, {0, 1});
+         Expr lt = k.binary(KOp::Lt, x, y);
+         k.output(lt);
+         k.output(k.select(lt, x, y));
+         return k.build();
+       },
+       0},
+      {"in place, [n, 17]",
+       [](int64_t n) {
+         KernelBuilder k({n, 17});
+         Expr x = k.input(DType::Float32);
+         k.output(x * 3.0 + 1.0);
+         k.alias_output(0, 0);
+         return k.build();
+       },
+       0},
+      {"softmax rows of 1000",
+       [](int64_t n) {
+         KernelBuilder k({n, 1000});
+         Expr x = k.input(DType::Float32);
+         Expr e = k.unary(KOp::Exp, x - k.reduce(KOp::Max, x));
+         k.output(e / k.reduce(KOp::Add, e));
+         return k.build();
+       },
+       2e-6},
+      {"row statistics of short rows (row blocks), [n, 12]",
+       [](int64_t n) {
+         KernelBuilder k({n, 12});
+         Expr x = k.input(DType::Float32);
+         k.output_per_row(k.reduce(KOp::Add, x * x));
+         k.output_per_row(k.reduce(KOp::Max, x));
+         return k.build();
+       },
+       1e-6},
+      {"layer norm over [n, 4, 100]",
+       [](int64_t n) {
+         KernelBuilder k({n, 4, 100});
+         Expr x = k.input(DType::Float32), g = k.input(DType::Float32, {0, 0, 1});
+         Expr c = x - reduce_mean(x);
+         k.output(c * rsqrt(reduce_mean(c * c) + 1e-5) * g);
+         return k.build();
+       },
+       1e-5},
+      {"rows down columns (tiles), [n, 32, 16] rows along the last dim of stride 32",
+       [](int64_t n) {
+         KernelBuilder k({n, 32, 16});
+         Expr x = k.input(DType::Float32, {512, 1, 32});
+         k.output_per_row(k.reduce(KOp::Add, x));
+         return k.build();
+       },
+       1e-5}, // the evaluator sums 16 floats in float32, the kernel in double
+      {"rows of two dims, [n, 6, 10] with row rank 2",
+       [](int64_t n) {
+         KernelBuilder k({n, 6, 10}, 2);
+         Expr x = k.input(DType::Float32);
+         k.output(x - reduce_mean(x));
+         return k.build();
+       },
+       1e-6},
+  };
+}
+
+const std::vector<int64_t> kExtents = {0, 1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 257, 1000, 3000};
+
+KernelDesc runtime_desc(const Case &c, int64_t traced) {
+  KernelDesc k = c.build(traced);
+  k.runtime_dim0 = true;
+  return k;
+}
+
+TEST(RuntimeExtent, OneKernelServesEveryExtent) {
+  for (const Case &c : cases()) {
+    SCOPED_TRACE(c.name);
+    KernelDesc k = runtime_desc(c, 8);
+    auto kernel = test_jit().compile(k);
+    int64_t compiles = test_jit().stats().compiles;
+    for (int64_t n : kExtents) {
+      KernelDesc at = at_extent(k, n);
+      at.runtime_dim0 = false;
+      std::vector<std::vector<uint8_t>> want = make_buffers(at, uint32_t(n));
+      std::vector<std::vector<uint8_t>> got = want;
+      std::vector<void *> ref, run;
+      for (auto &b : want) ref.push_back(b.data());
+      for (auto &b : got) run.push_back(b.data());
+      codegen::interpret(at, ref.data());
+      run.push_back(&n);
+      EXPECT_EQ(test_jit().compile(k).get(), kernel.get());
+      kernel->run(run.data());
+      expect_same(at, got, want, c.tolerance, std::string(c.name) + " at n = " + std::to_string(n));
+    }
+    EXPECT_EQ(test_jit().stats().compiles, compiles) << "a new extent compiled a kernel";
+  }
+}
+
+// The traced extent picks no code: kernels traced at different sizes share
+// their key, and so the compiled kernel.
+TEST(RuntimeExtent, TracedExtentIsNotPartOfTheKey) {
+  for (const Case &c : cases()) {
+    SCOPED_TRACE(c.name);
+    KernelDesc a = runtime_desc(c, 8), b = runtime_desc(c, 300);
+    EXPECT_EQ(a.key(), b.key());
+    EXPECT_EQ(test_jit().compile(a).get(), test_jit().compile(b).get());
+    KernelDesc fixed = c.build(8);
+    EXPECT_NE(fixed.key(), a.key()) << "a static kernel must not share its key with a runtime one";
+  }
+}
+
+// The interpreter reads the extent as the compiled code does.
+TEST(RuntimeExtent, InterpreterReadsTheExtent) {
+  KernelDesc k = runtime_desc(cases()[1], 8);
+  int64_t n = 5;
+  std::vector<float> x(15, 2.0f), y(15, 1.0f), out(15, -7.0f);
+  void *bufs[] = {x.data(), y.data(), out.data(), &n};
+  codegen::interpret(k, bufs);
+  for (float v : out) EXPECT_EQ(v, 3.0f);
+  n = -1;
+  EXPECT_THROW(codegen::interpret(k, bufs), Error);
+}
+
+TEST(RuntimeExtent, RefusesWhatCannotHoldAtEveryExtent) {
+  { // dim 0 is the reduced row
+    KernelBuilder k({8});
+    Expr x = k.input(DType::Float32);
+    k.output_per_row(k.reduce(KOp::Add, x));
+    KernelDesc d = k.build();
+    d.runtime_dim0 = true;
+    try {
+      d.validate();
+      ADD_FAILURE() << "a runtime dim 0 in the row was accepted";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("must be an outer dim"), std::string::npos) << e.what();
+    }
+  }
+  { // rank 0
+    KernelBuilder k({});
+    k.output(k.input(DType::Float32) * 2.0);
+    KernelDesc d = k.build();
+    d.runtime_dim0 = true;
+    EXPECT_THROW(d.validate(), Error);
+  }
+  { // traced at 1, an in-place output whose dim-0 stride differs from its input's
+    KernelBuilder k({1, 4});
+    Expr x = k.input(DType::Float32, {8, 1});
+    k.output(x + 1.0, {4, 1});
+    k.alias_output(0, 0);
+    KernelDesc d = k.build(); // valid at extent 1
+    d.runtime_dim0 = true;
+    EXPECT_THROW(d.validate(), Error);
+    EXPECT_THROW(test_jit().compile(d), Error);
+  }
+}
+
+// ---- fusion groups of symbolic graphs (codegen::lower_symbolic_group)
+
+// `text` through decompose..fuse: a symbolic graph holding one fusion group.
+std::unique_ptr<ir::Graph> fused(const char *text) {
+  auto g = ir::parse(text);
+  manual_seed(11);
+  for (ir::Value *p : g->params()) g->bind_param(p, randn(p->type().shape));
+  passes::run_pipeline(*g, "decompose,canonicalize,cse,dce,fuse");
+  return g;
+}
+
+const ir::Node &only_group(const ir::Graph &g) {
+  const ir::Node *group = nullptr;
+  for (const ir::Node *n : g.nodes())
+    if (n->kind() == ir::Node::Kind::FusionGroup) {
+      EXPECT_EQ(group, nullptr) << "more than one group";
+      group = n;
+    }
+  if (!group) throw Error("no fusion group");
+  return *group;
+}
+
+// One kernel lowered from the group at the traced size, run at every extent
+// against the interpreter running the symbolic graph (its group body node by node).
+void expect_group_serves_every_extent(const char *text) {
+  auto g = fused(text);
+  const ir::Node &group = only_group(*g);
+  std::vector<size_t> operands;
+  KernelDesc k = codegen::lower_symbolic_group(*g, group, g->symbol_hints(), operands);
+  EXPECT_TRUE(k.runtime_dim0);
+  auto kernel = test_jit().compile(k);
+  int64_t compiles = test_jit().stats().compiles;
+  ASSERT_EQ(g->outputs().size(), group.results().size());
+  for (int64_t n : kExtents) {
+    if (n < 2) continue; // sizes 0 and 1 stay static in a traced graph (broadcasting reads them)
+    SCOPED_TRACE("s0 = " + std::to_string(n));
+    std::vector<int64_t> values = {n};
+    std::vector<Tensor> inputs;
+    manual_seed(uint64_t(n));
+    for (const ir::Value *in : g->inputs()) inputs.push_back(randn(ir::evaluate_dims(in->type().sym, values)));
+    std::vector<Tensor> want = ir::interpret(*g, inputs);
+    std::vector<void *> bufs;
+    for (size_t i : operands) {
+      const ir::Value *v = group.operand(i);
+      if (v->kind() == ir::Value::Kind::Input) {
+        size_t at = size_t(std::find(g->inputs().begin(), g->inputs().end(), v) - g->inputs().begin());
+        bufs.push_back(inputs.at(at).data_ptr<float>());
+      } else {
+        bufs.push_back(v->tensor().data_ptr<float>());
+      }
+    }
+    std::vector<Tensor> got;
+    for (const ir::Value *r : group.results()) {
+      got.push_back(full(ir::evaluate_dims(r->type().sym, values), -7.0));
+      bufs.push_back(got.back().data_ptr<float>());
+    }
+    bufs.push_back(&n);
+    kernel->run(bufs.data());
+    for (size_t i = 0; i < got.size(); ++i) { // the graph returns the group's results in its own order
+      auto at = std::find(g->outputs().begin(), g->outputs().end(), group.result(i));
+      ASSERT_NE(at, g->outputs().end());
+      const Tensor &w = want.at(size_t(at - g->outputs().begin()));
+      ASSERT_EQ(got[i].sizes(), w.sizes());
+      EXPECT_TRUE(allclose(got[i], w, 1e-5, 1e-6)) << "result " << i;
+    }
+  }
+  EXPECT_EQ(test_jit().stats().compiles, compiles) << "a new size compiled a kernel";
+}
+
+TEST(RuntimeExtentGroups, SoftmaxRows) {
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 100]) symbols(s0 = 8) params(%w: f32[100]) {
+  %0 = mul(%x, %w) : f32[s0, 100]
+  %1 = softmax(%0) {dim = 1} : f32[s0, 100]
+  return %1
+})");
+}
+
+TEST(RuntimeExtentGroups, LayerNormOverBatchAndTokens) {
+  expect_group_serves_every_extent(
+      R"(graph @g(%x: f32[s0, 6, 16]) symbols(s0 = 4) params(%lw: f32[16], %lb: f32[16]) {
+  %0 = layer_norm(%x, %lw, %lb) {normalized_shape = [16], eps = 1e-05} : f32[s0, 6, 16]
+  %1 = relu(%0) : f32[s0, 6, 16]
+  return %1, %0
+})");
+}
+
+TEST(RuntimeExtentGroups, ElementwiseOverShortRows) {
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 3], %y: f32[s0, 3]) symbols(s0 = 5) {
+  %0 = add(%x, %y) {alpha = 1} : f32[s0, 3]
+  %1 = gelu(%0) {approximate = "tanh"} : f32[s0, 3]
+  return %1
+})");
+}
+
+TEST(RuntimeExtentGroups, RefusesGroupsWhoseKernelIsNotTheSymbolOutermost) {
+  std::vector<size_t> operands;
+  auto lower = [&](const char *text) {
+    auto g = fused(text);
+    return codegen::lower_symbolic_group(*g, only_group(*g), g->symbol_hints(), operands);
+  };
+  // The batch is the reduced row here: the kernel's outer dim is the 8 columns.
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 8]) symbols(s0 = 4) {
+  %0 = exp(%x) : f32[s0, 8]
+  %1 = sum(%0) {dims = [0], keepdim = false, dtype = none} : f32[8]
+  return %1
+})"); }, {"its kernel's outermost dim is not s0", "[8, 4]"});
+  expect_error([&] { lower(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
+  %0 = exp(%x) : f32[4, s0]
+  return %0
+})"); }, {"outermost dim is not s0"});
+  // One symbol in two dims (W7's H = W): the inner one changes the kernel.
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s0]) symbols(s0 = 5) {
+  %0 = exp(%x) : f32[s0, s0]
+  return %0
+})"); }, {"its kernel changes with s0 beyond its outermost dim"});
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
+  %0 = exp(%x) : f32[s0, s1]
+  return %0
+})"); }, {"has 2 symbols"});
+}
+
+// instantiate: the static graph of one call's sizes, which runs as the symbolic one there.
+TEST(RuntimeExtentGroups, InstantiateGivesTheStaticGraphOfOneCall) {
+  auto g = fused(R"(graph @g(%x: f32[s0, 6, 16]) symbols(s0 = 4) params(%lw: f32[16], %lb: f32[16]) {
+  %0 = layer_norm(%x, %lw, %lb) {normalized_shape = [16], eps = 1e-05} : f32[s0, 6, 16]
+  %1 = view(%0) {shape = [24, 16]} : f32[6*s0, 16]
+  return %1
+})");
+  std::vector<int64_t> at = {9};
+  auto fixed = ir::instantiate(*g, at);
+  EXPECT_TRUE(fixed->symbol_hints().empty());
+  EXPECT_EQ(fixed->inputs()[0]->type().str(), "f32[9, 6, 16]");
+  EXPECT_EQ(fixed->outputs()[0]->type().str(), "f32[54, 16]");
+  EXPECT_EQ(fixed->outputs()[0]->name(), g->outputs()[0]->name());
+  manual_seed(2);
+  Tensor x = randn({9, 6, 16});
+  std::vector<Tensor> want = ir::interpret(*g, {x}), got = ir::interpret(*fixed, {x});
+  ASSERT_EQ(got[0].sizes(), IntArrayRef({54, 16}));
+  EXPECT_TRUE(equal(got[0], want[0]));
+  expect_error([&] { ir::instantiate(*g, std::vector<int64_t>{}); }, {"instantiate: @g has 1 symbol, given 0 values"});
+}
+
+} // namespace
+} // namespace kiln::test
