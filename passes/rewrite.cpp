@@ -164,6 +164,14 @@ std::vector<int64_t> symbol_values(const ir::Graph &g, const std::vector<ir::Val
       values[size_t(ids[0])] = t.shape[int64_t(d)];
     }
   }
+  // A symbol no operand has as a bare dim (an operand of [2*s0] alone) has no
+  // traced value here: say so instead of fitting around a made-up one.
+  for (const ir::Value *v : operands)
+    for (const ir::SymExpr &e : v ? v->type().sym : std::vector<ir::SymExpr>{})
+      for (int id : e.symbols())
+        KILN_CHECK(size_t(id) < values.size() && values[size_t(id)] >= 0, "@", g.name(), ": s", id,
+                   " is no operand's dim alone, so its traced value is unknown in this fusion body (operand ",
+                   v->type().str(), ")");
   return values;
 }
 

@@ -554,7 +554,7 @@ void print_summary(std::ostream &os, const std::map<std::string, int> &before, c
 void print_dynamic_summary(std::ostream &os, const kiln::SymbolicTrace &st) {
   const std::vector<int64_t> &hints = st.graph->symbol_hints();
   os << "dynamic: " << hints.size() << (hints.size() == 1 ? " symbol" : " symbols") << " (traced " << st.traces
-     << " times)\n";
+     << (st.traces == 1 ? " time)\n" : " times)\n");
   for (size_t k = 0; k < st.symbols.size(); ++k) {
     os << "  s" << k << " = " << hints[k] << " in the traced call:";
     for (const kiln::InputDim &d : st.symbols[k]) os << " input " << d.input << " dim " << d.dim << ";";

@@ -322,6 +322,26 @@ TEST(SymPasses, FuseGroupsOverSymbolicDims) {
   }
 }
 
+// In a fusion body (no symbols(...) of its own) the Builder reads the traced
+// values off its operands' bare dims; an operand of [2*s0] alone gives none.
+TEST(SymPasses, BuilderInAFusionBodyNeedsEachSymbolAsABareDim) {
+  auto g = parse(R"(graph @g(%x: f32[s0], %y: f32[2*s0]) symbols(s0 = 3) {
+  %0 = fusion_group(%x, %y) : f32[s0] {
+    graph @g.group(%0: f32[s0], %1: f32[2*s0]) {
+      %2 = exp(%0) : f32[s0]
+      return %2
+    }
+  }
+  return %0
+})");
+  Graph &body = *g->nodes()[0]->body();
+  passes::Builder b(body, nullptr);
+  Value *neg = b.op<OpId::Neg>({body.inputs()[0]}, {});
+  EXPECT_EQ(neg->type().str(), "f32[s0]");
+  expect_error([&] { b.op<OpId::Neg>({body.inputs()[1]}, {}); },
+               {"s0 is no operand's dim alone", "unknown in this fusion body", "f32[2*s0]"});
+}
+
 TEST(SymPasses, PassesThatReadSizesRefuseSymbolicGraphs) {
   auto g = parse(kModel);
   const std::string before = print(*g);
