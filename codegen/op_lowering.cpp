@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/epilogue.h"
 #include "ir/graph.h"
 #include "ir/sym_infer.h"
 #include "passes/group_geometry.h"
@@ -622,7 +623,10 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
              g.name());
   const std::string name = "fusion group %" + group.result()->name();
+  KILN_CHECK(!is_epilogue_group(group), "codegen: ", name,
+             " is a contraction with its epilogue, whose sizes are not read per call yet");
   const std::vector<int> ids = group_symbols(group);
+  KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
   KILN_CHECK(ids.size() == 1, "codegen: ", name, " has ", ids.size(),
              " symbols; a kernel reads one size per call (its dim 0)");
   const int s = ids[0];

@@ -270,6 +270,12 @@ std::unique_ptr<ir::Graph> fused(const char *text) {
   return g;
 }
 
+const ir::Node &first_group(const ir::Graph &g) {
+  for (const ir::Node *n : g.nodes())
+    if (n->kind() == ir::Node::Kind::FusionGroup) return *n;
+  throw Error("no fusion group");
+}
+
 const ir::Node &only_group(const ir::Graph &g) {
   const ir::Node *group = nullptr;
   for (const ir::Node *n : g.nodes())
@@ -357,7 +363,7 @@ TEST(RuntimeExtentGroups, RefusesGroupsWhoseKernelIsNotTheSymbolOutermost) {
   std::vector<size_t> operands;
   auto lower = [&](const char *text) {
     auto g = fused(text);
-    return codegen::lower_symbolic_group(*g, only_group(*g), g->symbol_hints(), operands);
+    return codegen::lower_symbolic_group(*g, first_group(*g), g->symbol_hints(), operands);
   };
   // The batch is the reduced row here: the kernel's outer dim is the 8 columns.
   expect_error([&] { lower(R"(graph @g(%x: f32[s0, 8]) symbols(s0 = 4) {
@@ -374,6 +380,17 @@ TEST(RuntimeExtentGroups, RefusesGroupsWhoseKernelIsNotTheSymbolOutermost) {
   %0 = exp(%x) : f32[s0, s0]
   return %0
 })"); }, {"its kernel changes with s0 beyond its outermost dim"});
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 16]) symbols(s0 = 4) params(%w: f32[16, 8], %b: f32[8]) {
+  %0 = matmul(%x, %w) : f32[s0, 8]
+  %1 = add(%0, %b) {alpha = 1} : f32[s0, 8]
+  return %1
+})"); }, {"is a contraction with its epilogue"});
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 16]) symbols(s0 = 4) params(%w: f32[16]) {
+  %0 = exp(%w) : f32[16]
+  %1 = add(%x, %0) {alpha = 1} : f32[s0, 16]
+  %2 = sum(%1) {dims = [1], keepdim = false, dtype = none} : f32[s0]
+  return %2, %0
+})"); }, {"mentions no symbol"});
   expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
   %0 = exp(%x) : f32[s0, s1]
   return %0
