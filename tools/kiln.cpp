@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "codegen/executable.h"
+#include "codegen/op_lowering.h"
 #include "example.h"
 #include "frontend/bench.h"
 #include "frontend/symbolize.h"
@@ -561,9 +562,28 @@ void print_dynamic_summary(std::ostream &os, const kiln::SymbolicTrace &st) {
     os << "\n";
   }
   for (const std::string &r : st.static_reasons) os << "  static: " << r << "\n";
-  if (!hints.empty())
-    os << "  codegen over runtime sizes is not built yet (issue 17): the passes that keep symbols ran, "
-          "the others and codegen did not\n";
+  if (hints.empty()) return;
+  // Which fusion groups codegen could run as one kernel for every size.
+  const kiln::ir::Graph &g = *st.graph;
+  for (const kiln::ir::Node *n : g.nodes()) {
+    if (n->kind() != kiln::ir::Node::Kind::FusionGroup) continue;
+    bool symbolic = false;
+    for (const kiln::ir::Value *v : n->operands()) symbolic |= v && v->type().symbolic();
+    for (const kiln::ir::Value *r : n->results()) symbolic |= r->type().symbolic();
+    if (!symbolic) {
+      os << "  kernel: fusion group %" << n->result()->name() << " has static sizes\n";
+      continue;
+    }
+    std::vector<size_t> operands;
+    try {
+      kiln::codegen::lower_symbolic_group(g, *n, hints, operands);
+      os << "  kernel: fusion group %" << n->result()->name() << " reads its dim 0 per call\n";
+    } catch (const kiln::Error &e) {
+      os << "  no kernel over runtime sizes: " << e.what() << "\n";
+    }
+  }
+  os << "  compiled plans over runtime sizes are not built yet (issue 17): the passes that keep symbols ran, "
+        "the others and codegen did not\n";
 }
 
 int cmd_dump(const Args &o) {
