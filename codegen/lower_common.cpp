@@ -254,7 +254,7 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   std::vector<std::vector<int64_t>> st(nbuf);      // per buffer, innermost first
   for (size_t d = in.shape.size(); d-- > 0;) {
     int64_t size = in.shape[d];
-    if (size == 1 && !(d == 0 && in.runtime_dim0)) continue; // a runtime dim 0 may be 1 only when traced
+    if (size == 1) continue;
     bool merge = !shape.empty();
     for (size_t b = 0; merge && b < nbuf; ++b) merge = strides(k, b)[d] == st[b].back() * shape.back();
     if (merge) {
@@ -278,7 +278,6 @@ KernelDesc dims_slice(const KernelDesc &in, size_t from, size_t to) {
   KernelDesc k = in;
   auto cut = [&](std::vector<int64_t> &v) { v = std::vector<int64_t>(v.begin() + from, v.begin() + to); };
   cut(k.shape);
-  k.runtime_dim0 = in.runtime_dim0 && from == 0;
   for (auto &b : k.inputs) cut(b.strides);
   for (auto &o : k.outputs) cut(o.buffer.strides);
   k.row_rank = 1;
@@ -336,7 +335,9 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
   KernelDesc shared = share_alias_strides(desc);
-  if (shared.runtime_dim0) shared.shape[0] = kRuntimeExtentAssumed; // the code is the same for every traced extent
+  // The code is the same for every traced extent; and at this size dim 0 is
+  // never dropped as a size-1 dim.
+  if (shared.runtime_dim0) shared.shape[0] = kRuntimeExtentAssumed;
   KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
