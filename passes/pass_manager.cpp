@@ -249,7 +249,8 @@ std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, co
     // Checked before any pass runs, so that a refused pipeline leaves the graph as it was.
     KILN_CHECK(g.symbol_hints().empty() || pass->handles_symbolic(), "pass '", name,
                "' does not handle symbolic dims yet (@", g.name(), " has ", g.symbol_hints().size(),
-               " symbols); the passes that do: ", join(symbolic_pass_names()));
+               g.symbol_hints().size() == 1 ? " symbol" : " symbols", "); the passes that do: ",
+               join(symbolic_pass_names()));
     passes.push_back(std::move(pass));
   }
   Dumper dumper(opts);
