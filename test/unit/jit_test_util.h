@@ -35,13 +35,13 @@ template <class T> std::vector<T> random_values(size_t n, double lo, double hi, 
 
 template <class T> std::vector<uint8_t> bytes_of(const std::vector<T> &v) {
   std::vector<uint8_t> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size()); // (memcpy from an empty vector's null data is UB)
   return b;
 }
 
 template <class T> std::vector<T> values_of(const std::vector<uint8_t> &b) {
   std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), b.size());
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
   return v;
 }
 
