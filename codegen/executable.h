@@ -88,4 +88,11 @@ const StepObserver *current_step_observer();
 // the input tensors' dtypes, shapes and strides.
 std::shared_ptr<Executable> make_executable(std::shared_ptr<const ir::Graph> g, const std::vector<Tensor> &inputs);
 
+// Builds one program for symbolic graph `g` (issue 17; through the passes that
+// keep symbols, without a memory plan) that serves every call whose sizes bind
+// its symbols (ir::bind_symbols; kiln::Error naming the input and dim
+// otherwise): its kernels read their batch per call, so no call compiles.
+// Intermediates are allocated per call (codegen/symbolic_executor.cpp).
+std::shared_ptr<Executable> make_symbolic_executable(std::shared_ptr<const ir::Graph> g);
+
 } // namespace kiln::codegen

@@ -648,4 +648,18 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   return a;
 }
 
+KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
+                                      std::vector<size_t> &buffer_operands, int &symbol) {
+  symbol = -1;
+  if (!group_symbols(group).empty() || is_epilogue_group(group)) {
+    KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands);
+    symbol = group_symbols(group).front();
+    return d;
+  }
+  const std::vector<ir::Node *> nodes = g.nodes();
+  const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
+  KILN_CHECK(index < nodes.size(), "codegen: not a fusion group of @", g.name());
+  return lower_group_at(g, index, values, buffer_operands);
+}
+
 } // namespace kiln::codegen

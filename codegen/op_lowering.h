@@ -40,4 +40,11 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                 std::vector<size_t> &buffer_operands);
 
+// A kernel for `group` of symbolic graph g that serves every call: the static
+// kernel of a group whose types mention no symbol (`symbol` = -1), else
+// lower_symbolic_group's (`symbol` = the one it reads as dim 0's extent).
+// Operands as lower_symbolic_group takes them.
+KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
+                                      std::vector<size_t> &buffer_operands, int &symbol);
+
 } // namespace kiln::codegen

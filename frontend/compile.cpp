@@ -16,8 +16,10 @@
 
 #include "codegen/executable.h"
 #include "frontend/param_fold.h"
+#include "frontend/symbolize.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
+#include "ir/sym_infer.h"
 #include "passes/dump_names.h"
 #include "passes/pass_manager.h"
 #include "runtime/log.h"
@@ -251,8 +253,36 @@ bool can_free(uint64_t epoch) {
   return true;
 }
 
+// Eager's dim order of a dense layout, outermost first (stable: equal strides
+// keep their dims' order), so that a symbolic specialization can rebuild
+// eager's strides at another size.
+std::vector<int> dim_order(IntArrayRef strides) {
+  std::vector<int> order(strides.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = int(d);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return strides[size_t(a)] > strides[size_t(b)]; });
+  return order;
+}
+
+Dims dense_strides(IntArrayRef sizes, const std::vector<int> &order) {
+  Dims strides;
+  strides.resize(sizes.size());
+  int64_t next = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    strides[size_t(*d)] = next;
+    next *= std::max<int64_t>(sizes[size_t(*d)], 1);
+  }
+  return strides;
+}
+
+// Symbols a specialization may bind (ir::kMaxFitSymbols per graph).
+constexpr size_t kMaxGuardSymbols = 8;
+
 struct Specialization {
   std::vector<InputGuard> inputs;
+  // A symbolic specialization (issue 17): per input, per dim, the symbol its
+  // size binds, or -1 for a dim guarded by inputs[i].sizes. Empty: static.
+  std::vector<std::vector<int>> dim_symbols;
+  std::vector<std::vector<int>> output_orders; // symbolic: per output, eager's dim order (dim_order)
   // When this was used last, on the function's clock (Impl::clock): the least
   // recently used specialization is evicted past the cache limit.
   mutable std::atomic<uint64_t> last_used{0};
@@ -303,7 +333,7 @@ struct Specialization {
   void relayout_outputs(std::vector<Tensor> &out) const {
     for (size_t i = 0; i < out.size() && i < traced_outputs.size(); ++i) {
       const Tensor &t = out[i];
-      const Dims &strides = traced_outputs[i].strides;
+      const Dims strides = dim_symbols.empty() ? traced_outputs[i].strides : dense_strides(t.sizes(), output_orders[i]);
       if (same_strides(t.sizes(), t.strides(), strides)) continue;
       Tensor want = detail::make_view(detail::make_tensor({0}, t.dtype(), true), t.sizes(), strides, 0);
       if (!detail::is_non_overlapping_and_dense(want.impl())) continue;
@@ -362,11 +392,64 @@ struct Specialization {
   // read it when they run, so a plan is right at any count.
   bool matches(const std::vector<Tensor> &in) const {
     if (in.size() != inputs.size()) return false;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (!inputs[i].matches(in[i])) return false;
+    if (!dim_symbols.empty()) {
+      if (!bind_symbols(in).empty()) return false;
+    } else {
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!inputs[i].matches(in[i])) return false;
+    }
     for (const ParamGuard &p : params)
       if (!p.holds()) return false;
     return aliases_none ? no_aliases(in, params) : alias_pattern_is(in, params, aliases);
+  }
+
+  // A symbolic specialization's guard: "" when `in` binds its symbols (every
+  // static dim equal, each symbol's dims equal and at least 2, inputs with a
+  // symbolic dim contiguous, the others with their strides), else why not.
+  std::string bind_symbols(const std::vector<Tensor> &in) const {
+    std::array<int64_t, kMaxGuardSymbols> value;
+    value.fill(-1);
+    std::array<size_t, kMaxGuardSymbols> first{};
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Tensor &t = in[i];
+      const InputGuard &g = inputs[i];
+      if (!t.defined() || t.dtype() != g.dtype || size_t(t.dim()) != g.sizes.size()) return describe(i, t, g);
+      bool symbolic = false;
+      for (size_t d = 0; d < g.sizes.size(); ++d) {
+        const int s = dim_symbols[i][d];
+        const int64_t v = t.size(int64_t(d));
+        if (s < 0) {
+          if (v != g.sizes[d]) return describe(i, t, g);
+          continue;
+        }
+        symbolic = true;
+        const std::string dim = detail::concat("input ", i, " dim ", d, " (s", s, ")");
+        if (v < 2) return detail::concat(dim, " is ", v, ": sizes 0 and 1 specialize");
+        if (value[size_t(s)] < 0) {
+          value[size_t(s)] = v;
+          first[size_t(s)] = i;
+        } else if (value[size_t(s)] != v) {
+          return detail::concat(dim, " is ", v, " but input ", first[size_t(s)], " bound s", s, " to ",
+                                value[size_t(s)]);
+        }
+      }
+      if (symbolic ? !t.is_contiguous() : !same_dims(t.strides(), g.strides))
+        return detail::concat("input ", i, " strides ", shape_str(t.strides()), " are not ",
+                              symbolic ? std::string("contiguous") : shape_str(g.strides));
+    }
+    return "";
+  }
+
+  // What the guard of input i says, in the signature's words.
+  std::string describe(size_t i, const Tensor &t, const InputGuard &g) const {
+    if (!t.defined()) return detail::concat("input ", i, " is undefined");
+    if (t.dtype() != g.dtype) return detail::concat("input ", i, " dtype ", t.dtype(), " != ", g.dtype);
+    std::string want = "[";
+    for (size_t d = 0; d < g.sizes.size(); ++d) {
+      if (d) want += ", ";
+      want += dim_symbols[i][d] < 0 ? std::to_string(g.sizes[d]) : "s" + std::to_string(dim_symbols[i][d]);
+    }
+    return detail::concat("input ", i, " shape ", shape_str(t.sizes()), " != ", want, "]");
   }
 };
 
@@ -378,7 +461,10 @@ std::pair<std::string, int> mismatch(const Specialization &s, const std::vector<
     os << "number of inputs " << in.size() << " != " << s.inputs.size();
     return {os.str(), 0};
   }
-  for (int stage = 1; stage <= 3; ++stage)
+  if (!s.dim_symbols.empty()) {
+    if (std::string why = s.bind_symbols(in); !why.empty()) return {why, 2};
+  }
+  for (int stage = 1; stage <= 3 && s.dim_symbols.empty(); ++stage)
     for (size_t i = 0; i < in.size(); ++i) {
       const InputGuard &g = s.inputs[i];
       const Tensor &t = in[i];
@@ -466,20 +552,103 @@ struct CompiledFunction::Impl {
     last_fallback_reason = reason;
   }
 
-  std::shared_ptr<Specialization> build(const std::vector<Tensor> &in) {
+  // The traced graph of `spec`: symbolic over `dims` where the graph allows,
+  // and where each output eager returns as a view of an input is one whose
+  // view ops do not hold sizes; else static.
+  std::shared_ptr<ir::Graph> trace_for(Specialization &spec, const std::vector<Tensor> &in,
+                                       const std::vector<InputDim> &dims) {
+    if (dims.empty()) return trace(fn, in, options.name, &spec.traced_outputs);
+    SymbolicTrace st = trace_symbolic(fn, in, dims, options.name, &spec.traced_outputs);
+    for (const std::string &why : st.static_reasons) log()->info("compile @{}: stays static: {}", options.name, why);
+    std::shared_ptr<ir::Graph> g = st.graph;
+    if (g->symbol_hints().empty()) return g;
+    for (const TracedOutput &o : spec.traced_outputs)
+      for (const TracedOutput::View &v : o.views)
+        if (ir::sizes_in_attrs(v.op)) {
+          log()->info("compile @{}: specializing every size: an output is a {} of an input, whose sizes it holds",
+                      options.name, op_info(v.op).mnemonic);
+          return trace(fn, in, options.name, &spec.traced_outputs);
+        }
+    KILN_CHECK(g->symbol_hints().size() <= kMaxGuardSymbols, "compile @", options.name, ": more than ",
+               kMaxGuardSymbols, " symbols");
+    for (const ir::Value *v : g->inputs()) {
+      const ir::TensorType &t = v->type();
+      std::vector<int> syms(t.shape.size(), -1);
+      for (size_t d = 0; t.symbolic() && d < t.sym.size(); ++d) {
+        if (t.sym[d].is_constant()) continue;
+        const int id = t.sym[d].symbols().front();
+        KILN_CHECK(t.sym[d] == ir::SymExpr::symbol(id), "internal: compile @", options.name, ": input dim ", d,
+                   " is ", t.sym[d].str(), ", not a symbol");
+        syms[d] = id;
+      }
+      spec.dim_symbols.push_back(std::move(syms));
+    }
+    for (size_t i = 0; i < spec.traced_outputs.size(); ++i)
+      spec.output_orders.push_back(dim_order(spec.traced_outputs[i].strides));
+    std::string symbols;
+    for (size_t k = 0; k < st.symbols.size(); ++k) {
+      symbols += detail::concat(k ? "; " : "", "s", k, " =");
+      for (const InputDim &d : st.symbols[k]) symbols += detail::concat(" input ", d.input, " dim ", d.dim);
+    }
+    log()->info("compile @{}: one specialization for every size of {}", options.name, symbols);
+    return g;
+  }
+
+  // The dims a new specialization for `in` makes symbolic: dynamic_dims; under
+  // On every dim; under Auto those in which `in` differs from a compiled
+  // specialization with the same dtypes and ranks (and that one's symbols);
+  // never static_dims.
+  std::vector<InputDim> dims_to_make_dynamic(const std::vector<Tensor> &in) const {
+    std::vector<InputDim> dims = checked_dims(in, options.dynamic_dims);
+    const std::vector<InputDim> fixed = checked_dims(in, options.static_dims);
+    if (options.dynamic == Dynamic::On) dims = every_input_dim(in);
+    if (options.dynamic == Dynamic::Auto)
+      for (const InputDim &d : differing_dims(in)) dims.push_back(d);
+    std::erase_if(dims, [&](const InputDim &d) {
+      return std::any_of(fixed.begin(), fixed.end(), [&](const InputDim &e) { return e.input == d.input && e.dim == d.dim; });
+    });
+    return checked_dims(in, dims);
+  }
+
+  // With mu held or compile_mu: the dims of the first compiled specialization
+  // that `in` differs from in sizes alone.
+  std::vector<InputDim> differing_dims(const std::vector<Tensor> &in) const {
+    std::shared_lock lock(mu);
+    for (const auto &sp : specs) {
+      if (!sp->executable || sp->inputs.size() != in.size()) continue;
+      std::vector<InputDim> dims;
+      bool comparable = true;
+      for (size_t i = 0; i < in.size() && comparable; ++i) {
+        const InputGuard &g = sp->inputs[i];
+        comparable = in[i].defined() && in[i].dtype() == g.dtype && size_t(in[i].dim()) == g.sizes.size();
+        for (size_t d = 0; comparable && d < g.sizes.size(); ++d) {
+          const bool symbolic = !sp->dim_symbols.empty() && sp->dim_symbols[i][d] >= 0;
+          if (symbolic || in[i].size(int64_t(d)) != g.sizes[d]) dims.push_back({i, int64_t(d)});
+        }
+      }
+      if (comparable && !dims.empty()) return dims;
+    }
+    return {};
+  }
+
+  // The specialization for `in`, with `dims` symbolic where the graph allows
+  // (none: static).
+  std::shared_ptr<Specialization> build(const std::vector<Tensor> &in, const std::vector<InputDim> &dims) {
     auto spec = std::make_shared<Specialization>();
     for (const Tensor &t : in) {
       KILN_CHECK(t.defined(), "compile @", options.name, ": an input is an undefined tensor");
       spec->inputs.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
     }
     try {
-      std::shared_ptr<ir::Graph> g = trace(fn, in, options.name, &spec->traced_outputs);
+      std::shared_ptr<ir::Graph> g = trace_for(*spec, in, dims);
       spec->fresh = fresh_outputs(*g);
+      const bool symbolic = !g->symbol_hints().empty();
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
+      if (symbolic) pipeline = passes::symbolic_pipeline(pipeline);
       passes::PipelineOptions dumps = passes::PipelineOptions::from_env();
       passes::use_graph_dump_dir(dumps, *g); // KILN_DUMP_DIR: a folder per function and specialization
       passes::run_pipeline(*g, pipeline, dumps);
-      if (fold_params_from_env()) spec->fold = detail::ParamFold::extract(*g);
+      if (fold_params_from_env() && !symbolic) spec->fold = detail::ParamFold::extract(*g);
       for (const ir::Value *p : g->params())
         spec->params.push_back({p->tensor(), p->tensor().dtype(), Dims(p->tensor().sizes())});
       spec->aliases = alias_pattern(in, spec->params);
@@ -490,7 +659,7 @@ struct CompiledFunction::Impl {
           throw TraceError(detail::concat("input ", i, " shares memory with ",
                                           spec->aliases[i] < int(in.size()) ? "another input" : "a captured tensor",
                                           " and the function updates tensors in place"));
-      spec->executable = codegen::make_executable(g, in);
+      spec->executable = symbolic ? codegen::make_symbolic_executable(g) : codegen::make_executable(g, in);
       spec->graph = g;
       // An output the plan allocates in every call is a tensor of its own already.
       std::vector<bool> owned = spec->executable->outputs_allocated_per_call();
@@ -499,6 +668,7 @@ struct CompiledFunction::Impl {
     } catch (const Error &e) {
       if (fallback == Fallback::Off) throw Error(detail::concat("compile @", options.name, ": ", e.what()));
       spec->eager_reason = e.what();
+      spec->dim_symbols.clear();
       spec->graph = nullptr;
       spec->executable = nullptr;
       spec->fold = nullptr;
@@ -531,7 +701,7 @@ struct CompiledFunction::Impl {
         log()->info("compile @{}: recompiling: {}", options.name, last_recompile_reason);
       }
     }
-    auto spec = build(in);
+    auto spec = build(in, dims_to_make_dynamic(in));
     spec->touch(clock);
     if (!spec->executable) {
       note_fallback(spec->eager_reason);
@@ -672,6 +842,7 @@ CompileStats CompiledFunction::stats() const {
   s.specializations = int64_t(impl.specs.size());
   for (const auto &spec : impl.specs) {
     if (!spec->executable) continue;
+    s.dynamic_specializations += !spec->dim_symbols.empty();
     s.peak_arena_bytes = std::max(s.peak_arena_bytes, spec->executable->stats().arena_bytes);
     s.packed_weight_bytes += spec->executable->stats().packed_weight_bytes;
     s.calls += spec->executable->calls();
@@ -684,6 +855,10 @@ CompileStats CompiledFunction::stats() const {
 CompiledFunction compile(ModelFn fn, CompileOptions options) {
   KILN_CHECK(fn, "compile: the model function is empty");
   KILN_CHECK(options.cache_limit >= 1, "compile: cache_limit must be >= 1, got ", options.cache_limit);
+  for (const InputDim &d : options.dynamic_dims)
+    for (const InputDim &e : options.static_dims)
+      KILN_CHECK(d.input != e.input || d.dim != e.dim, "compile: input ", d.input, " dim ", d.dim,
+                 " is in both dynamic_dims and static_dims");
   CompiledFunction f;
   f.impl_ = std::make_shared<CompiledFunction::Impl>();
   f.impl_->fn = std::move(fn);

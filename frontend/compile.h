@@ -7,7 +7,9 @@
 // tensors' shapes and dtypes; not the thread count: a plan runs at any) traces
 // fn, runs the pass pipeline and builds a plan; later calls with the same
 // signature run the plan. A guard miss recompiles and logs why; past
-// `cache_limit` specializations the least recently used one is evicted. When
+// `cache_limit` specializations the least recently used one is evicted. A
+// specialization with symbolic dims (CompileOptions::dynamic) serves every
+// size of them without compiling again. When
 // tracing meets a data-dependent read, or when compilation fails, the call runs
 // eagerly and the reason is logged once; a call that throws caches nothing.
 // Safe to call from several threads at once.
@@ -36,6 +38,21 @@ enum class Fallback {
   Force, // always run eagerly
 };
 
+// Dynamic shapes (issue 17): which input dims a specialization keeps
+// symbolic, so that one compiled program serves every size of them.
+enum class Dynamic {
+  Auto, // the first call specializes; a later call that differs from a compiled
+        // specialization only in some sizes makes those dims symbolic (default)
+  On,   // every dim of every input is symbolic from the first call, where the graph allows
+  Off,  // every specialization has the sizes of its call (dynamic_dims aside)
+};
+
+// One dim of one input: torch's mark_dynamic / mark_static argument.
+struct InputDim {
+  size_t input = 0;
+  int64_t dim = 0;
+};
+
 struct CompileOptions {
   std::string name = "main";
   // Pass pipeline; empty = passes::default_pipeline().
@@ -45,6 +62,12 @@ struct CompileOptions {
   int cache_limit = 8;
   // Defaults to KILN_FALLBACK=off|allow|force, else Allow.
   std::optional<Fallback> fallback;
+  Dynamic dynamic = Dynamic::Auto;
+  // Dims symbolic from the first call, whatever `dynamic` says (torch's
+  // mark_dynamic), and dims that always specialize (mark_static). Sizes 0 and
+  // 1 specialize even here, as in torch (broadcasting depends on them), and so
+  // does a dim whose size the graph depends on (logged at KILN_LOG=info).
+  std::vector<InputDim> dynamic_dims, static_dims;
 };
 
 struct CompileStats {
@@ -52,6 +75,7 @@ struct CompileStats {
   int64_t compiles = 0;       // specializations built
   int64_t eager_calls = 0;    // calls that ran the model function eagerly
   int64_t specializations = 0; // cached now: at most cache_limit
+  int64_t dynamic_specializations = 0; // of those, ones with symbolic dims (each serves many sizes)
   // The largest arena (memory plan, bytes) of the specializations built; each
   // running call of a specialization holds one.
   int64_t peak_arena_bytes = 0;

@@ -152,6 +152,16 @@ private:
   int &traces_;
 };
 
+
+} // namespace
+
+std::vector<InputDim> every_input_dim(const std::vector<Tensor> &examples) {
+  std::vector<InputDim> dims;
+  for (size_t i = 0; i < examples.size(); ++i)
+    for (int64_t d = 0; d < examples[i].dim(); ++d) dims.push_back({i, d});
+  return dims;
+}
+
 std::vector<InputDim> checked_dims(const std::vector<Tensor> &examples, const std::vector<InputDim> &dims) {
   std::vector<InputDim> out;
   for (InputDim d : dims) {
@@ -168,20 +178,12 @@ std::vector<InputDim> checked_dims(const std::vector<Tensor> &examples, const st
   return out;
 }
 
-} // namespace
-
-std::vector<InputDim> every_input_dim(const std::vector<Tensor> &examples) {
-  std::vector<InputDim> dims;
-  for (size_t i = 0; i < examples.size(); ++i)
-    for (int64_t d = 0; d < examples[i].dim(); ++d) dims.push_back({i, d});
-  return dims;
-}
-
 SymbolicTrace trace_symbolic(const TracedFunction &fn, const std::vector<Tensor> &examples,
-                             const std::vector<InputDim> &dims, std::string name) {
+                             const std::vector<InputDim> &dims, std::string name,
+                             std::vector<TracedOutput> *outputs) {
   const std::vector<InputDim> wanted = checked_dims(examples, dims);
   SymbolicTrace out;
-  out.graph = trace(fn, examples, name);
+  out.graph = trace(fn, examples, name, outputs);
   out.traces = 1;
   auto stay_static = [&](const InputDim &d, const std::string &why) {
     out.static_reasons.push_back(dim_name(d) + " (size " + std::to_string(examples[d.input].size(d.dim)) + "): " + why);

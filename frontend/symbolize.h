@@ -21,16 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "frontend/compile.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
 
 namespace kiln {
-
-// One dim of one graph input: torch's mark_dynamic / mark_static argument.
-struct InputDim {
-  size_t input = 0;
-  int64_t dim = 0;
-};
 
 struct SymbolicTrace {
   std::shared_ptr<ir::Graph> graph; // symbolic where any requested dim stayed symbolic
@@ -44,8 +39,14 @@ struct SymbolicTrace {
 // Traces fn at `examples` with the requested dims symbolic where the graph
 // allows. kiln::Error for a dim that does not exist (naming it), or when the
 // function cannot be traced at the examples.
+// `outputs`, when given, receives what eager returns for each output (trace()).
 SymbolicTrace trace_symbolic(const TracedFunction &fn, const std::vector<Tensor> &examples,
-                             const std::vector<InputDim> &dims, std::string name = "main");
+                             const std::vector<InputDim> &dims, std::string name = "main",
+                             std::vector<TracedOutput> *outputs = nullptr);
+
+// `dims` with negative dims counted from the end and repeats dropped;
+// kiln::Error naming a dim the examples do not have.
+std::vector<InputDim> checked_dims(const std::vector<Tensor> &examples, const std::vector<InputDim> &dims);
 
 // Every dim of every input (dynamic = On).
 std::vector<InputDim> every_input_dim(const std::vector<Tensor> &examples);

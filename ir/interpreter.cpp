@@ -104,4 +104,9 @@ std::vector<Tensor> interpret(const Graph &g, const std::vector<Tensor> &inputs)
   return Interpreter(g).run(inputs, nullptr);
 }
 
+std::vector<Tensor> interpret_body(const Graph &body, const std::vector<Tensor> &inputs,
+                                   const std::vector<int64_t> &values) {
+  return Interpreter(body).run(inputs, &values);
+}
+
 } // namespace kiln::ir

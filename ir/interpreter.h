@@ -18,4 +18,10 @@ namespace kiln::ir {
 // in-place ops), so callers see the same mutations as eager.
 std::vector<Tensor> interpret(const Graph &g, const std::vector<Tensor> &inputs);
 
+// Runs a fusion group's body of a symbolic graph with the symbols at `values`
+// (the call's, ir::bind_symbols of the enclosing graph): a body has no
+// symbol hints of its own to bind them from.
+std::vector<Tensor> interpret_body(const Graph &body, const std::vector<Tensor> &inputs,
+                                   const std::vector<int64_t> &values);
+
 } // namespace kiln::ir

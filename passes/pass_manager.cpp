@@ -241,6 +241,13 @@ std::vector<std::string> symbolic_pass_names() {
 }
 } // namespace
 
+std::string symbolic_pipeline(std::string_view pipeline) {
+  std::vector<std::string> kept;
+  for (const std::string &name : split_list(pipeline))
+    if (auto pass = create_pass(name); pass && pass->handles_symbolic()) kept.push_back(name);
+  return join(kept);
+}
+
 std::vector<PassTiming> run_pipeline(ir::Graph &g, std::string_view pipeline, const PipelineOptions &opts) {
   std::vector<std::unique_ptr<Pass>> passes;
   for (const std::string &name : split_list(pipeline)) {

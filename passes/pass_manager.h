@@ -35,6 +35,9 @@ std::vector<std::string> pass_names();
 
 // The default pipeline of the compiler.
 std::string default_pipeline();
+// `pipeline` without the passes that do not keep symbolic dims (issue 17):
+// what a symbolic graph runs.
+std::string symbolic_pipeline(std::string_view pipeline);
 
 struct PipelineOptions {
   bool verify_each = false;

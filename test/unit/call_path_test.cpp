@@ -40,6 +40,7 @@ TEST(CallPath, ManySpecializationsBeyondTheLockFreeOnesMatchEager) {
   ModelFn fn = scaled_add();
   CompileOptions opts;
   opts.cache_limit = 12; // 8 looked up without a lock, 4 behind the lock
+  opts.dynamic = Dynamic::Off; // one specialization per shape
   CompiledFunction f = compile(fn, opts);
   std::vector<std::vector<Tensor>> inputs;
   for (int64_t n = 1; n <= 12; ++n) inputs.push_back({randn({n, 3}), randn({n, 3})});
@@ -91,7 +92,9 @@ TEST(CallPath, ReturnedInputAndRepeatedResultAreStillCopied) {
 TEST(CallPath, ConcurrentCallersWhileSpecializationsArePublished) {
   manual_seed(6);
   ModelFn fn = scaled_add();
-  CompiledFunction f = compile(fn);
+  CompileOptions opts;
+  opts.dynamic = Dynamic::Off; // one specialization per shape
+  CompiledFunction f = compile(fn, opts);
   std::vector<std::vector<Tensor>> inputs;
   std::vector<Tensor> want;
   for (int64_t n = 1; n <= 6; ++n) {

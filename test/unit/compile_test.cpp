@@ -189,6 +189,7 @@ TEST(Compile, CacheLimitEvictsTheLeastRecentlyUsed) {
   ModelFn fn = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0] * in[0]}; };
   CompileOptions limited;
   limited.cache_limit = 2;
+  limited.dynamic = Dynamic::Off; // one specialization per shape
   CompiledFunction f = compile(fn, limited);
   auto call = [&](int64_t n) {
     Tensor x = randn({n});
@@ -289,6 +290,7 @@ TEST(Compile, ConcurrentCallersPastTheCacheLimit) {
   ModelFn fn = gelu_chain(a, b);
   CompileOptions limited;
   limited.cache_limit = 2;
+  limited.dynamic = Dynamic::Off; // one specialization per shape
   CompiledFunction f = compile(fn, limited);
   std::vector<Tensor> xs, want;
   for (int64_t n = 1; n <= 5; ++n) {
@@ -312,7 +314,9 @@ TEST(Compile, ConcurrentCallersWithMixedShapes) {
   manual_seed(4);
   Tensor a = randn({32}), b = randn({32});
   ModelFn fn = gelu_chain(a, b);
-  CompiledFunction f = compile(fn);
+  CompileOptions opts;
+  opts.dynamic = Dynamic::Off; // one specialization per shape
+  CompiledFunction f = compile(fn, opts);
   std::vector<Tensor> xs = {randn({4, 32}), randn({8, 32}), randn({16, 32})};
   std::vector<Tensor> want;
   for (const Tensor &x : xs) want.push_back(fn({x})[0]);

@@ -1,0 +1,226 @@
+// A compiled program over a symbolic graph (issue 17, codegen/executable.h's
+// make_symbolic_executable): built once, it serves every call whose sizes bind
+// the graph's symbols. Each call binds them (ir::bind_symbols); a fusion group
+// runs as one kernel that reads its batch per call (KernelDesc::runtime_dim0)
+// or, when it has no symbol, as its static kernel; a group codegen cannot
+// lower for every size runs its body eagerly, and every other node runs its
+// eager op with the sizes of the call (ir::attrs_at).
+//
+// Not yet here, unlike the static executor: a memory plan (each intermediate
+// is allocated per call), contractions with their fused epilogue (such a group
+// runs eagerly: the contraction is the same BLAS call, its epilogue unfused),
+// and in-place kernels.
+#include <atomic>
+#include <chrono>
+#include <span>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "codegen/epilogue.h"
+#include "codegen/op_lowering.h"
+#include "codegen/program.h"
+#include "ir/interpreter.h"
+#include "ir/sym_infer.h"
+#include "runtime/log.h"
+#include "runtime/ops.h"
+#include "runtime/trace_hook.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+class SymbolicExecutor final : public Executable {
+public:
+  explicit SymbolicExecutor(std::shared_ptr<const ir::Graph> g) : g_(std::move(g)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ir::Graph &graph = *g_;
+    auto define = [&](const ir::Value *v) {
+      slot_[v] = int(types_.size());
+      types_.push_back(v->type());
+    };
+    for (const ir::Value *v : graph.inputs()) define(v);
+    for (const ir::Value *v : graph.params()) define(v);
+    for (const ir::Value *v : graph.consts()) define(v);
+    num_fixed_ = types_.size();
+    for (const ir::Node *n : graph.nodes()) {
+      Step s;
+      s.node = n;
+      for (const ir::Value *v : n->operands()) s.in.push_back(v ? slot_.at(v) : -1);
+      for (const ir::Value *r : n->results()) {
+        s.out.push_back(int(types_.size()));
+        define(r);
+      }
+      if (n->kind() == ir::Node::Kind::FusionGroup) build_group(*n, s);
+      else ++stats_.eager_steps;
+      steps_.push_back(std::move(s));
+    }
+    for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
+    for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
+    stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  std::vector<Tensor> run(const std::vector<Tensor> &inputs) const override {
+    const std::string &name = g_->name();
+    KILN_CHECK(inputs.size() == g_->inputs().size(), "compile @", name, ": expected ", g_->inputs().size(),
+               " inputs, got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const ir::TensorType &t = g_->inputs()[i]->type();
+      KILN_CHECK(inputs[i].defined(), "compile @", name, ": input ", i, " is an undefined tensor");
+      KILN_CHECK(inputs[i].dtype() == t.dtype, "compile @", name, ": input ", i, " is ", inputs[i].dtype(),
+                 " but it was compiled for ", t.str());
+    }
+    return run_matched(inputs); // bind_symbols checks every size
+  }
+
+  std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<IntArrayRef> sizes;
+    sizes.reserve(inputs.size());
+    for (const Tensor &t : inputs) sizes.push_back(t.sizes());
+    const std::vector<int64_t> values = ir::bind_symbols(*g_, sizes);
+    std::vector<Tensor> env(types_.size());
+    for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
+    size_t k = inputs.size();
+    for (const ir::Value *p : g_->params()) env[k++] = p->tensor();
+    for (const ir::Value *c : g_->consts()) env[k++] = c->tensor();
+    kiln::detail::TracingOff no_trace;
+    const StepObserver *observer = current_step_observer();
+    for (const Step &s : steps_) {
+      const auto t0 = observer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+      run_step(s, values, env);
+      if (observer) report(*observer, s, t0);
+    }
+    for (auto [target, value] : write_backs_) {
+      Tensor t = env[size_t(target)];
+      copy_(t, env[size_t(value)]);
+    }
+    std::vector<Tensor> out;
+    out.reserve(outputs_.size());
+    for (int o : outputs_) out.push_back(is_constant(env[size_t(o)]) ? env[size_t(o)].clone() : env[size_t(o)]);
+    return out;
+  }
+
+  ExecutableStats stats() const override { return stats_; }
+  int64_t calls() const override { return calls_.load(std::memory_order_relaxed); }
+  // Kernel results are fresh per call, but an output may also be a view or an
+  // eager result: the caller's ownership checks decide.
+  std::vector<bool> outputs_allocated_per_call() const override { return std::vector<bool>(outputs_.size(), false); }
+
+private:
+  struct Step {
+    enum class Kind { Eager, Kernel, EagerGroup } kind = Kind::Eager;
+    const ir::Node *node = nullptr;
+    std::vector<int> in, out; // value slots; -1 = absent optional operand
+    std::shared_ptr<const CompiledKernel> kernel;
+    std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
+    int symbol = -1;                     // Kernel: the symbol dim 0 reads per call; -1: a static kernel
+  };
+
+  // Lowers the group for every size; on failure its body runs eagerly.
+  void build_group(const ir::Node &n, Step &s) {
+    const std::string name = n.result()->name();
+    try {
+      KILN_CHECK(!is_epilogue_group(n), "a contraction with its epilogue, whose M is not read per call yet");
+      KILN_CHECK(n.operands().size() + n.results().size() <= 64, "more than 64 buffers");
+      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.symbol);
+      s.kernel = Jit::current().compile(desc);
+      s.kind = Step::Kind::Kernel;
+      ++stats_.kernels;
+      kiln::log()->debug("codegen: fusion group %{} runs as kernel {}{}", name, s.kernel->symbol(),
+                         s.symbol >= 0 ? " (its dim 0 read per call)" : "");
+    } catch (const Error &e) {
+      kiln::log()->debug("codegen: fusion group %{} runs eagerly: {}", name, e.what());
+      s.kind = Step::Kind::EagerGroup;
+      s.buffer_operands.clear();
+      ++stats_.groups_fallen_back;
+      stats_.eager_steps += int64_t(n.body()->num_nodes());
+    }
+  }
+
+  void run_step(const Step &s, const std::vector<int64_t> &values, std::vector<Tensor> &env) const {
+    if (s.kind == Step::Kind::Kernel) {
+      run_kernel(s, values, env);
+      return;
+    }
+    std::vector<Tensor> ins;
+    ins.reserve(s.in.size());
+    for (int i : s.in) ins.push_back(i < 0 ? Tensor() : env[size_t(i)]);
+    std::vector<Tensor> outs = s.kind == Step::Kind::EagerGroup ? ir::interpret_body(*s.node->body(), ins, values)
+                                                                : run_op(s.node->op(), ins, ir::attrs_at(*s.node, values));
+    for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs.at(i));
+  }
+
+  // The kernel was lowered for contiguous inputs and intermediates (captured
+  // tensors as they are) at the sizes the graph's types give: an operand an
+  // eager view left strided is copied first.
+  void run_kernel(const Step &s, std::span<const int64_t> values, std::vector<Tensor> &env) const {
+    void *buffers[65];
+    size_t b = 0;
+    for (size_t i : s.buffer_operands) {
+      const int slot = s.in[i];
+      Tensor &t = env[size_t(slot)];
+      check_sizes(s, slot, t, values);
+      if (!is_captured(slot) && !t.is_contiguous()) t = t.contiguous();
+      buffers[b++] = t.raw_data();
+    }
+    for (int o : s.out) {
+      const ir::TensorType &type = types_[size_t(o)];
+      Tensor r = type.symbolic() ? kiln::detail::make_tensor(IntArrayRef(ir::evaluate_dims(type.sym, values)), type.dtype)
+                                 : kiln::detail::make_tensor(type.shape, type.dtype);
+      buffers[b++] = r.raw_data();
+      env[size_t(o)] = std::move(r);
+    }
+    int64_t extent = s.symbol >= 0 ? values[size_t(s.symbol)] : 0;
+    buffers[b] = &extent;
+    s.kernel->fn()(buffers);
+  }
+
+  // Kernels index their buffers by the sizes the types give; an operand of
+  // other sizes (a shape rule the fit got wrong) would be read out of bounds.
+  void check_sizes(const Step &s, int slot, const Tensor &t, std::span<const int64_t> values) const {
+    const ir::TensorType &type = types_[size_t(slot)];
+    const Dims want = type.symbolic() ? Dims(IntArrayRef(ir::evaluate_dims(type.sym, values))) : type.shape;
+    KILN_CHECK(t.sizes() == IntArrayRef(want), "internal: kernel ", s.kernel->symbol(), " expects an operand of ",
+               shape_str(want), " but it is ", shape_str(t.sizes()));
+  }
+
+  bool is_captured(int slot) const { return size_t(slot) >= g_->inputs().size() && size_t(slot) < num_fixed_; }
+
+  bool is_constant(const Tensor &t) const {
+    for (const ir::Value *c : g_->consts())
+      if (t.is_alias_of(c->tensor())) return true;
+    return false;
+  }
+
+  void report(const StepObserver &observer, const Step &s, std::chrono::steady_clock::time_point t0) const {
+    using us = std::chrono::duration<double, std::micro>;
+    const auto t1 = std::chrono::steady_clock::now();
+    std::string_view category = s.kind == Step::Kind::Kernel       ? "kernel"
+                                : s.kind == Step::Kind::EagerGroup ? "eager-group"
+                                : op_info(s.node->op()).kind == OpKind::Contraction ? "blas"
+                                                                                     : "eager";
+    std::string name = s.node->results().empty() ? std::string() : "%" + s.node->result()->name();
+    observer(StepEvent{category, name, us(t0.time_since_epoch()).count(), us(t1 - t0).count()});
+  }
+
+  std::shared_ptr<const ir::Graph> g_;
+  std::unordered_map<const ir::Value *, int> slot_;
+  std::vector<ir::TensorType> types_; // per slot
+  size_t num_fixed_ = 0;              // inputs, params, consts
+  std::vector<Step> steps_;
+  std::vector<int> outputs_;
+  std::vector<std::pair<int, int>> write_backs_;
+  ExecutableStats stats_;
+  mutable std::atomic<int64_t> calls_{0};
+};
+
+} // namespace
+
+std::shared_ptr<Executable> make_symbolic_executable(std::shared_ptr<const ir::Graph> g) {
+  KILN_CHECK(g, "make_symbolic_executable: no graph");
+  KILN_CHECK(!g->memory_plan(), "compile @", g->name(), ": a symbolic graph has no memory plan yet");
+  return std::make_shared<SymbolicExecutor>(std::move(g));
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,257 @@
+// kiln::compile with dynamic shapes (issue 17, CompileOptions::dynamic): which
+// dims turn symbolic (Auto, On, Off, dynamic_dims, static_dims), that one
+// specialization then serves every size of them without compiling, that a call
+// breaking the specialization's relations (sizes 0 and 1, two inputs' dims
+// that must be equal) specializes again or errors as eager does, and that
+// every result equals eager's (a naive loop where eager could share a bug).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include <kiln/kiln.h>
+
+#include "expect_error.h"
+#include "ir/graph.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+
+namespace {
+
+void expect_equal(const std::vector<Tensor> &got, const std::vector<Tensor> &want, const std::string &where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes().vec(), want[i].sizes().vec()) << where << ", output " << i;
+    if (want[i].numel() == 0) continue;
+    Tensor g = got[i].to(kFloat64), w = want[i].to(kFloat64);
+    EXPECT_LE(amax(abs(g - w) - (abs(w) * 1e-5 + 1e-6)).item<double>(), 0) << where << ", output " << i;
+  }
+}
+
+// A row softmax of a scaled gelu, and a sum over each row of x * y: a kernel
+// over rows, an elementwise chain and a reduction, all over the batch.
+std::vector<Tensor> model(const std::vector<Tensor> &in) {
+  Tensor h = gelu(in[0] * 0.5 + 1.0);
+  return {softmax(h, -1), (in[0] * in[1]).sum({1})};
+}
+
+// Row r of softmax(gelu(x * 0.5 + 1)) by a naive double loop.
+std::vector<double> naive_softmax_row(const Tensor &x, int64_t r) {
+  const int64_t n = x.size(1);
+  std::vector<double> e(size_t(n), 0.0);
+  double mx = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double v = double(x.data_ptr<float>()[r * n + j]) * 0.5 + 1.0;
+    e[size_t(j)] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    mx = std::max(mx, e[size_t(j)]);
+  }
+  for (double &v : e) sum += v = std::exp(v - mx);
+  for (double &v : e) v /= sum;
+  return e;
+}
+
+std::vector<Tensor> batch(int64_t b, int64_t n = 24) { return {randn({b, n}), randn({b, n})}; }
+
+TEST(CompileDynamic, AutoTurnsTheBatchSymbolicOnItsFirstChange) {
+  manual_seed(1);
+  CompiledFunction f = compile(model);
+  for (int64_t b : {4, 7, 4, 16, 33, 2, 100}) {
+    std::vector<Tensor> in = batch(b);
+    std::vector<Tensor> got = f(in);
+    expect_equal(got, model(in), "batch " + std::to_string(b));
+    // The compiled softmax against a naive loop, for a row past the traced batch.
+    std::vector<double> want = naive_softmax_row(in[0], b - 1);
+    for (int64_t j = 0; j < 24; ++j)
+      EXPECT_NEAR(got[0].data_ptr<float>()[(b - 1) * 24 + j], want[size_t(j)], 1e-6) << "batch " << b;
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 2); // batch 4 alone, then one for every batch
+  EXPECT_EQ(s.dynamic_specializations, 1);
+  EXPECT_EQ(s.specializations, 2);
+  EXPECT_EQ(s.eager_calls, 0);
+  EXPECT_EQ(s.calls, 7);
+  // The symbolic specialization's graph says which dims are symbolic.
+  std::shared_ptr<const ir::Graph> g = f.graph_for(batch(9));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->inputs()[0]->type().str(), "f32[s0, 24]");
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+TEST(CompileDynamic, OffSpecializesEverySize) {
+  CompileOptions o;
+  o.dynamic = Dynamic::Off;
+  CompiledFunction f = compile(model, o);
+  for (int64_t b : {4, 7, 16}) {
+    std::vector<Tensor> in = batch(b);
+    expect_equal(f(in), model(in), "batch " + std::to_string(b));
+  }
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_EQ(f.stats().dynamic_specializations, 0);
+}
+
+TEST(CompileDynamic, OnIsSymbolicFromTheFirstCallAndStaticDimsStayStatic) {
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(model, o);
+  manual_seed(2);
+  std::vector<Tensor> in = batch(5, 24);
+  expect_equal(f(in), model(in), "first call");
+  EXPECT_EQ(f.stats().dynamic_specializations, 1);
+  EXPECT_EQ(f.graph_for(in)->inputs()[0]->type().str(), "f32[s0, s1]"); // 5 and 24: two symbols
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{9, 24}, {3, 40}, {64, 7}}) {
+    in = batch(b, n);
+    expect_equal(f(in), model(in), "[" + std::to_string(b) + ", " + std::to_string(n) + "]");
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+
+  o.static_dims = {{0, 1}, {1, 1}};
+  CompiledFunction g = compile(model, o);
+  in = batch(5, 24);
+  expect_equal(g(in), model(in), "static row");
+  EXPECT_EQ(g.graph_for(in)->symbol_hints().size(), 1u);
+  in = batch(5, 25); // another row length: another specialization
+  expect_equal(g(in), model(in), "static row 25");
+  EXPECT_EQ(g.stats().compiles, 2);
+}
+
+TEST(CompileDynamic, DynamicDimsAreSymbolicFromTheFirstCallEvenWhenOff) {
+  CompileOptions o;
+  o.dynamic = Dynamic::Off;
+  o.dynamic_dims = {{0, 0}, {1, -2}}; // -2: counted from the end, as torch's mark_dynamic
+  CompiledFunction f = compile(model, o);
+  for (int64_t b : {6, 11, 30}) {
+    std::vector<Tensor> in = batch(b);
+    expect_equal(f(in), model(in), "batch " + std::to_string(b));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().dynamic_specializations, 1);
+}
+
+TEST(CompileDynamic, BadDimsAreClearErrors) {
+  CompileOptions both;
+  both.dynamic_dims = {{0, 0}};
+  both.static_dims = {{0, 0}};
+  expect_error([&] { compile(model, both); }, {"input 0 dim 0", "both dynamic_dims and static_dims"});
+  CompileOptions missing;
+  missing.dynamic_dims = {{2, 0}};
+  CompiledFunction f = compile(model, missing);
+  expect_error([&] { f(batch(4)); }, {"input 2 does not exist", "2 inputs"});
+  CompileOptions no_dim;
+  no_dim.static_dims = {{0, 5}};
+  CompiledFunction g = compile(model, no_dim);
+  expect_error([&] { g(batch(4)); }, {"input 0", "has no dim 5"});
+}
+
+TEST(CompileDynamic, SizesZeroAndOneSpecialize) {
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(model, o);
+  manual_seed(3);
+  for (int64_t b : {8, 1, 0, 3, 1}) {
+    std::vector<Tensor> in = batch(b);
+    expect_equal(f(in), model(in), "batch " + std::to_string(b));
+  }
+  // [s0, s1], then [1, s1] and [0, s1] each specialize; 3 and the second 1 reuse them.
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 3);
+  EXPECT_EQ(s.eager_calls, 0);
+}
+
+// x + y over two batch dims that tracing found equal share one symbol (duck
+// sizing): a call where they differ breaks that relation. Where eager
+// broadcasts (one of them 1) it specializes again; where eager fails, so does
+// the compiled call, with eager's error; it never computes garbage.
+TEST(CompileDynamic, ACallBreakingARelationRecompilesOrErrorsAsEager) {
+  ModelFn add = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0] + in[1]}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(add, o);
+  std::vector<Tensor> in = {randn({6, 4}), randn({6, 4})};
+  expect_equal(f(in), add(in), "equal batches");
+  in = {randn({9, 4}), randn({9, 4})};
+  expect_equal(f(in), add(in), "equal batches again");
+  EXPECT_EQ(f.stats().compiles, 1);
+
+  std::vector<Tensor> mismatched = {randn({9, 4}), randn({5, 4})};
+  expect_error([&] { add(mismatched); }, {"add", "[9, 4]", "[5, 4]"}); // eager
+  expect_error([&] { f(mismatched); }, {"add", "[9, 4]", "[5, 4]"});
+  EXPECT_NE(f.stats().last_recompile_reason.find("input 1 dim 0 (s0) is 5 but input 0 bound s0 to 9"),
+            std::string::npos)
+      << f.stats().last_recompile_reason;
+
+  std::vector<Tensor> broadcast = {randn({9, 4}), randn({1, 4})};
+  expect_equal(f(broadcast), add(broadcast), "broadcast");
+  // The failed call cached nothing; the broadcasting one specialized.
+  EXPECT_EQ(f.stats().specializations, 2);
+}
+
+// A view whose sizes follow the batch (view with -1) and a slice inside the
+// graph; a transposed (not contiguous) input never runs on the symbolic
+// specialization (its guard asks for contiguous inputs) and specializes.
+TEST(CompileDynamic, ViewsInsideTheGraphAndStridedInputs) {
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    Tensor v = in[0].view({-1, 2, 3}); // [2b, 2, 3]
+    Tensor s = in[0].slice(1, 1, 5);   // [b, 4], strided
+    return std::vector<Tensor>{(v * 2.0 + 1.0).exp().sum({2}), s.relu() + 1.0};
+  };
+  CompileOptions o;
+  o.dynamic_dims = {{0, 0}};
+  CompiledFunction f = compile(fn, o);
+  for (int64_t b : {5, 12, 3}) {
+    std::vector<Tensor> in = {randn({b, 6})};
+    expect_equal(f(in), fn(in), "batch " + std::to_string(b));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().dynamic_specializations, 1);
+  std::vector<Tensor> strided = {randn({6, 7}).t()};
+  expect_equal(f(strided), fn(strided), "transposed input");
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+// In-place updates (write-backs) and an output that is an input itself.
+TEST(CompileDynamic, InPlaceUpdatesAndInputOutputs) {
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    Tensor x = in[0];
+    x.mul_(2.0).add_(1.0);
+    return std::vector<Tensor>{x, x.relu()};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t b : {4, 9, 2}) {
+    Tensor a = randn({b, 5}), c = a.clone();
+    std::vector<Tensor> got = f({a});
+    std::vector<Tensor> want = fn({c});
+    expect_equal(got, want, "batch " + std::to_string(b));
+    expect_equal({a}, {c}, "the input updated in place, batch " + std::to_string(b));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+TEST(CompileDynamic, ConcurrentCallersWithChangingBatches) {
+  CompiledFunction f = compile(model);
+  std::vector<std::vector<Tensor>> inputs, want;
+  manual_seed(4);
+  for (int64_t b = 2; b < 18; ++b) {
+    inputs.push_back(batch(b));
+    want.push_back(model(inputs.back()));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        size_t k = size_t(i * (t + 1) + t) % inputs.size();
+        std::vector<Tensor> got = f(inputs[k]);
+        for (size_t o = 0; o < got.size(); ++o)
+          if (amax(abs(got[o] - want[k][o])).item<double>() > 1e-5) bad.fetch_add(1);
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LE(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().calls, 800);
+}
+
+} // namespace
