@@ -20,6 +20,7 @@
 #include "frontend/trace.h"
 #include "ir/graph.h"
 #include "ir/sym_infer.h"
+#include "ir/verifier.h"
 #include "passes/dump_names.h"
 #include "passes/pass_manager.h"
 #include "runtime/log.h"
@@ -274,6 +275,26 @@ Dims dense_strides(IntArrayRef sizes, const std::vector<int> &order) {
   return strides;
 }
 
+// Whether optimized symbolic graph g holds with any of its symbols at 1 and
+// the others at their traced sizes: each node's shape rule at those sizes
+// gives its type there (the verifier). Tracing checked the function at those
+// points (SymbolicTrace::holds_at_one); this checks what the passes made of it.
+bool holds_at_one(const ir::Graph &g, const std::string &name) {
+  const std::vector<int64_t> &hints = g.symbol_hints();
+  for (uint32_t mask = 1; mask < (1u << hints.size()); ++mask) {
+    std::vector<int64_t> values = hints;
+    for (size_t k = 0; k < hints.size(); ++k)
+      if (mask >> k & 1) values[k] = 1;
+    try {
+      ir::verify(*ir::instantiate(g, values));
+    } catch (const Error &e) {
+      log()->info("compile @{}: size 1 specializes: {}", name, e.what());
+      return false;
+    }
+  }
+  return true;
+}
+
 // Symbols a specialization may bind (ir::kMaxFitSymbols per graph).
 constexpr size_t kMaxGuardSymbols = 8;
 
@@ -283,6 +304,8 @@ struct Specialization {
   // size binds, or -1 for a dim guarded by inputs[i].sizes. Empty: static.
   std::vector<std::vector<int>> dim_symbols;
   std::vector<std::vector<int>> output_orders; // symbolic: per output, eager's dim order (dim_order)
+  // Symbolic: a symbol may be 1 in a call (holds_at_one); else 1 specializes.
+  bool one_ok = false;
   // When this was used last, on the function's clock (Impl::clock): the least
   // recently used specialization is evicted past the cache limit.
   mutable std::atomic<uint64_t> last_used{0};
@@ -424,7 +447,8 @@ struct Specialization {
         }
         symbolic = true;
         const std::string dim = detail::concat("input ", i, " dim ", d, " (s", s, ")");
-        if (v < 2) return detail::concat(dim, " is ", v, ": sizes 0 and 1 specialize");
+        if (v < 2 && !(v == 1 && one_ok))
+          return detail::concat(dim, " is ", v, one_ok ? ": size 0 specializes" : ": sizes 0 and 1 specialize here");
         if (value[size_t(s)] < 0) {
           value[size_t(s)] = v;
           first[size_t(s)] = i;
@@ -562,6 +586,7 @@ struct CompiledFunction::Impl {
     for (const std::string &why : st.static_reasons) log()->info("compile @{}: stays static: {}", options.name, why);
     std::shared_ptr<ir::Graph> g = st.graph;
     if (g->symbol_hints().empty()) return g;
+    spec.one_ok = st.holds_at_one; // and the optimized graph, checked in build()
     for (const TracedOutput &o : spec.traced_outputs)
       for (const TracedOutput::View &v : o.views)
         if (ir::sizes_in_attrs(v.op)) {
@@ -660,6 +685,7 @@ struct CompiledFunction::Impl {
                                           spec->aliases[i] < int(in.size()) ? "another input" : "a captured tensor",
                                           " and the function updates tensors in place"));
       spec->executable = symbolic ? codegen::make_symbolic_executable(g) : codegen::make_executable(g, in);
+      if (symbolic) spec->one_ok = spec->one_ok && holds_at_one(*g, options.name);
       spec->graph = g;
       // An output the plan allocates in every call is a tensor of its own already.
       std::vector<bool> owned = spec->executable->outputs_allocated_per_call();

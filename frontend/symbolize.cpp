@@ -131,6 +131,28 @@ public:
     return dims;
   }
 
+  // Whether the function traced with any of the symbols of `groups` at 1 (the
+  // others at their sizes) is the same graph, its values of the sizes `dims`
+  // give there: then no size-dependent branch, broadcast or squeeze turns on at 1.
+  std::string differs_at_one(const std::vector<Group> &groups, const std::vector<std::vector<ir::SymExpr>> &dims) {
+    for (uint32_t mask = 1; mask < (1u << groups.size()); ++mask) {
+      std::vector<int64_t> values;
+      for (size_t k = 0; k < groups.size(); ++k) values.push_back(mask >> k & 1 ? 1 : groups[k].size);
+      std::unique_ptr<ir::Graph> g;
+      try {
+        g = trace_at(groups, values);
+      } catch (const Error &e) {
+        return e.what();
+      }
+      if (std::string diff = structure_difference(base_, *g); !diff.empty()) return diff;
+      const std::vector<Dims> shapes = shapes_of(*g);
+      for (size_t i = 0; i < shapes.size(); ++i)
+        if (IntArrayRef(shapes[i]) != IntArrayRef(ir::evaluate_dims(dims[i], values)))
+          return "value " + std::to_string(i) + " is " + shape_str(shapes[i]);
+    }
+    return "";
+  }
+
 private:
   std::unique_ptr<ir::Graph> trace_at(const std::vector<Group> &groups, std::span<const int64_t> values) {
     std::vector<Tensor> metas;
@@ -240,6 +262,9 @@ SymbolicTrace trace_symbolic(const TracedFunction &fn, const std::vector<Tensor>
   }
   out.graph->set_symbol_hints(hints);
   ir::verify(*out.graph); // the node rules once more, at sizes the fit never used
+  const std::string at_one = symbolizer.differs_at_one(kept, fitted);
+  out.holds_at_one = at_one.empty();
+  if (!out.holds_at_one) log()->debug("dynamic shapes: a symbol at 1 changes the graph: {}", at_one);
   log()->debug("dynamic shapes: @{} traced {} times, {} symbols", out.graph->name(), out.traces, hints.size());
   return out;
 }

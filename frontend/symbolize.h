@@ -34,6 +34,10 @@ struct SymbolicTrace {
   // Why each requested dim that stayed static did ("input 0 dim 1 (size 1): ...").
   std::vector<std::string> static_reasons;
   int traces = 0; // how many times the function was traced
+  // Traced with any of the symbols at 1 (the others at their traced sizes), the
+  // function gives the same graph with the types the symbols give: a call
+  // with a symbolic size of 1 may run it. Torch specializes 1 always.
+  bool holds_at_one = false;
 };
 
 // Traces fn at `examples` with the requested dims symbolic where the graph

@@ -143,7 +143,10 @@ TEST(CompileDynamic, BadDimsAreClearErrors) {
   expect_error([&] { g(batch(4)); }, {"input 0", "has no dim 5"});
 }
 
-TEST(CompileDynamic, SizesZeroAndOneSpecialize) {
+// Size 0 specializes (as in torch). Size 1 is served by the symbolic
+// specialization when the optimized graph holds there (verified at build with
+// each symbol at 1), and specializes where an op behaves otherwise at 1.
+TEST(CompileDynamic, SizesZeroAndOne) {
   CompileOptions o;
   o.dynamic = Dynamic::On;
   CompiledFunction f = compile(model, o);
@@ -152,10 +155,22 @@ TEST(CompileDynamic, SizesZeroAndOneSpecialize) {
     std::vector<Tensor> in = batch(b);
     expect_equal(f(in), model(in), "batch " + std::to_string(b));
   }
-  // [s0, s1], then [1, s1] and [0, s1] each specialize; 3 and the second 1 reuse them.
+  // [s0, s1] serves 8, 1 and 3; [0, s1] specializes.
   CompileStats s = f.stats();
-  EXPECT_EQ(s.compiles, 3);
+  EXPECT_EQ(s.compiles, 2);
   EXPECT_EQ(s.eager_calls, 0);
+
+  // squeeze(0) drops dim 0 only where it is 1: the graph does not hold at 1.
+  ModelFn squeeze = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].squeeze(0) * 2.0}; };
+  CompiledFunction g = compile(squeeze, o);
+  for (int64_t b : {8, 1, 5, 1}) {
+    std::vector<Tensor> in = {randn({b, 6})};
+    expect_equal(g(in), squeeze(in), "squeeze, batch " + std::to_string(b));
+  }
+  EXPECT_EQ(g.stats().compiles, 2);
+  EXPECT_NE(g.stats().last_recompile_reason.find("input 0 dim 0 (s0) is 1: sizes 0 and 1 specialize here"),
+            std::string::npos)
+      << g.stats().last_recompile_reason;
 }
 
 // x + y over two batch dims that tracing found equal share one symbol (duck
