@@ -134,4 +134,38 @@ void write_bench_json(std::ostream &os, int threads, double stream_gbps, const s
 void write_bench_json(std::ostream &os, int threads, double stream_gbps, double fma_gflops,
                       const std::vector<BenchRow> &rows);
 
+// ---- Dynamic shapes (issue 17): `kiln bench NAME --dynamic`
+
+struct DynamicBenchOptions {
+  int calls = 100;                     // the sequence's length
+  int64_t min_size = 1, max_size = 64; // batch sizes drawn uniformly from this range
+  int passes = 5;                      // warm passes over the sequence; the median is reported
+  uint64_t seed = 17;
+};
+
+struct DynamicBenchRow {
+  std::string name;
+  std::string skipped; // why the row has no numbers ("" when it has)
+  int64_t calls = 0, distinct_sizes = 0, min_size = 0, max_size = 0;
+  // The function compiled with dynamic = Auto: its compiles during the first
+  // pass over the sequence, how long that pass took (compiles included), and
+  // its compiles in the warm passes after it (0 when it serves every size).
+  int64_t compiles = 0, dynamic_specializations = 0, compiles_after_first_pass = 0;
+  double first_pass_ms = 0;
+  // Per call over warm passes: the Auto function, a static specialization per
+  // size (each compiled and called once before timing), eager.
+  double dynamic_us = 0, static_us = 0, eager_us = 0;
+  double ratio = 0; // dynamic_us / static_us
+  // At the workload's own inputs: compiled with dynamic = On against Off.
+  double on_us = 0, static_at_size_us = 0, on_ratio = 0;
+  bool on_symbolic = false; // On kept some dim symbolic
+};
+
+// The batch (dim 0 of input 0, and of each input of the same size there)
+// drawn `calls` times from [min_size, max_size]; inputs at each size take rows
+// of `inputs` cyclically. A model that takes no other batch gives a skipped row.
+DynamicBenchRow bench_dynamic(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                              const DynamicBenchOptions &options = {});
+void print_dynamic_bench_table(std::ostream &os, int threads, const std::vector<DynamicBenchRow> &rows);
+
 } // namespace kiln
