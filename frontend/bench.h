@@ -152,6 +152,9 @@ struct DynamicBenchRow {
   // its compiles in the warm passes after it (0 when it serves every size).
   int64_t compiles = 0, dynamic_specializations = 0, compiles_after_first_pass = 0;
   double first_pass_ms = 0;
+  // The first call (it compiles the static graph) and the call that compiled
+  // again with the changed dims symbolic (0 if none did).
+  double first_call_ms = 0, turn_dynamic_ms = 0;
   // Per call over warm passes: the Auto function, a static specialization per
   // size (each compiled and called once before timing), eager.
   double dynamic_us = 0, static_us = 0, eager_us = 0;

@@ -567,6 +567,8 @@ void print_dynamic_summary(std::ostream &os, const kiln::SymbolicTrace &st) {
   }
   for (const std::string &r : st.static_reasons) os << "  static: " << r << "\n";
   if (hints.empty()) return;
+  os << (st.holds_at_one ? "  size 1: runs this graph (traced at 1, the same graph)\n"
+                         : "  size 1: specializes (traced at 1, the graph differs; KILN_LOG=debug says how)\n");
   // Which fusion groups codegen could run as one kernel for every size.
   const kiln::ir::Graph &g = *st.graph;
   for (const kiln::ir::Node *n : g.nodes()) {
