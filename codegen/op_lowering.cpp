@@ -19,6 +19,8 @@
 #include "passes/group_geometry.h"
 #include "passes/lowering_check.h"
 #include "runtime/op_attrs.h"
+#include "runtime/ops.h"
+#include "runtime/trace_hook.h"
 
 namespace kiln::codegen {
 namespace {
@@ -600,24 +602,55 @@ std::vector<int> group_symbols(const ir::Node &group) {
   return ids;
 }
 
-// The group at position `index` of g lowered with the symbols at `values`:
-// graph inputs and intermediate values contiguous, params and consts as they are.
-KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int64_t> values,
-                          std::vector<size_t> &buffer_operands) {
-  std::unique_ptr<ir::Graph> at = ir::instantiate(g, values);
-  const ir::Node &node = *at->nodes().at(index);
-  std::vector<Tensor> operands;
-  for (const ir::Value *v : node.operands()) {
-    bool captured = v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const;
-    operands.push_back(captured ? v->tensor() : kiln::detail::make_tensor(v->type().shape, v->type().dtype, true));
+// The operands of node `index` of static graph `at` as the symbolic executor
+// passes them: inputs and fusion groups' results contiguous, params and consts
+// as they are, eager ops' results with the layouts eager gives them (a
+// permute's result is strided; the kernel reads it in place). Every op runs on
+// META tensors.
+std::vector<Tensor> operand_metas(const ir::Graph &at, size_t index) {
+  auto as_meta = [](const Tensor &t) {
+    return kiln::detail::make_view(kiln::detail::make_tensor({0}, t.dtype(), true), t.sizes(), t.strides(), 0);
+  };
+  std::unordered_map<const ir::Value *, Tensor> meta;
+  auto meta_of = [&](const ir::Value *v) -> Tensor {
+    if (!v) return Tensor();
+    if (v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const) return as_meta(v->tensor());
+    auto it = meta.find(v);
+    return it != meta.end() ? it->second : kiln::detail::make_tensor(v->type().shape, v->type().dtype, true);
+  };
+  kiln::detail::TracingOff no_trace;
+  const std::vector<ir::Node *> nodes = at.nodes();
+  for (size_t i = 0; i < index; ++i) {
+    const ir::Node &n = *nodes[i];
+    if (n.kind() != ir::Node::Kind::Op) continue;
+    std::vector<Tensor> ins;
+    for (const ir::Value *v : n.operands()) ins.push_back(meta_of(v));
+    std::vector<Tensor> outs = run_op(n.op(), ins, n.attrs());
+    for (size_t r = 0; r < outs.size() && r < n.results().size(); ++r) meta[n.results()[r]] = outs[r];
   }
-  return lower_group(node, operands, buffer_operands);
+  std::vector<Tensor> operands;
+  for (const ir::Value *v : nodes.at(index)->operands()) {
+    const bool captured = v && (v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const);
+    operands.push_back(captured ? v->tensor() : meta_of(v));
+  }
+  return operands;
+}
+
+// The group at position `index` of g lowered with the symbols at `values`,
+// its operands as operand_metas gives them (returned in `operands`).
+KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int64_t> values,
+                          std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr) {
+  std::unique_ptr<ir::Graph> at = ir::instantiate(g, values);
+  std::vector<Tensor> metas = operand_metas(*at, index);
+  KernelDesc d = lower_group(*at->nodes().at(index), metas, buffer_operands);
+  if (operands) *operands = std::move(metas);
+  return d;
 }
 
 } // namespace
 
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                std::vector<size_t> &buffer_operands) {
+                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands) {
   const std::vector<ir::Node *> nodes = g.nodes();
   const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
   KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
@@ -633,7 +666,7 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   std::vector<int64_t> moved(values.begin(), values.end());
   moved.at(size_t(s)) += 1;
   std::vector<size_t> moved_operands;
-  KernelDesc a = lower_group_at(g, index, values, buffer_operands);
+  KernelDesc a = lower_group_at(g, index, values, buffer_operands, operands);
   KernelDesc b = lower_group_at(g, index, moved, moved_operands);
   std::string sym = "s";
   sym += std::to_string(s); // (not "s" + ...: GCC 12 warns -Wrestrict on that)
@@ -649,17 +682,18 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
 }
 
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, int &symbol) {
+                                      std::vector<size_t> &buffer_operands, int &symbol,
+                                      std::vector<Tensor> &operands) {
   symbol = -1;
   if (!group_symbols(group).empty() || is_epilogue_group(group)) {
-    KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands);
+    KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands, &operands);
     symbol = group_symbols(group).front();
     return d;
   }
   const std::vector<ir::Node *> nodes = g.nodes();
   const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
   KILN_CHECK(index < nodes.size(), "codegen: not a fusion group of @", g.name());
-  return lower_group_at(g, index, values, buffer_operands);
+  return lower_group_at(g, index, values, buffer_operands, &operands);
 }
 
 } // namespace kiln::codegen

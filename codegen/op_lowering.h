@@ -32,19 +32,23 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
 // of the one symbol its types mention (KernelDesc::runtime_dim0), which must be
 // what the kernel's outermost dim walks: the batch of a [s0, 1024] softmax, not
 // the rows a batch-norm reduction folds. Lowered with the symbols at `values`
-// and again with that symbol moved by one, operands contiguous (params and
-// consts as they are); the two descriptions must differ only in dim 0, which
+// and again with that symbol moved by one, with its operands as the symbolic
+// executor passes them: graph inputs and fusion groups' results contiguous,
+// params and consts as they are, eager ops' results with eager's layouts (a
+// permute's result strided; returned in `operands`, at `values`, when given).
+// The two descriptions must differ only in dim 0, which
 // holds at every value since sizes are multilinear in the symbols (the
 // verifier checks each). Otherwise a kiln::Error says why: another symbol, the
 // symbol in an inner dim or in the row, a stride that grows with it.
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                std::vector<size_t> &buffer_operands);
+                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr);
 
 // A kernel for `group` of symbolic graph g that serves every call: the static
 // kernel of a group whose types mention no symbol (`symbol` = -1), else
 // lower_symbolic_group's (`symbol` = the one it reads as dim 0's extent).
-// Operands as lower_symbolic_group takes them.
+// Operands as lower_symbolic_group takes them (returned in `operands`).
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, int &symbol);
+                                      std::vector<size_t> &buffer_operands, int &symbol,
+                                      std::vector<Tensor> &operands);
 
 } // namespace kiln::codegen

@@ -42,7 +42,6 @@ public:
     for (const ir::Value *v : graph.inputs()) define(v);
     for (const ir::Value *v : graph.params()) define(v);
     for (const ir::Value *v : graph.consts()) define(v);
-    num_fixed_ = types_.size();
     for (const ir::Node *n : graph.nodes()) {
       Step s;
       s.node = n;
@@ -114,6 +113,7 @@ private:
     std::vector<int> in, out; // value slots; -1 = absent optional operand
     std::shared_ptr<const CompiledKernel> kernel;
     std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
+    std::vector<Dims> buffer_strides;    // Kernel: per input buffer, the strides it was lowered for
     int symbol = -1;                     // Kernel: the symbol dim 0 reads per call; -1: a static kernel
   };
 
@@ -123,7 +123,10 @@ private:
     try {
       KILN_CHECK(!is_epilogue_group(n), "a contraction with its epilogue, whose M is not read per call yet");
       KILN_CHECK(n.operands().size() + n.results().size() <= 64, "more than 64 buffers");
-      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.symbol);
+      std::vector<Tensor> operands;
+      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.symbol, operands);
+      // Lowering checked that these do not change with the symbol.
+      for (size_t i : s.buffer_operands) s.buffer_strides.emplace_back(operands[i].strides());
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
@@ -151,17 +154,18 @@ private:
     for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs.at(i));
   }
 
-  // The kernel was lowered for contiguous inputs and intermediates (captured
-  // tensors as they are) at the sizes the graph's types give: an operand an
-  // eager view left strided is copied first.
+  // The kernel was lowered for its operands' layouts in the traced call
+  // (lower_group_for_every_size), which hold at every size; an operand in
+  // another layout (an input with a static dim and other strides, an eager
+  // group's result) is copied into that one first.
   void run_kernel(const Step &s, std::span<const int64_t> values, std::vector<Tensor> &env) const {
     void *buffers[65];
     size_t b = 0;
-    for (size_t i : s.buffer_operands) {
-      const int slot = s.in[i];
+    for (size_t k = 0; k < s.buffer_operands.size(); ++k) {
+      const int slot = s.in[s.buffer_operands[k]];
       Tensor &t = env[size_t(slot)];
       check_sizes(s, slot, t, values);
-      if (!is_captured(slot) && !t.is_contiguous()) t = t.contiguous();
+      if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
       buffers[b++] = t.raw_data();
     }
     for (int o : s.out) {
@@ -185,7 +189,24 @@ private:
                shape_str(want), " but it is ", shape_str(t.sizes()));
   }
 
-  bool is_captured(int slot) const { return size_t(slot) >= g_->inputs().size() && size_t(slot) < num_fixed_; }
+  static bool same_layout(const Tensor &t, const Dims &strides) {
+    if (size_t(t.dim()) != strides.size()) return false;
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) > 1 && t.stride(d) != strides[size_t(d)]) return false;
+    return true;
+  }
+
+  // A copy of t with `strides` (non-negative: what eager's views give).
+  static Tensor relaid(const Tensor &t, const Dims &strides) {
+    int64_t span = 1;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (t.size(d) == 0) return kiln::detail::make_tensor(t.sizes(), t.dtype());
+      span += (t.size(d) - 1) * strides[size_t(d)];
+    }
+    Tensor r = kiln::detail::make_tensor({span}, t.dtype()).as_strided(t.sizes(), strides, 0);
+    copy_(r, t);
+    return r;
+  }
 
   bool is_constant(const Tensor &t) const {
     for (const ir::Value *c : g_->consts())
@@ -207,7 +228,6 @@ private:
   std::shared_ptr<const ir::Graph> g_;
   std::unordered_map<const ir::Value *, int> slot_;
   std::vector<ir::TensorType> types_; // per slot
-  size_t num_fixed_ = 0;              // inputs, params, consts
   std::vector<Step> steps_;
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;

@@ -126,6 +126,15 @@ std::vector<int64_t> sizes_at(const ir::TensorType &t, const std::vector<int64_t
   return ir::evaluate_dims(t.sym, values);
 }
 
+// A copy of t laid out with `strides` (an eager view's: non-negative).
+Tensor with_strides(const Tensor &t, IntArrayRef strides) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += std::max<int64_t>(t.size(d) - 1, 0) * strides[size_t(d)];
+  Tensor r = empty({span}, t.dtype()).as_strided(t.sizes(), strides, 0);
+  r.copy_(t);
+  return r;
+}
+
 Tensor random_of(DType t, const std::vector<int64_t> &sizes) {
   if (t == kBool) return rand(sizes) < 0.5;
   if (is_floating(t)) return (rand(sizes) * 4.0 - 2.0).to(t);
@@ -140,9 +149,10 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
   for (const ir::Node *n : g.nodes()) {
     if (n->kind() != ir::Node::Kind::FusionGroup) continue;
     std::vector<size_t> buffers;
+    std::vector<Tensor> operands; // each operand's layout, which the kernel reads at every size
     codegen::KernelDesc desc;
     try {
-      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers);
+      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers, &operands);
     } catch (const Error &) {
       continue; // named refusals: runtime_extent_test covers them
     }
@@ -162,7 +172,7 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         in.push_back(random_of(v->type().dtype, sizes_at(v->type(), values)));
       std::vector<Tensor> want = ir::interpret(*ir::instantiate(*alone, values), in);
       std::vector<void *> ptrs;
-      std::vector<Tensor> got;
+      std::vector<Tensor> got, laid;
       for (size_t i : buffers) {
         const ir::Value *v = n->operand(i);
         if (v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const) {
@@ -172,7 +182,8 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         size_t at = 0; // the alone graph's input for operand i
         for (size_t j = 0; j < i; ++j)
           at += n->operand(j)->kind() != ir::Value::Kind::Param && n->operand(j)->kind() != ir::Value::Kind::Const;
-        ptrs.push_back(in.at(at).raw_data());
+        laid.push_back(with_strides(in.at(at), operands[i].strides()));
+        ptrs.push_back(laid.back().raw_data());
       }
       for (const ir::Value *r : n->results()) {
         got.push_back(empty(sizes_at(r->type(), values), r->type().dtype));
@@ -227,6 +238,59 @@ TEST(RandomGraphSymbolic, OneSymbolicGraphEqualsEagerAtNewSizes) {
   // comparisons above without testing symbols.
   EXPECT_GE(symbolic, int(kCases / 4)) << "of " << kCases << " seeds";
   std::cout << symbolic << " of " << kCases << " random graphs had a symbolic dim\n";
+}
+
+// ---- kiln::compile with dynamic = On over the random graphs
+
+// Compiled once with every dim symbolic where the graph allows, then called at
+// new sizes of its symbols (3 above 2, and 1 for each), each call against the
+// model run eagerly: no call at a new size compiles, except a size of 1 where
+// the function at 1 is another graph. Returns whether the seed kept a symbol,
+// or -1 after a failure.
+int check_compiled_seed(uint64_t seed) {
+  RandomGraph rg = random_graph(seed);
+  const std::vector<Tensor> examples = rg.make_inputs(seed);
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(rg.fn, o);
+  std::vector<Tensor> first = f(examples);
+  if (std::string d = compare_outputs(first, rg.fn(examples), kRtol, kAtol); !d.empty()) {
+    ADD_FAILURE() << rg.origin << " at the traced sizes: " << d;
+    return -1;
+  }
+  if (f.stats().dynamic_specializations == 0) return 0;
+  SymbolicTrace st = trace_symbolic(rg.fn, examples, every_input_dim(examples)); // which dims each symbol is
+  const std::vector<int64_t> &hints = st.graph->symbol_hints();
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<int64_t> values;
+    for (int64_t h : hints)
+      values.push_back(trial == 0 ? h + 2 : trial == 1 ? std::max<int64_t>(2, h - 1) : trial == 2 ? 2 * h + 7 : 1);
+    std::vector<Tensor> in = inputs_at(rg, st, values, seed * 11 + uint64_t(trial));
+    const int64_t compiles = f.stats().compiles;
+    std::vector<Tensor> got = f(in);
+    if (std::string d = compare_outputs(got, rg.fn(in), kRtol, kAtol); !d.empty()) {
+      ADD_FAILURE() << rg.origin << " compiled, trial " << trial << ": " << d << "\n" << ir::print(*st.graph);
+      return -1;
+    }
+    if (trial < 3 && f.stats().compiles != compiles) {
+      ADD_FAILURE() << rg.origin << " compiled, trial " << trial << ": a call at new sizes compiled ("
+                    << f.stats().last_recompile_reason << ")";
+      return -1;
+    }
+  }
+  return 1;
+}
+
+TEST(RandomGraphSymbolic, CompiledOnceEqualsEagerAtNewSizes) {
+  int symbolic = 0;
+  for (uint64_t seed = 0; seed < kCases; ++seed) {
+    int r = check_compiled_seed(seed);
+    if (r < 0) return;
+    symbolic += r;
+  }
+  EXPECT_GE(symbolic, int(kCases / 4)) << "of " << kCases << " seeds";
+  std::cout << symbolic << " of " << kCases << " random graphs compiled one dynamic specialization\n";
 }
 
 } // namespace
