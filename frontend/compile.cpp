@@ -446,15 +446,16 @@ struct Specialization {
           continue;
         }
         symbolic = true;
-        const std::string dim = detail::concat("input ", i, " dim ", d, " (s", s, ")");
+        // (The messages are built only on a miss: this runs on every call.)
         if (v < 2 && !(v == 1 && one_ok))
-          return detail::concat(dim, " is ", v, one_ok ? ": size 0 specializes" : ": sizes 0 and 1 specialize here");
+          return detail::concat("input ", i, " dim ", d, " (s", s, ") is ", v,
+                                one_ok ? ": size 0 specializes" : ": sizes 0 and 1 specialize here");
         if (value[size_t(s)] < 0) {
           value[size_t(s)] = v;
           first[size_t(s)] = i;
         } else if (value[size_t(s)] != v) {
-          return detail::concat(dim, " is ", v, " but input ", first[size_t(s)], " bound s", s, " to ",
-                                value[size_t(s)]);
+          return detail::concat("input ", i, " dim ", d, " (s", s, ") is ", v, " but input ", first[size_t(s)],
+                                " bound s", s, " to ", value[size_t(s)]);
         }
       }
       if (symbolic ? !t.is_contiguous() : !same_dims(t.strides(), g.strides))
@@ -635,8 +636,8 @@ struct CompiledFunction::Impl {
     return checked_dims(in, dims);
   }
 
-  // With mu held or compile_mu: the dims of the first compiled specialization
-  // that `in` differs from in sizes alone.
+  // With compile_mu held: the dims of the first compiled specialization that
+  // `in` differs from in sizes alone.
   std::vector<InputDim> differing_dims(const std::vector<Tensor> &in) const {
     std::shared_lock lock(mu);
     for (const auto &sp : specs) {
