@@ -53,6 +53,14 @@ std::vector<double> naive_softmax_row(const Tensor &x, int64_t r) {
 
 std::vector<Tensor> batch(int64_t b, int64_t n = 24) { return {randn({b, n}), randn({b, n})}; }
 
+// f(batch(b)) equals model's result at each size.
+void expect_batches_equal(const CompiledFunction &f, std::initializer_list<int64_t> sizes) {
+  for (int64_t b : sizes) {
+    std::vector<Tensor> in = batch(b);
+    expect_equal(f(in), model(in), "batch " + std::to_string(b));
+  }
+}
+
 TEST(CompileDynamic, AutoTurnsTheBatchSymbolicOnItsFirstChange) {
   manual_seed(1);
   CompiledFunction f = compile(model);
@@ -82,10 +90,7 @@ TEST(CompileDynamic, OffSpecializesEverySize) {
   CompileOptions o;
   o.dynamic = Dynamic::Off;
   CompiledFunction f = compile(model, o);
-  for (int64_t b : {4, 7, 16}) {
-    std::vector<Tensor> in = batch(b);
-    expect_equal(f(in), model(in), "batch " + std::to_string(b));
-  }
+  expect_batches_equal(f, {4, 7, 16});
   EXPECT_EQ(f.stats().compiles, 3);
   EXPECT_EQ(f.stats().dynamic_specializations, 0);
 }
@@ -120,10 +125,7 @@ TEST(CompileDynamic, DynamicDimsAreSymbolicFromTheFirstCallEvenWhenOff) {
   o.dynamic = Dynamic::Off;
   o.dynamic_dims = {{0, 0}, {1, -2}}; // -2: counted from the end, as torch's mark_dynamic
   CompiledFunction f = compile(model, o);
-  for (int64_t b : {6, 11, 30}) {
-    std::vector<Tensor> in = batch(b);
-    expect_equal(f(in), model(in), "batch " + std::to_string(b));
-  }
+  expect_batches_equal(f, {6, 11, 30});
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().dynamic_specializations, 1);
 }
@@ -151,10 +153,7 @@ TEST(CompileDynamic, SizesZeroAndOne) {
   o.dynamic = Dynamic::On;
   CompiledFunction f = compile(model, o);
   manual_seed(3);
-  for (int64_t b : {8, 1, 0, 3, 1}) {
-    std::vector<Tensor> in = batch(b);
-    expect_equal(f(in), model(in), "batch " + std::to_string(b));
-  }
+  expect_batches_equal(f, {8, 1, 0, 3, 1});
   // [s0, s1] serves 8, 1 and 3; [0, s1] specializes.
   CompileStats s = f.stats();
   EXPECT_EQ(s.compiles, 2);

@@ -28,6 +28,23 @@ namespace {
 constexpr double kRtol = 1e-4, kAtol = 1e-5;
 constexpr uint64_t kCases = 64;
 
+// A symbol's value in trial 0-3 from its traced size h: above it, below it (at
+// least 2), well above it (odd, for the vector tails), and 1.
+int64_t size_for_trial(int64_t h, int trial) {
+  return trial == 0 ? h + 2 : trial == 1 ? std::max<int64_t>(2, h - 1) : trial == 2 ? 2 * h + 7 : 1;
+}
+
+// How many seeds `check` found a symbol in, or -1 after a failure.
+int count_symbolic_seeds(int (*check)(uint64_t)) {
+  int symbolic = 0;
+  for (uint64_t seed = 0; seed < kCases; ++seed) {
+    int r = check(seed);
+    if (r < 0) return -1;
+    symbolic += r;
+  }
+  return symbolic;
+}
+
 std::vector<Tensor> inputs_at(const RandomGraph &rg, const SymbolicTrace &st, const std::vector<int64_t> &values,
                               uint64_t seed) {
   manual_seed(seed);
@@ -68,7 +85,7 @@ int check_seed(uint64_t seed) {
   const std::vector<int64_t> &hints = g.symbol_hints();
   for (int trial = 0; trial < 3; ++trial) {
     std::vector<int64_t> values;
-    for (int64_t h : hints) values.push_back(trial == 0 ? h + 2 : trial == 1 ? std::max<int64_t>(2, h - 1) : 2 * h + 7);
+    for (int64_t h : hints) values.push_back(size_for_trial(h, trial));
     std::vector<Tensor> in = inputs_at(rg, st, values, seed * 7 + uint64_t(trial));
     std::vector<Tensor> got;
     try {
@@ -165,7 +182,7 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
     for (int trial = 0; trial < 3; ++trial) {
       std::vector<int64_t> values = g.symbol_hints();
       int64_t h = values[k];
-      values[k] = trial == 0 ? h + 2 : trial == 1 ? std::max<int64_t>(2, h - 1) : 2 * h + 7;
+      values[k] = size_for_trial(h, trial);
       manual_seed(seed * 13 + uint64_t(trial));
       std::vector<Tensor> in;
       for (const ir::Value *v : alone->inputs())
@@ -226,12 +243,8 @@ TEST(RandomGraphSymbolic, OneSymbolicGraphEqualsEagerAtNewSizes) {
     check_seed(std::strtoull(s, nullptr, 10));
     return;
   }
-  int symbolic = 0;
-  for (uint64_t seed = 0; seed < kCases; ++seed) {
-    int r = check_seed(seed);
-    if (r < 0) return;
-    symbolic += r;
-  }
+  const int symbolic = count_symbolic_seeds(check_seed);
+  if (symbolic < 0) return;
   // Many of the generator's graphs size their weights, slices and selects
   // from the inputs' dims, which keeps those dims static; about 40% keep some
   // dim symbolic. A change that made every dim static would pass the
@@ -264,8 +277,7 @@ int check_compiled_seed(uint64_t seed) {
   const std::vector<int64_t> &hints = st.graph->symbol_hints();
   for (int trial = 0; trial < 4; ++trial) {
     std::vector<int64_t> values;
-    for (int64_t h : hints)
-      values.push_back(trial == 0 ? h + 2 : trial == 1 ? std::max<int64_t>(2, h - 1) : trial == 2 ? 2 * h + 7 : 1);
+    for (int64_t h : hints) values.push_back(size_for_trial(h, trial));
     std::vector<Tensor> in = inputs_at(rg, st, values, seed * 11 + uint64_t(trial));
     const int64_t compiles = f.stats().compiles;
     std::vector<Tensor> got = f(in);
@@ -283,12 +295,8 @@ int check_compiled_seed(uint64_t seed) {
 }
 
 TEST(RandomGraphSymbolic, CompiledOnceEqualsEagerAtNewSizes) {
-  int symbolic = 0;
-  for (uint64_t seed = 0; seed < kCases; ++seed) {
-    int r = check_compiled_seed(seed);
-    if (r < 0) return;
-    symbolic += r;
-  }
+  const int symbolic = count_symbolic_seeds(check_compiled_seed);
+  if (symbolic < 0) return;
   EXPECT_GE(symbolic, int(kCases / 4)) << "of " << kCases << " seeds";
   std::cout << symbolic << " of " << kCases << " random graphs compiled one dynamic specialization\n";
 }
