@@ -74,10 +74,19 @@ bool is_contraction(const ir::Node &n) {
   return n.kind() == ir::Node::Kind::Op && n.info().kind == OpKind::Contraction;
 }
 
-// Element (b, i, j) of a buffer at off[b] + i * rs + j * cs (elements).
+// Element (b, i, j) of a buffer at off[b] + i * rs + j * cs (elements), or,
+// with one offset, at off[0] + b * bs + ... (a batch read per call: its
+// offsets are a progression, and the batch count is the call's).
 struct MatView {
   std::vector<int64_t> off;
   int64_t rs = 0, cs = 0;
+  int64_t bs = 0;
+  int64_t at(int64_t b) const { return off.size() == 1 ? off[0] + b * bs : off[size_t(b)]; }
+  // The single-dim batch progression form of off (batches of one dim).
+  void to_progression() {
+    bs = off.size() > 1 ? off[1] - off[0] : 0;
+    off.resize(1);
+  }
 };
 
 using passes::broadcast_strides;
@@ -183,11 +192,40 @@ template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
 template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 template <class T> using DwPackCache = gemm::VersionedPack<gemm::DepthwiseWeight<T>>;
 
+// Why conv2d `c` (in a graph with symbols) cannot read its images per call,
+// or "": only the batch N may be symbolic (each image is one [O, Ho * Wo]
+// product of the traced sizes: the same kernels, blocks and packed weight).
+std::string images_per_call_misfit(const ir::Node &c) {
+  const ir::Value *x = c.operand(0), *w = c.operands().size() > 1 ? c.operand(1) : nullptr;
+  if (!x || !w || c.results().size() != 1) return "not a conv2d with an input and a weight";
+  if (w->type().symbolic()) return "the weight " + w->type().str() + " is symbolic";
+  if (c.operands().size() > 2 && c.operand(2) && c.operand(2)->type().symbolic()) return "the bias is symbolic";
+  for (const ir::TensorType *t : {&x->type(), &c.result()->type()})
+    for (size_t d = 1; d < t->sym.size(); ++d)
+      if (!t->sym[d].is_constant()) return "dim " + std::to_string(d) + " of " + t->str() + " is symbolic (only the batch is read per call)";
+  return "";
+}
+
+// Why contraction `c` (in a graph with symbols) cannot read its rows M per
+// call, or "": only M may be symbolic (N, K and B are fixed, so B is packed
+// once and the column tiles are the traced ones), on kiln's GEMM.
+std::string rows_per_call_misfit(const ir::Node &c) {
+  if (c.op() == OpId::Conv2d) return images_per_call_misfit(c);
+  if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's GEMM reads M per call)";
+  if (c.op() != OpId::Matmul && c.op() != OpId::Mm) return std::string(c.mnemonic()) + " (only matmul and mm)";
+  if (c.operands().size() < 2 || !c.operand(0) || !c.operand(1) || c.results().size() != 1) return "not a product";
+  const ir::TensorType &a = c.operand(0)->type(), &b = c.operand(1)->type(), &r = c.result()->type();
+  if (b.symbolic()) return "B " + b.str() + " is symbolic (only M is read per call)";
+  if (a.symbolic() && !a.sym.back().is_constant()) return "K of " + a.str() + " is symbolic";
+  if (r.symbolic() && !r.sym.back().is_constant()) return "N of " + r.str() + " is symbolic";
+  return "";
+}
+
 class Step final : public EpilogueStep {
 public:
   Step(const ir::Node &group, const std::vector<Tensor> &operands, std::shared_ptr<ir::Graph> owned = nullptr,
-       std::vector<const ir::Value *> outer = {})
-      : owned_(std::move(owned)), group_(group) {
+       std::vector<const ir::Value *> outer = {}, bool rows_per_call = false)
+      : owned_(std::move(owned)), group_(group), rows_per_call_(rows_per_call) {
     const ir::Graph &body = *group.body();
     outer_ = outer.empty() ? std::vector<const ir::Value *>(group.operands().begin(), group.operands().end())
                            : std::move(outer);
@@ -198,12 +236,18 @@ public:
     domain_ = contraction_->result()->type().shape;
     KILN_CHECK(!domain_.empty() && std::all_of(domain_.begin(), domain_.end(), [](int64_t s) { return s > 0; }),
                "epilogue: empty or scalar contraction output ", shape_str(domain_));
+    if (rows_per_call_) {
+      const std::string why = rows_per_call_misfit(*contraction_);
+      KILN_CHECK(why.empty(), "epilogue: M is not read per call: ", why);
+    }
     if (contraction_->op() == OpId::Conv2d) {
       plan_conv(operands);
     } else {
       jit_ = gemm::path() == gemm::Path::Jit;
       plan_matmul(operands);
       if (jit_) jit_ = dtype_ == kFloat64 ? set_up_jit<double>() : set_up_jit<float>();
+      KILN_CHECK(!rows_per_call_ || (jit_ && nb_ == 1), "epilogue: M is not read per call: ",
+                 jit_ ? "the product has batches that B does not share" : "kiln's GEMM does not take it");
     }
     compile_kernels(operands);
     kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}{}",
@@ -223,6 +267,7 @@ public:
   bool epilogue_in_registers() const override { return in_registers_; }
 
   std::vector<Tensor> run(const std::vector<Tensor> &operands) const override {
+    KILN_CHECK(!rows_per_call_, "internal: a step reading M per call runs through run_into");
     std::vector<Tensor> outs;
     outs.reserve(group_.results().size());
     for (const ir::Value *r : group_.results()) outs.push_back(allocate(r->type(), false));
@@ -240,6 +285,10 @@ public:
                metas_.size(), " results");
     for (size_t i = 0; i < results.size(); ++i) {
       const Tensor &r = results[i], &m = metas_[i];
+      // M read per call: any rows, contiguous as the traced metas were (the views' strides).
+      if (rows_per_call_ && r.dtype() == m.dtype() && r.dim() == m.dim() && r.size(-1) == m.size(-1) &&
+          r.is_contiguous() && !r.is_meta() && r.numel() == results[0].numel())
+        continue;
       KILN_CHECK(r.dtype() == m.dtype() && r.sizes() == m.sizes() && r.strides() == m.strides() && !r.is_meta(),
                  "epilogue: result buffer ", i, " is ", r.dtype(), shape_str(r.sizes()), " strides ",
                  shape_str(r.strides()), ", expected ", m.dtype(), shape_str(m.sizes()), " strides ",
@@ -249,14 +298,59 @@ public:
   }
 
 private:
+  // A call's rows and tiles: the traced ones, or (rows_per_call_) the call's.
+  struct Tiles {
+    int64_t M = 0, tm = 0, tn = 0;
+    int64_t images = 0; // conv2d: the batch N
+  };
+
   void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
-    Tensor owned; // no caller scratch (run()): this call's
-    if (!scratch && scratch_bytes() > 0) {
-      owned = kiln::detail::make_tensor({int64_t((scratch_bytes() + 7) / 8)}, kFloat64);
+    const bool conv = contraction_->op() == OpId::Conv2d;
+    Tiles t{M_, tm_, tn_, conv ? domain_[0] : 0};
+    if (rows_per_call_ && conv) t.images = call_images(operands, outs);
+    else if (rows_per_call_) t = tiles_for(call_rows(operands, outs));
+    if (t.M == 0 || (conv && t.images == 0)) return;
+    Tensor owned; // no caller scratch (run(), or a batch read per call): this call's
+    const size_t bytes = c_scratch_bytes(t.images) + weight_scratch_bytes();
+    if (!scratch && bytes > 0) {
+      owned = kiln::detail::make_tensor({int64_t((bytes + 7) / 8)}, kFloat64);
       scratch = owned.raw_data();
     }
-    if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch);
-    else run_typed<double>(operands, outs, scratch);
+    if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch, t);
+    else run_typed<double>(operands, outs, scratch, t);
+  }
+
+  // N of this call: [N, O, Ho, Wo] results, an input [N, C, H, W] of the traced
+  // C, H and W (the kernels would read past a buffer of other sizes).
+  int64_t call_images(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+    const int64_t n = outs.at(0).size(0);
+    const Tensor &x = ins.at(operand_of(contraction_->operand(0)));
+    KILN_CHECK(x.dim() == 4 && x.size(0) == n && x.size(1) == x_chw_[0] && x.size(2) == x_chw_[1] && x.size(3) == x_chw_[2],
+               "internal: epilogue: conv2d input ", shape_str(x.sizes()), " for ", n, " images");
+    for (const Tensor &o : outs)
+      KILN_CHECK(o.dim() == 4 && o.size(0) == n && o.size(1) == domain_[1] && o.size(2) == domain_[2] &&
+                     o.size(3) == domain_[3],
+                 "internal: epilogue: conv2d result ", shape_str(o.sizes()), " for ", n, " images");
+    for (const Source &s : sources_)
+      if (s.kind == Source::Kind::Operand && s.view.bs != 0)
+        KILN_CHECK(ins.at(s.index).is_contiguous() && ins.at(s.index).size(0) == n, "internal: epilogue: operand ",
+                   s.index, " ", shape_str(ins.at(s.index).sizes()), " for ", n, " images");
+    return n;
+  }
+
+  // M of this call (results [rows..., N], A [rows..., K]); the kernels would
+  // read past a buffer of other sizes.
+  int64_t call_rows(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+    const int64_t M = outs.at(0).numel() / N_;
+    const Tensor &a = ins.at(operand_of(contraction_->operand(0)));
+    KILN_CHECK(a.numel() == M * K_ && a.is_contiguous(), "internal: epilogue: A ", shape_str(a.sizes()), " for ", M,
+               " rows of K = ", K_);
+    for (const Source &s : sources_)
+      if (s.kind == Source::Kind::Operand && s.view.rs != 0)
+        KILN_CHECK(ins.at(s.index).is_contiguous() && ins.at(s.index).numel() >= M * (s.view.cs ? N_ : 1),
+                   "internal: epilogue: operand ", s.index, " ", shape_str(ins.at(s.index).sizes()), " for ", M,
+                   " rows");
+    return M;
   }
 
   // The body: one contraction reading body inputs, then elementwise ops over its output.
@@ -377,16 +471,18 @@ private:
   // operand in W4/W5, is packed once per call rather than once per row block;
   // enough tiles to keep every thread busy.
   void choose_tiles() {
+    const Tiles t = tiles_for(M_);
+    tm_ = t.tm, tn_ = t.tn;
+  }
+
+  Tiles tiles_for(int64_t M) const {
     // A contraction alone writing a result of its own: no epilogue wants
     // L2-hot tiles, so one tile, which kiln's GEMM splits over the threads
     // itself. 256 x 1024 tiles of 2048^3 packed each block of B once per row
     // tile, 8 times per call (gemm-2048: 0.75 -> ~0.80 of the FMA peak).
-    if (jit_ && epilogue_.empty() && c_result_ >= 0 && nb_ == 1) {
-      tm_ = M_, tn_ = N_;
-      return;
-    }
-    tm_ = std::min(M_, kMaxTileRows);
-    tn_ = N_;
+    if (jit_ && epilogue_.empty() && c_result_ >= 0 && nb_ == 1) return {M, M, N_};
+    const int64_t tm = std::min(M, kMaxTileRows);
+    int64_t tn = N_;
     // Columns in multiples of the JIT GEMM's panel width nr (packed B is
     // addressed by whole panels), else of 16.
     const int64_t g = granule_;
@@ -399,10 +495,11 @@ private:
     // the call waited for it (W5's linears: the caller ran 1.5-1.85 of the two
     // tiles on average and then waited for the rest).
     const int64_t max_elems = jit_ ? kJitTileElems : kTileElems;
-    const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? jit_tiles_per_thread() : 2);
-    while (tm_ * tn_ > max_elems && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
-    while (items() < want && tn_ > kMinTileCols) tn_ = round16((tn_ + 1) / 2);
-    tn_ = std::min(tn_, N_);
+    const int64_t want = int64_t(std::max(1, get_num_threads())) * (jit_ ? jit_tiles_per_thread(M) : 2);
+    auto items = [&] { return nb_ * ((M + tm - 1) / tm) * ((N_ + tn - 1) / tn); };
+    while (tm * tn > max_elems && tn > kMinTileCols) tn = round16((tn + 1) / 2);
+    while (items() < want && tn > kMinTileCols) tn = round16((tn + 1) / 2);
+    return {M, tm, std::min(tn, N_)};
   }
 
   // ---- kiln's GEMM (codegen/gemm): kernels resolved here, B packed when it
@@ -414,9 +511,9 @@ private:
       return false;
     };
     if (a_.rs < 0 || a_.cs < 0 || b_.rs < 0 || b_.cs < 0) return no("an operand has a negative stride");
-    config_.a_in_place = a_.cs == 1 && tiles_share_a(config_.mr) && gemm::a_in_place_allowed();
+    config_.a_in_place = a_.cs == 1 && tiles_share_a(config_.mr, {M_, tm_, tn_}) && gemm::a_in_place_allowed();
     try {
-      ks_ = gemm::resolve_kernels<T>(config_, {tm_, M_ % tm_});
+      ks_ = gemm::resolve_kernels<T>(config_, row_counts(config_.mr));
     } catch (const Error &e) {
       return no(std::string("kiln's GEMM cannot compile its micro-kernels: ") + e.what());
     }
@@ -474,25 +571,31 @@ private:
   // GEMM, one batch, several column tiles, row tiles that start on micro-tile
   // rows. Where A is row-major the micro-kernels then read it in place
   // (gemm::Config::a_in_place), else it is packed once per call for all tiles.
-  bool tiles_share_a(int mr) const {
-    return jit_ && nb_ == 1 && col_tiles() > 1 && (row_tiles() == 1 || tm_ % mr == 0);
+  bool tiles_share_a(int mr, const Tiles &t) const {
+    const int64_t rows = (t.M + t.tm - 1) / t.tm, cols = (N_ + t.tn - 1) / t.tn;
+    return jit_ && nb_ == 1 && cols > 1 && (rows == 1 || t.tm % mr == 0);
+  }
+
+  // The row counts of the products the micro-kernels run: the traced tiles'
+  // (full and tail), or every M % mr when M is read per call.
+  std::vector<int64_t> row_counts(int mr) const {
+    if (!rows_per_call_) return {tm_, M_ % tm_};
+    std::vector<int64_t> rows;
+    for (int64_t r = 1; r <= mr; ++r) rows.push_back(r);
+    return rows;
   }
 
   // Whether a call packs A once for its tiles (gemm::pack_a_shared): tiles
   // that share A, kernels that do not read it in place, and A within the
   // shared scratch's bound.
-  template <class T> bool shares_a() const {
-    return tiles_share_a(ks_.config.mr) && !ks_.config.a_in_place &&
-           M_ * K_ * int64_t(sizeof(T)) <= gemm::kSharedABytes;
+  template <class T> bool shares_a(const Tiles &t) const {
+    return tiles_share_a(ks_.config.mr, t) && !ks_.config.a_in_place &&
+           t.M * K_ * int64_t(sizeof(T)) <= gemm::kSharedABytes;
   }
 
   // Tiles per thread on kiln's GEMM: 4, or 2 when op(A) (read from L2 again
   // by every column tile, for every k block) is over half of L2.
-  int64_t jit_tiles_per_thread() const { return M_ * K_ * int64_t(itemsize(dtype_)) <= (int64_t(512) << 10) ? 4 : 2; }
-
-  int64_t row_tiles() const { return (M_ + tm_ - 1) / tm_; }
-  int64_t col_tiles() const { return (N_ + tn_ - 1) / tn_; }
-  int64_t items() const { return nb_ * row_tiles() * col_tiles(); }
+  int64_t jit_tiles_per_thread(int64_t M) const { return M * K_ * int64_t(itemsize(dtype_)) <= (int64_t(512) << 10) ? 4 : 2; }
 
   // ---- conv2d: one image = one [O, Ho * Wo] tile
   // A conv whose result type is channels-last (the layout pass's decision)
@@ -517,6 +620,15 @@ private:
     if (channels_last_) {
       const Dims cl = kiln::detail::channels_last_strides(domain_);
       c_full_ = MatView{batch_offsets(domain_, std::vector<int64_t>(cl.begin(), cl.end()), 1), 1, M_};
+    }
+    const Tensor &x = operands.at(operand_of(contraction_->operand(0)));
+    KILN_CHECK(x.dim() == 4, "epilogue: conv2d input ", shape_str(x.sizes()));
+    x_chw_ = {x.size(1), x.size(2), x.size(3)};
+    if (rows_per_call_) { // images read per call: offsets b * (a batch stride)
+      for (Source &s : sources_)
+        if (s.kind == Source::Kind::Operand) s.view.to_progression();
+      for (MatView &r : results_) r.to_progression();
+      c_full_.to_progression();
     }
     plan_jit_conv(operands);
   }
@@ -640,7 +752,8 @@ private:
   // Into the result C, or (C no result) each block into the thread's scratch,
   // the epilogue run on it there.
   template <class T>
-  void run_jit_depthwise(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
+  void run_jit_depthwise(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch,
+                         int64_t images) const {
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     const Tensor x = in(0), w = in(1), b = in(2);
@@ -660,10 +773,10 @@ private:
       cached.emplace(dw_pack<T>(w));
       pw = &**cached;
     } else {
-      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes());
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes(images));
       per_call = kiln::gemm::pack_depthwise_weight_into<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data(), dst);
     }
-    kiln::gemm::depthwise_conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
+    kiln::gemm::depthwise_conv2d<T>(conv_shape(images), static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                                     b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr,
                                     c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr,
                                     epilogue_.empty() ? nullptr : +after, &ctx, dw_blocking_);
@@ -701,6 +814,10 @@ private:
       kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile, not in the "
                          "micro-kernel's registers: {}", group_.result()->name(), why);
     }
+    // Tile kernels are lowered per tile shape, and M % tm_ changes per call (a
+    // conv's tiles are blocks of one image: the same for any batch).
+    KILN_CHECK(!rows_per_call_ || contraction_->op() == OpId::Conv2d, "epilogue: M is not read per call: the "
+               "epilogue does not run in the micro-kernel's registers");
     for (int64_t mb : {tm_, M_ % tm_})
       for (int64_t nc : {tn_, N_ % tn_})
         if (mb > 0 && nc > 0 && !find_kernel(mb, nc)) kernels_.push_back({mb, nc, compile_tile(operands, mb, nc)});
@@ -756,7 +873,7 @@ private:
     epi.store_c = c_result_ >= 0;
     // The conv's micro-kernels run a group's O/g rows: full tiles and its tail.
     const gemm::Config &config = conv ? conv_kernels_.template get<T>().config : ks_.config;
-    const std::vector<int64_t> rows = conv ? std::vector<int64_t>{jit_conv_->Og()} : std::vector<int64_t>{tm_, M_ % tm_};
+    const std::vector<int64_t> rows = conv ? std::vector<int64_t>{jit_conv_->Og()} : row_counts(config.mr);
     try {
       eks_ = gemm::resolve_epilogue_kernels<T>(config, epi, rows);
     } catch (const Error &e) {
@@ -876,13 +993,13 @@ private:
         continue;
       }
       const Tensor &t = ins[s.index];
-      int64_t off = s.view.off[size_t(b)] + r0 * s.view.rs + c0 * s.view.cs;
+      int64_t off = s.view.at(b) + r0 * s.view.rs + c0 * s.view.cs;
       bufs[n++] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
     }
     for (size_t o : kernel_outputs_) {
       const MatView &r = results_[o];
       const Tensor &t = outs[o];
-      int64_t off = r.off[size_t(b)] + r0 * r.rs + c0 * r.cs;
+      int64_t off = r.at(b) + r0 * r.rs + c0 * r.cs;
       bufs[n++] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
     }
     k->run(bufs);
@@ -900,14 +1017,14 @@ private:
         continue;
       }
       const Tensor &t = ins[s.index];
-      const int64_t off = s.view.off[size_t(b)] + r0 * s.view.rs + c0 * s.view.cs;
+      const int64_t off = s.view.at(b) + r0 * s.view.rs + c0 * s.view.cs;
       ptrs[n] = static_cast<const char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
       lds[n++] = s.view.rs;
     }
     for (size_t o : kernel_outputs_) {
       const MatView &r = results_[o];
       const Tensor &t = outs[o];
-      const int64_t off = r.off[size_t(b)] + r0 * r.rs + c0 * r.cs;
+      const int64_t off = r.at(b) + r0 * r.rs + c0 * r.cs;
       ptrs[n] = static_cast<char *>(t.raw_data()) + off * int64_t(itemsize(t.dtype()));
       lds[n++] = r.rs;
     }
@@ -915,20 +1032,20 @@ private:
   }
 
   template <class T>
-  void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
-    if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs, scratch);
+  void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, const Tiles &t) const {
+    if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs, scratch, t.images);
     const T *A = static_cast<const T *>(ins[operand_of(contraction_->operand(0))].raw_data());
     const T *B = static_cast<const T *>(ins[operand_of(contraction_->operand(1))].raw_data());
     T *C = c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr;
-    const MatView c = c_view();
-    const int64_t rt = row_tiles(), ct = col_tiles();
+    const int64_t M = t.M, tm = t.tm, tn = t.tn, rt = (M + tm - 1) / tm, ct = (N_ + tn - 1) / tn;
+    const MatView c = C ? c_view() : MatView{{0}, tn, 1}; // a tile in the thread's scratch: this call's tn
     std::optional<typename PackedBCache<T>::Ref> pw;
     if (pack_) pw.emplace(packed<T>(ins[operand_of(contraction_->operand(1))]));
     int threads = 0;
     // Column tiles of the same rows read the same A: pack it once per call,
     // split over the threads, rather than once per tile (per thread).
     gemm::PackedARef<T> ap;
-    if (shares_a<T>()) ap = {gemm::pack_a_shared<T>(M_, K_, A + a_.off[0], a_.rs, a_.cs, ks_.config, 0), M_, 0};
+    if (shares_a<T>(t)) ap = {gemm::pack_a_shared<T>(M, K_, A + a_.off[0], a_.rs, a_.cs, ks_.config, 0), M, 0};
     const size_t nbuf = in_registers_ ? buffer_sources_.size() + kernel_outputs_.size() : 0;
     auto work = [&](int64_t lo, int64_t hi) {
       std::array<const void *, kMaxEpilogueBuffers> eptrs;
@@ -936,27 +1053,27 @@ private:
       const gemm::EpilogueArgs ea{eptrs.data(), elds.data(), &eks_};
       const gemm::EpilogueArgs *epi = in_registers_ ? &ea : nullptr;
       // A tile of C that is no result lives in the running thread's reusable scratch.
-      T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm_ * tn_) * sizeof(T)));
+      T *tile = C ? nullptr : static_cast<T *>(thread_scratch(ScratchSlot::GemmTile, size_t(tm * tn) * sizeof(T)));
       for (int64_t it = lo; it < hi; ++it) {
         const int64_t b = it / (rt * ct), ti = it / ct % rt, tj = it % ct;
-        const int64_t r0 = ti * tm_, c0 = tj * tn_, mb = std::min(tm_, M_ - r0), nc = std::min(tn_, N_ - c0);
-        T *ct_ptr = C ? C + c.off[size_t(b)] + r0 * c.rs + c0 : tile;
+        const int64_t r0 = ti * tm, c0 = tj * tn, mb = std::min(tm, M - r0), nc = std::min(tn, N_ - c0);
+        T *ct_ptr = C ? C + c.at(b) + r0 * c.rs + c0 : tile;
         const int64_t ldc = mb == 1 ? std::max<int64_t>(nc, c.rs) : c.rs;
-        const T *a = A + a_.off[size_t(b)] + r0 * a_.rs;
+        const T *a = A + a_.at(b) + r0 * a_.rs;
         const gemm::PackedARef<T> apt{ap.data, ap.M, r0};
         if (epi) epilogue_pointers(b, r0, c0, ins, outs, eptrs.data(), elds.data(), nbuf);
         if (pw) // one tile on the calling thread: the GEMM itself may split (threads 0)
           gemm::gemm_packed_cols<T>(mb, T(1), a, a_.rs, a_.cs, **pw, c0, nc, T(0), ct_ptr, ldc, ks_, threads, apt, epi);
         else if (jit_)
-          gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs, b_.cs,
+          gemm::gemm_strided<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.at(b) + c0 * b_.cs, b_.rs, b_.cs,
                                 T(0), ct_ptr, ldc, ks_, threads, apt, epi);
         else
-          kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.off[size_t(b)] + c0 * b_.cs, b_.rs,
+          kiln::detail::nn::gemm<T>(mb, nc, K_, T(1), a, a_.rs, a_.cs, B + b_.at(b) + c0 * b_.cs, b_.rs,
                                     b_.cs, T(0), ct_ptr, ldc);
         if (!epi) run_tile<T>(b, r0, c0, mb, nc, ct_ptr, ins, outs);
       }
     };
-    const int64_t n = items();
+    const int64_t n = nb_ * rt * ct;
     if (n > 1 && get_num_threads() > 1 && !in_parallel_region()) {
       threads = 1;
       if (jit_) parallel_for_chunks(0, n, 1, work); // tiles claimed one at a time (choose_tiles)
@@ -967,28 +1084,39 @@ private:
   }
 
   static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
-  size_t c_scratch_bytes() const {
+  // For `images` images (the traced batch unless read per call).
+  size_t c_scratch_bytes(int64_t images) const {
     if (contraction_->op() != OpId::Conv2d || c_result_ >= 0 || jit_dw_) return 0;
-    size_t n = itemsize(dtype_);
-    for (int64_t d : domain_) n *= size_t(d);
+    size_t n = itemsize(dtype_) * size_t(images);
+    for (size_t d = 1; d < domain_.size(); ++d) n *= size_t(domain_[d]);
     return round64(n);
   }
+  size_t c_scratch_bytes() const { return c_scratch_bytes(domain_.empty() ? 0 : domain_[0]); }
   size_t weight_scratch_bytes() const { return jit_conv_ && !conv_cached_ ? round64(size_t(conv_weight_bytes_)) : 0; }
 
   // The conv output C: a result, else the call's scratch. A channels-last C
   // is the same bytes viewed with NHWC strides.
-  Tensor conv_output(const std::vector<Tensor> &outs, void *scratch) const {
+  Tensor conv_output(const std::vector<Tensor> &outs, void *scratch, int64_t images) const {
     if (c_result_ >= 0) return outs[size_t(c_result_)];
-    Tensor c = from_blob(scratch, IntArrayRef(domain_), TensorOptions(dtype_));
+    Dims shape = domain_;
+    shape[0] = images;
+    Tensor c = from_blob(scratch, IntArrayRef(shape), TensorOptions(dtype_));
     if (!channels_last_) return c;
-    return kiln::detail::make_view(c, domain_, kiln::detail::channels_last_strides(domain_), 0);
+    return kiln::detail::make_view(c, shape, kiln::detail::channels_last_strides(shape), 0);
+  }
+
+  // The conv's shape with this call's batch.
+  kiln::gemm::ConvShape conv_shape(int64_t images) const {
+    kiln::gemm::ConvShape s = *jit_conv_;
+    s.N = images;
+    return s;
   }
 
   // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
                     kiln::detail::nn::BlockCallback after, void *ctx, void *scratch,
-                    const gemm::ConvEpilogue *epi = nullptr) const {
+                    int64_t images, const gemm::ConvEpilogue *epi = nullptr) const {
     std::optional<typename ConvPackCache<T>::Ref> cached;
     kiln::gemm::PackedConvWeight<T> per_call; // a weight that is no parameter: packed into the call's scratch
     const kiln::gemm::PackedConvWeight<T> *pw = &per_call;
@@ -996,22 +1124,22 @@ private:
       cached.emplace(conv_pack<T>(w));
       pw = &**cached;
     } else {
-      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes());
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes(images));
       per_call = kiln::gemm::pack_conv_weight_into<T>(conv_kernels_.template get<T>(),
                                                       static_cast<const T *>(w.raw_data()), strides4(w).data(), dst);
     }
     const std::array<int64_t, 4> xs = strides4(x);
-    kiln::gemm::conv2d<T>(*jit_conv_, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
+    kiln::gemm::conv2d<T>(conv_shape(images), static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                           b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
                           after, ctx, jit_block_pixels_, 0, epi);
   }
 
   template <class T>
-  void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch) const {
-    if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch);
+  void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, int64_t images) const {
+    if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch, images);
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
-    Tensor C = conv_output(outs, scratch);
+    Tensor C = conv_output(outs, scratch, images);
     struct Ctx {
       const Step *self;
       T *c;
@@ -1021,7 +1149,7 @@ private:
     auto after = [](void *p, int64_t image, int64_t p0, int64_t np) {
       auto *x = static_cast<Ctx *>(p);
       const Step &s = *x->self;
-      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.off[size_t(image)] + p0 * s.c_full_.cs, *x->ins,
+      s.run_tile<T>(image, 0, p0, s.M_, np, x->c + s.c_full_.at(image) + p0 * s.c_full_.cs, *x->ins,
                     *x->outs);
     };
     if (jit_conv_ && in_registers_) {
@@ -1032,10 +1160,10 @@ private:
                             s.buffer_sources_.size() + s.kernel_outputs_.size());
       };
       const gemm::ConvEpilogue epi{&eks_, buffer_sources_.size() + kernel_outputs_.size(), +pointers, &ctx};
-      return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, &epi);
+      return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, images, &epi);
     }
     if (jit_conv_)
-      return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch);
+      return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch, images);
     attrs::Conv2d a{cv};
     kiln::detail::nn::conv2d_into(in(0), in(1), in(2), a.stride(), a.padding(), a.dilation(),
                                   a.groups(), C, block_rows_, epilogue_.empty() ? nullptr : +after, &ctx);
@@ -1043,6 +1171,7 @@ private:
 
   std::shared_ptr<ir::Graph> owned_; // a lone contraction's wrapper group (build_lone)
   const ir::Node &group_;
+  const bool rows_per_call_; // M (rows of the product) read from each call's operands (issue 17)
   std::vector<const ir::Value *> outer_; // per group operand: the program graph's value
   const ir::Node *contraction_ = nullptr;
   std::vector<const ir::Node *> epilogue_;
@@ -1059,6 +1188,7 @@ private:
   MatView a_, b_, c_full_;
   int64_t nb_ = 1, M_ = 0, N_ = 0, K_ = 0, tm_ = 0, tn_ = 0;
   int64_t block_rows_ = 1; // conv2d: output rows per block
+  std::array<int64_t, 3> x_chw_{}; // conv2d: the input's C, H, W
   bool channels_last_ = false; // conv2d computing C in NHWC
   std::optional<kiln::gemm::ConvShape> jit_conv_; // conv2d through codegen/gemm/conv.h
   bool conv_cached_ = false;                      // the weight is a parameter: packed once per version
@@ -1113,6 +1243,8 @@ std::string conv_layout_misfit(const ir::Node &cv) {
 
 // Registered while libkiln loads, before any pass can run.
 [[maybe_unused]] const bool registered_with_layout = (passes::register_conv_layout_misfit(&conv_layout_misfit), true);
+[[maybe_unused]] const bool registered_with_fuse =
+    (passes::register_symbolic_contraction_misfit(&codegen::symbolic_contraction_misfit), true);
 
 } // namespace
 
@@ -1127,7 +1259,8 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build(const ir::Node &group, c
   return std::make_shared<Step>(group, operands);
 }
 
-std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op, const std::vector<Tensor> &operands) {
+namespace {
+std::shared_ptr<const EpilogueStep> lone_step(const ir::Node &op, const std::vector<Tensor> &operands, bool rows_per_call) {
   KILN_CHECK(op.kind() == ir::Node::Kind::Op &&
                  (op.op() == OpId::Matmul || op.op() == OpId::Mm || op.op() == OpId::Bmm || op.op() == OpId::Conv2d) &&
                  op.results().size() == 1,
@@ -1153,7 +1286,25 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op,
   std::vector<ir::Value *> args(body.inputs().begin(), body.inputs().end());
   args.resize(op.operands().size(), nullptr);
   body.set_outputs({body.create(op.op(), args, op.attrs(), {op.result()->type()})->result()});
-  return std::make_shared<Step>(*group, operands, g, std::move(outer));
+  return std::make_shared<Step>(*group, operands, g, std::move(outer), rows_per_call);
+}
+} // namespace
+
+std::shared_ptr<const EpilogueStep> EpilogueStep::build_lone(const ir::Node &op, const std::vector<Tensor> &operands) {
+  return lone_step(op, operands, false);
+}
+
+std::shared_ptr<const EpilogueStep> EpilogueStep::build_rows_per_call(const ir::Node &node,
+                                                                      const std::vector<Tensor> &operands) {
+  if (node.kind() == ir::Node::Kind::FusionGroup) return std::make_shared<Step>(node, operands, nullptr,
+                                                                               std::vector<const ir::Value *>{}, true);
+  return lone_step(node, operands, true);
+}
+
+std::string symbolic_contraction_misfit(const ir::Node &c) {
+  if (c.op() != OpId::Conv2d && !register_epilogues())
+    return "KILN_GEMM_EPILOGUE=tile (its tile kernels are lowered per M)";
+  return rows_per_call_misfit(c);
 }
 
 int64_t gemm_jit_steps_built() { return g_jit_steps_built.load(std::memory_order_relaxed); }

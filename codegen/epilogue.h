@@ -47,6 +47,16 @@ public:
   // it runs on the same kernels (and packed weights) as the fused ones;
   // `operands` as above, for op's operands.
   static std::shared_ptr<const EpilogueStep> build_lone(const ir::Node &op, const std::vector<Tensor> &operands);
+  // The same for a graph with symbols (issue 17): `node` is an epilogue group
+  // or a lone matmul or mm whose symbols size only the rows of the product
+  // (M; not N, K or B: symbolic_contraction_misfit), `operands` are at the
+  // traced sizes, contiguous where their type is symbolic. run_into then takes
+  // contiguous results and operands of any M with the traced trailing sizes:
+  // the micro-kernels cover every M % mr and the tiles are chosen per call, so
+  // no size compiles anything. Throws kiln::Error when it cannot run so (BLAS,
+  // an epilogue outside the micro-kernel's registers, batches B does not share).
+  static std::shared_ptr<const EpilogueStep> build_rows_per_call(const ir::Node &node,
+                                                                 const std::vector<Tensor> &operands);
   virtual ~EpilogueStep() = default;
 
   // What computes the contraction: "gemm-jit" (kiln's GEMM, codegen/gemm),
@@ -79,6 +89,11 @@ public:
   virtual void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results,
                         void *scratch = nullptr) const = 0;
 };
+
+// Why contraction `c` of a graph with symbols cannot head an epilogue step
+// that reads its M per call (build_rows_per_call), or "". What passes/fuse.cpp
+// asks (registered with passes/lowering_check.h).
+std::string symbolic_contraction_misfit(const ir::Node &c);
 
 // How many steps were built to run on kiln's GEMM in this process (tests
 // check that the path is taken).

@@ -95,4 +95,10 @@ std::shared_ptr<Executable> make_executable(std::shared_ptr<const ir::Graph> g, 
 // Intermediates are allocated per call (codegen/symbolic_executor.cpp).
 std::shared_ptr<Executable> make_symbolic_executable(std::shared_ptr<const ir::Graph> g);
 
+// How that program runs each fusion group and contraction of `g`, one line
+// each (kiln dump --dynamic): "kernel: fusion group %7 reads its dim 0 per
+// call", "gemm-jit: fusion group %16 (a contraction and its epilogue) reads
+// its M per call", or why it runs eagerly.
+std::vector<std::string> describe_symbolic_executable(std::shared_ptr<const ir::Graph> g);
+
 } // namespace kiln::codegen

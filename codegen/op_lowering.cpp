@@ -602,6 +602,8 @@ std::vector<int> group_symbols(const ir::Node &group) {
   return ids;
 }
 
+} // namespace
+
 // The operands of node `index` of static graph `at` as the symbolic executor
 // passes them: inputs and fusion groups' results contiguous, params and consts
 // as they are, eager ops' results with the layouts eager gives them (a
@@ -636,6 +638,8 @@ std::vector<Tensor> operand_metas(const ir::Graph &at, size_t index) {
   return operands;
 }
 
+namespace {
+
 // The group at position `index` of g lowered with the symbols at `values`,
 // its operands as operand_metas gives them (returned in `operands`).
 KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int64_t> values,
@@ -657,7 +661,7 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
              g.name());
   const std::string name = "fusion group %" + group.result()->name();
   KILN_CHECK(!is_epilogue_group(group), "codegen: ", name,
-             " is a contraction with its epilogue, whose sizes are not read per call yet");
+             " is a contraction with its epilogue: an epilogue step runs it (codegen/epilogue.h), not a kernel");
   const std::vector<int> ids = group_symbols(group);
   KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
   KILN_CHECK(ids.size() == 1, "codegen: ", name, " has ", ids.size(),

@@ -28,6 +28,13 @@ bool lowered_dtype(DType t);
 KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operands,
                        std::vector<size_t> &buffer_operands);
 
+// The operands of node `index` of graph `at` (static, or symbolic at its
+// traced sizes) as the symbolic executor passes them: inputs and fusion
+// groups' results contiguous, params and consts as they are, eager ops'
+// results with the layouts eager gives them (a permute's result is strided).
+// Every op runs on META tensors.
+std::vector<Tensor> operand_metas(const ir::Graph &at, size_t index);
+
 // A fusion group of symbolic graph g (issue 17) as one kernel for every value
 // of the one symbol its types mention (KernelDesc::runtime_dim0), which must be
 // what the kernel's outermost dim walks: the batch of a [s0, 1024] softmax, not

@@ -6,10 +6,13 @@
 // lower for every size runs its body eagerly, and every other node runs its
 // eager op with the sizes of the call (ir::attrs_at).
 //
+// A matmul or mm whose symbols size only its rows, alone or with its fused
+// epilogue, runs on kiln's GEMM reading M per call (EpilogueStep::
+// build_rows_per_call); one without symbols runs as in the static executor.
+//
 // Not yet here, unlike the static executor: a memory plan (each intermediate
-// is allocated per call), contractions with their fused epilogue (such a group
-// runs eagerly: the contraction is the same BLAS call, its epilogue unfused),
-// and in-place kernels.
+// is allocated per call), conv2d and batched products over symbolic sizes
+// (they run eagerly), and in-place kernels.
 #include <atomic>
 #include <chrono>
 #include <span>
@@ -42,6 +45,7 @@ public:
     for (const ir::Value *v : graph.inputs()) define(v);
     for (const ir::Value *v : graph.params()) define(v);
     for (const ir::Value *v : graph.consts()) define(v);
+    size_t index = 0; // of n in the graph
     for (const ir::Node *n : graph.nodes()) {
       Step s;
       s.node = n;
@@ -50,9 +54,12 @@ public:
         s.out.push_back(int(types_.size()));
         define(r);
       }
-      if (n->kind() == ir::Node::Kind::FusionGroup) build_group(*n, s);
+      if (n->kind() == ir::Node::Kind::FusionGroup && is_epilogue_group(*n)) build_contraction(*n, index, s);
+      else if (n->kind() == ir::Node::Kind::FusionGroup) build_group(*n, s);
+      else if (op_info(n->op()).kind == OpKind::Contraction) build_contraction(*n, index, s);
       else ++stats_.eager_steps;
       steps_.push_back(std::move(s));
+      ++index;
     }
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
     for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
@@ -101,6 +108,12 @@ public:
   }
 
   ExecutableStats stats() const override { return stats_; }
+  std::vector<std::string> describe() const {
+    std::vector<std::string> lines;
+    for (const Step &s : steps_)
+      if (!s.how.empty()) lines.push_back(s.how);
+    return lines;
+  }
   int64_t calls() const override { return calls_.load(std::memory_order_relaxed); }
   // Kernel results are fresh per call, but an output may also be a view or an
   // eager result: the caller's ownership checks decide.
@@ -108,14 +121,77 @@ public:
 
 private:
   struct Step {
-    enum class Kind { Eager, Kernel, EagerGroup } kind = Kind::Eager;
+    enum class Kind { Eager, Kernel, EagerGroup, Contraction } kind = Kind::Eager;
     const ir::Node *node = nullptr;
     std::vector<int> in, out; // value slots; -1 = absent optional operand
     std::shared_ptr<const CompiledKernel> kernel;
     std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
     std::vector<Dims> buffer_strides;    // Kernel: per input buffer, the strides it was lowered for
     int symbol = -1;                     // Kernel: the symbol dim 0 reads per call; -1: a static kernel
+    std::shared_ptr<const EpilogueStep> contraction; // Contraction: (buffer_* for its operands too)
+    bool rows_per_call = false;                      // Contraction: M read per call
+    std::vector<bool> contiguous;                    // Contraction: per buffer operand, symbolic: made contiguous
+    std::string how; // groups and contractions: how the step runs (describe_symbolic_executable)
   };
+
+  // A contraction (an epilogue group or a lone product) on kiln's kernels;
+  // where they do not take it, an eager step (a group: its body).
+  void build_contraction(const ir::Node &n, size_t index, Step &s) {
+    const bool group = n.kind() == ir::Node::Kind::FusionGroup;
+    const std::string name = n.result()->name();
+    try {
+      // Eager's layouts (a transposed weight is read in place and packed once),
+      // but contiguous where the sizes are symbolic.
+      const std::vector<Tensor> metas = operand_metas(*g_, index);
+      std::vector<Tensor> operands;
+      bool symbolic = false;
+      for (size_t i = 0; i < n.operands().size(); ++i) {
+        const ir::Value *v = n.operand(i);
+        if (!v) continue;
+        symbolic |= v->type().symbolic();
+        operands.push_back(v->type().symbolic() ? kiln::detail::make_tensor(v->type().shape, v->type().dtype, true)
+                                                : metas.at(i));
+        if (v->kind() == ir::Value::Kind::Param || v->kind() == ir::Value::Kind::Const) continue;
+        s.buffer_operands.push_back(i);
+        s.buffer_strides.emplace_back(operands.back().strides());
+        s.contiguous.push_back(v->type().symbolic());
+      }
+      for (const ir::Value *r : n.results()) symbolic |= r->type().symbolic();
+      s.rows_per_call = symbolic;
+      s.contraction = symbolic ? EpilogueStep::build_rows_per_call(n, operands)
+                      : group  ? EpilogueStep::build(n, operands)
+                               : EpilogueStep::build_lone(n, operands);
+      KILN_CHECK(group || s.contraction->contraction_kind() == "gemm-jit" ||
+                     s.contraction->contraction_kind() == "conv-jit",
+                 "not on kiln's kernels (", s.contraction->contraction_kind(), ")");
+      s.kind = Step::Kind::Contraction;
+      ++stats_.epilogue_steps;
+      if (s.contraction->contraction_kind() == "gemm-jit" || s.contraction->contraction_kind() == "conv-jit") {
+        ++stats_.gemm_jit_steps;
+        stats_.packed_weight_bytes += s.contraction->packed_weight_bytes();
+      }
+      const std::string_view kind = s.contraction->contraction_kind();
+      s.how = std::string(kind) + ": " + what(n) +
+              (!symbolic ? " has static sizes" : kind.substr(0, 4) == "conv" ? " reads its batch per call" : " reads its M per call");
+      kiln::log()->debug("codegen: {}", s.how);
+    } catch (const Error &e) {
+      s.how = "eager: " + what(n) + ": " + e.what();
+      kiln::log()->debug("codegen: {}", s.how);
+      s.kind = group ? Step::Kind::EagerGroup : Step::Kind::Eager;
+      s.buffer_operands.clear();
+      s.buffer_strides.clear();
+      s.contiguous.clear();
+      s.contraction.reset();
+      if (group) ++stats_.groups_fallen_back;
+      stats_.eager_steps += group ? int64_t(n.body()->num_nodes()) : 1;
+    }
+  }
+
+  static std::string what(const ir::Node &n) {
+    const std::string name = "%" + n.result()->name();
+    if (n.kind() != ir::Node::Kind::FusionGroup) return name + " (" + std::string(n.mnemonic()) + ")";
+    return "fusion group " + name + " (a contraction and its epilogue)";
+  }
 
   // Lowers the group for every size; on failure its body runs eagerly.
   void build_group(const ir::Node &n, Step &s) {
@@ -130,9 +206,10 @@ private:
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
-      kiln::log()->debug("codegen: fusion group %{} runs as kernel {}{}", name, s.kernel->symbol(),
-                         s.symbol >= 0 ? " (its dim 0 read per call)" : "");
+      s.how = "kernel: fusion group %" + name + (s.symbol >= 0 ? " reads its dim 0 per call" : " has static sizes");
+      kiln::log()->debug("codegen: {} ({})", s.how, s.kernel->symbol());
     } catch (const Error &e) {
+      s.how = "no kernel over runtime sizes: " + std::string(e.what());
       kiln::log()->debug("codegen: fusion group %{} runs eagerly: {}", name, e.what());
       s.kind = Step::Kind::EagerGroup;
       s.buffer_operands.clear();
@@ -144,6 +221,10 @@ private:
   void run_step(const Step &s, const std::vector<int64_t> &values, std::vector<Tensor> &env) const {
     if (s.kind == Step::Kind::Kernel) {
       run_kernel(s, values, env);
+      return;
+    }
+    if (s.kind == Step::Kind::Contraction) {
+      run_contraction(s, values, env);
       return;
     }
     std::vector<Tensor> ins;
@@ -180,12 +261,41 @@ private:
     s.kernel->fn()(buffers);
   }
 
+  // Operands in the layouts the step was built for; results contiguous at the
+  // call's sizes (M read per call) or as the step gives them.
+  void run_contraction(const Step &s, std::span<const int64_t> values, std::vector<Tensor> &env) const {
+    std::vector<Tensor> ins;
+    ins.reserve(s.in.size());
+    for (int i : s.in)
+      if (i >= 0) ins.push_back(env[size_t(i)]);
+    for (size_t k = 0; k < s.buffer_operands.size(); ++k) {
+      const size_t i = s.buffer_operands[k];
+      Tensor &t = ins[i];
+      check_sizes(s, s.in[i], t, values);
+      // A symbolic operand's strides change with its sizes: contiguous at each
+      // (its traced META was contiguous, and the step's row strides hold at any M).
+      if (s.contiguous[k]) t = t.is_contiguous() ? t : t.contiguous();
+      else if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
+    }
+    std::vector<Tensor> outs;
+    if (!s.rows_per_call) {
+      outs = s.contraction->run(ins);
+    } else {
+      for (int o : s.out) {
+        const ir::TensorType &type = types_[size_t(o)];
+        outs.push_back(kiln::detail::make_tensor(IntArrayRef(ir::evaluate_dims(type.sym, values)), type.dtype));
+      }
+      s.contraction->run_into(ins, outs);
+    }
+    for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
+  }
+
   // Kernels index their buffers by the sizes the types give; an operand of
   // other sizes (a shape rule the fit got wrong) would be read out of bounds.
   void check_sizes(const Step &s, int slot, const Tensor &t, std::span<const int64_t> values) const {
     const ir::TensorType &type = types_[size_t(slot)];
     const Dims want = type.symbolic() ? Dims(IntArrayRef(ir::evaluate_dims(type.sym, values))) : type.shape;
-    KILN_CHECK(t.sizes() == IntArrayRef(want), "internal: kernel ", s.kernel->symbol(), " expects an operand of ",
+    KILN_CHECK(t.sizes() == IntArrayRef(want), "internal: %", s.node->result()->name(), " expects an operand of ",
                shape_str(want), " but it is ", shape_str(t.sizes()));
   }
 
@@ -217,12 +327,22 @@ private:
   void report(const StepObserver &observer, const Step &s, std::chrono::steady_clock::time_point t0) const {
     using us = std::chrono::duration<double, std::micro>;
     const auto t1 = std::chrono::steady_clock::now();
-    std::string_view category = s.kind == Step::Kind::Kernel       ? "kernel"
-                                : s.kind == Step::Kind::EagerGroup ? "eager-group"
-                                : op_info(s.node->op()).kind == OpKind::Contraction ? "blas"
-                                                                                     : "eager";
     std::string name = s.node->results().empty() ? std::string() : "%" + s.node->result()->name();
-    observer(StepEvent{category, name, us(t0.time_since_epoch()).count(), us(t1 - t0).count()});
+    observer(StepEvent{category(s), name, us(t0.time_since_epoch()).count(), us(t1 - t0).count()});
+  }
+
+  // The static executor's categories (profiles compare them).
+  static std::string_view category(const Step &s) {
+    switch (s.kind) {
+    case Step::Kind::Kernel: return "kernel";
+    case Step::Kind::EagerGroup: return "eager-group";
+    case Step::Kind::Contraction: {
+      const std::string_view k = s.contraction->contraction_kind();
+      return k == "gemm-jit" || k == "conv-jit" ? "gemm-jit" : "blas";
+    }
+    case Step::Kind::Eager: break;
+    }
+    return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
   }
 
   std::shared_ptr<const ir::Graph> g_;
@@ -241,6 +361,11 @@ std::shared_ptr<Executable> make_symbolic_executable(std::shared_ptr<const ir::G
   KILN_CHECK(g, "make_symbolic_executable: no graph");
   KILN_CHECK(!g->memory_plan(), "compile @", g->name(), ": a symbolic graph has no memory plan yet");
   return std::make_shared<SymbolicExecutor>(std::move(g));
+}
+
+std::vector<std::string> describe_symbolic_executable(std::shared_ptr<const ir::Graph> g) {
+  KILN_CHECK(g, "describe_symbolic_executable: no graph");
+  return SymbolicExecutor(std::move(g)).describe();
 }
 
 } // namespace kiln::codegen

@@ -71,10 +71,13 @@ std::string contraction_misfit(const Node &n) {
   if (n.results().size() != 1) return "has several results";
   DType t = n.result()->type().dtype;
   if (t != kFloat32 && t != kFloat64) return "not floating-point";
-  // The epilogue executor fixes M when it is built (issue 17): over a symbolic
-  // size the contraction runs alone and its epilogue joins a kernel that reads
-  // the batch per call.
-  if (n.result()->type().symbolic()) return "its sizes are symbolic (an epilogue step's M is not read per call yet)";
+  // Over symbolic sizes codegen must read them per call (issue 17); where it
+  // cannot, the contraction runs alone and its epilogue joins a kernel that
+  // reads the batch per call.
+  bool symbolic = n.result()->type().symbolic();
+  for (const Value *v : n.operands()) symbolic |= v && v->type().symbolic();
+  if (symbolic)
+    if (std::string why = symbolic_contraction_misfit(n); !why.empty()) return "its sizes are symbolic: " + why;
   if (op == OpId::Conv2d)
     return n.operand(0)->type().shape.size() == 4 ? "" : "conv2d input is not 4-D";
   for (const Value *v : n.operands())

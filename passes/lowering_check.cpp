@@ -7,6 +7,7 @@ namespace {
 
 std::atomic<LoweringMisfit> g_check{nullptr};
 std::atomic<ConvLayoutMisfit> g_conv_layout{nullptr};
+std::atomic<SymbolicContractionMisfit> g_symbolic_contraction{nullptr};
 
 } // namespace
 
@@ -23,6 +24,15 @@ void register_conv_layout_misfit(ConvLayoutMisfit check) { g_conv_layout.store(c
 std::string conv_layout_misfit(const ir::Node &conv) {
   ConvLayoutMisfit check = g_conv_layout.load(std::memory_order_acquire);
   return check ? check(conv) : std::string();
+}
+
+void register_symbolic_contraction_misfit(SymbolicContractionMisfit check) {
+  g_symbolic_contraction.store(check, std::memory_order_release);
+}
+
+std::string symbolic_contraction_misfit(const ir::Node &contraction) {
+  SymbolicContractionMisfit check = g_symbolic_contraction.load(std::memory_order_acquire);
+  return check ? check(contraction) : "no code generator reads a contraction's sizes per call";
 }
 
 } // namespace kiln::passes

@@ -36,4 +36,16 @@ void register_conv_layout_misfit(ConvLayoutMisfit check);
 // The registered answer for `conv`.
 std::string conv_layout_misfit(const ir::Node &conv);
 
+// What the fuse pass asks codegen before grouping a contraction over symbolic
+// sizes with its epilogue: why codegen cannot run that group reading its
+// sizes per call (it then runs alone, eagerly), or "". Registered by
+// codegen/epilogue.cpp; with nothing registered, a reason.
+using SymbolicContractionMisfit = std::string (*)(const ir::Node &contraction);
+
+// Installs codegen's answer (replacing any earlier one). Thread-safe.
+void register_symbolic_contraction_misfit(SymbolicContractionMisfit check);
+
+// The registered answer for `contraction`.
+std::string symbolic_contraction_misfit(const ir::Node &contraction);
+
 } // namespace kiln::passes

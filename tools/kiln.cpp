@@ -569,27 +569,10 @@ void print_dynamic_summary(std::ostream &os, const kiln::SymbolicTrace &st) {
   if (hints.empty()) return;
   os << (st.holds_at_one ? "  size 1: runs this graph (traced at 1, the same graph)\n"
                          : "  size 1: specializes (traced at 1, the graph differs; KILN_LOG=debug says how)\n");
-  // Which fusion groups codegen could run as one kernel for every size.
-  const kiln::ir::Graph &g = *st.graph;
-  for (const kiln::ir::Node *n : g.nodes()) {
-    if (n->kind() != kiln::ir::Node::Kind::FusionGroup) continue;
-    bool symbolic = false;
-    for (const kiln::ir::Value *v : n->operands()) symbolic |= v && v->type().symbolic();
-    for (const kiln::ir::Value *r : n->results()) symbolic |= r->type().symbolic();
-    if (!symbolic) {
-      os << "  kernel: fusion group %" << n->result()->name() << " has static sizes\n";
-      continue;
-    }
-    std::vector<size_t> operands;
-    try {
-      kiln::codegen::lower_symbolic_group(g, *n, hints, operands);
-      os << "  kernel: fusion group %" << n->result()->name() << " reads its dim 0 per call\n";
-    } catch (const kiln::Error &e) {
-      os << "  no kernel over runtime sizes: " << e.what() << "\n";
-    }
-  }
-  os << "  kiln::compile with dynamic shapes runs this graph (issue 17): each kernel above, the other groups "
-        "and ops eagerly\n";
+  // How kiln::compile's program runs each group and contraction for every size.
+  for (const std::string &line : kiln::codegen::describe_symbolic_executable(st.graph)) os << "  " << line << "\n";
+  os << "  kiln::compile with dynamic shapes runs this graph (issue 17): each step above as it says, the other "
+        "ops eagerly\n";
 }
 
 int cmd_dump(const Args &o) {

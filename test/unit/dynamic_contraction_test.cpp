@@ -1,0 +1,208 @@
+// Contractions over a symbolic batch (issue 17): a matmul whose rows M are
+// symbolic runs on kiln's GEMM with its fused epilogue, reading M per call, and
+// a conv2d whose batch is symbolic reads its images per call
+// (EpilogueStep::build_rows_per_call). One compile must serve every M, including
+// each tail M % mr of the micro-kernels and more rows than one row tile, and
+// every batch of images; every result must equal a naive loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <kiln/kiln.h>
+
+#include "codegen/epilogue.h"
+#include "codegen/gemm/conv.h"
+#include "codegen/gemm/path.h"
+
+using namespace kiln;
+
+namespace {
+
+// Row-major [rows, k] @ [k, n] in double, B given by element.
+template <class B> std::vector<double> naive_matmul(const std::vector<double> &a, int64_t rows, int64_t k, int64_t n, B b) {
+  std::vector<double> c(size_t(rows * n), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += a[size_t(i * k + p)] * b(p, j);
+      c[size_t(i * n + j)] = s;
+    }
+  return c;
+}
+
+std::vector<double> values(const Tensor &t) {
+  Tensor c = t.contiguous().to(kFloat64);
+  const double *p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+void expect_near(const Tensor &got, const std::vector<double> &want, const std::string &where) {
+  ASSERT_EQ(size_t(got.numel()), want.size()) << where;
+  const std::vector<double> g = values(got);
+  for (size_t i = 0; i < want.size(); ++i)
+    // f32 sums of up to 384 products of O(1) terms: ~1e-4 apart from the exact
+    // sums; a wrong row or tile is O(1) off.
+    ASSERT_NEAR(g[i], want[i], 2e-3 + 1e-4 * std::abs(want[i])) << where << ", element " << i;
+}
+
+// A linear layer with relu (x @ w1.t() + b1: B is a transposed parameter, the
+// product is no result), a product with a residual, and a lone product:
+// over rows [b, 20] (2-D) or [b, 3, 20] (3-D, the rows folding two dims).
+struct Model {
+  // N = 384 for the first product: its column tiles depend on M (enough tiles
+  // per thread), and its C tile lives in the thread's scratch.
+  static constexpr int64_t kHidden = 384;
+  Tensor w1 = randn({kHidden, 20}), b1 = randn({kHidden}), w2 = randn({kHidden, 24}), w3 = randn({24, 8});
+  std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
+    Tensor h = relu(matmul(in[0], w1.t()) + b1);
+    Tensor y = matmul(h, w2) + in[1];
+    return {y, matmul(y, w3)};
+  }
+  // The same by naive loops over `rows` rows.
+  std::vector<std::vector<double>> reference(const std::vector<Tensor> &in, int64_t rows) const {
+    const std::vector<double> W1 = values(w1), B1 = values(b1), W2 = values(w2), W3 = values(w3);
+    std::vector<double> h =
+        naive_matmul(values(in[0]), rows, 20, kHidden, [&](int64_t p, int64_t j) { return W1[size_t(j * 20 + p)]; });
+    for (size_t i = 0; i < h.size(); ++i) h[i] = std::max(0.0, h[i] + B1[i % size_t(kHidden)]);
+    std::vector<double> y = naive_matmul(h, rows, kHidden, 24, [&](int64_t p, int64_t j) { return W2[size_t(p * 24 + j)]; });
+    const std::vector<double> r = values(in[1]);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += r[i];
+    std::vector<double> z = naive_matmul(y, rows, 24, 8, [&](int64_t p, int64_t j) { return W3[size_t(p * 8 + j)]; });
+    return {y, z};
+  }
+};
+
+bool on_kilns_gemm() { return codegen::gemm::path() == codegen::gemm::Path::Jit; }
+
+// Compiles `m` with every input dim symbolic, calls it at each batch and
+// checks every result against the naive loops; returns the function's stats.
+CompileStats run_batches(const Model &m, std::initializer_list<int64_t> batches, bool three_d) {
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  for (int64_t b : batches) {
+    std::vector<Tensor> in = three_d ? std::vector<Tensor>{randn({b, 3, 20}), randn({b, 3, 24})}
+                                     : std::vector<Tensor>{randn({b, 20}), randn({b, 24})};
+    const int64_t rows = three_d ? 3 * b : b;
+    std::vector<Tensor> got = f(in);
+    std::vector<std::vector<double>> want = m.reference(in, rows);
+    const std::string where = "batch " + std::to_string(b);
+    EXPECT_EQ(got.at(0).sizes().vec(), in[1].sizes().vec()) << where;
+    expect_near(got.at(0), want[0], where + ", y");
+    expect_near(got.at(1), want[1], where + ", z");
+  }
+  return f.stats();
+}
+
+} // namespace
+
+// M = b: 1..17 reach every tail M % mr of the micro-kernels (mr <= 16), and
+// 300 takes two row tiles (at most 256 rows each) with a tail.
+TEST(DynamicContraction, OneCompileServesEveryRowCount) {
+  manual_seed(3);
+  Model m;
+  const int64_t built = codegen::gemm_jit_steps_built(), in_registers = codegen::register_epilogues_built();
+  CompileStats s = run_batches(m, {5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64, 300, 5}, false);
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.dynamic_specializations, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the products run on BLAS";
+  // The three products on kiln's GEMM, once, with the two epilogues in its registers.
+  EXPECT_EQ(codegen::gemm_jit_steps_built() - built, 3);
+  EXPECT_EQ(codegen::register_epilogues_built() - in_registers, 2);
+  EXPECT_GE(s.packed_weight_bytes, int64_t(sizeof(float)) * (20 * Model::kHidden + Model::kHidden * 24 + 24 * 8));
+}
+
+// Rows folding a symbolic batch and a static dim: M = 3b.
+TEST(DynamicContraction, RowsFoldingTwoDims) {
+  manual_seed(4);
+  Model m;
+  CompileStats s = run_batches(m, {6, 1, 2, 3, 5, 7, 11, 13, 90}, true);
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+}
+
+// An input that is a strided view (the step reads rows contiguously): made
+// contiguous first, so the values still match.
+TEST(DynamicContraction, StridedInputs) {
+  manual_seed(5);
+  Model m;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  for (int64_t b : {4, 9, 2}) {
+    std::vector<Tensor> in{randn({20, b}).t(), randn({24, b}).t()};
+    std::vector<Tensor> got = f(in);
+    std::vector<std::vector<double>> want = m.reference(in, b);
+    expect_near(got.at(0), want[0], "batch " + std::to_string(b) + ", y");
+    expect_near(got.at(1), want[1], "batch " + std::to_string(b) + ", z");
+  }
+}
+
+namespace {
+
+// x [n, c, h, w] (*) w [o, c / groups, 3, 3] + bias, stride 1, padding 1, by a naive loop.
+std::vector<double> naive_conv3x3(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t groups) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), o = w.size(0), cg = c / groups;
+  const std::vector<double> X = values(x), W = values(w), B = values(bias);
+  std::vector<double> y(size_t(n * o * h * wd), 0.0);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < wd; ++j) {
+          double s = B[size_t(oc)];
+          const int64_t g = oc / (o / groups);
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t ki = 0; ki < 3; ++ki)
+              for (int64_t kj = 0; kj < 3; ++kj) {
+                const int64_t ii = i + ki - 1, jj = j + kj - 1;
+                if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
+                s += X[size_t(((b * c + g * cg + ci) * h + ii) * wd + jj)] * W[size_t(((oc * cg + ci) * 3 + ki) * 3 + kj)];
+              }
+          y[size_t(((b * o + oc) * h + i) * wd + j)] = s;
+        }
+  return y;
+}
+
+// A conv with relu (its output no result), then a depthwise conv with a
+// residual, over [b, 16, 10, 10].
+struct ConvModel {
+  Tensor w1 = randn({16, 16, 3, 3}) * 0.2, b1 = randn({16}), w2 = randn({16, 1, 3, 3}), b2 = randn({16});
+  std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
+    Tensor h = relu(conv2d(in[0], w1, b1, 1, 1));
+    return {conv2d(h, w2, b2, 1, 1, 1, 16) + in[0]};
+  }
+  std::vector<double> reference(const Tensor &x) const {
+    std::vector<double> h = naive_conv3x3(x, w1, b1, 1);
+    for (double &v : h) v = std::max(0.0, v);
+    Tensor ht = from_blob(h.data(), x.sizes(), TensorOptions(kFloat64)).clone();
+    std::vector<double> y = naive_conv3x3(ht, w2, b2, 16);
+    const std::vector<double> r = values(x);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += r[i];
+    return y;
+  }
+};
+
+} // namespace
+
+// Every batch of images from one compile, on the conv kernels that read the batch per call.
+TEST(DynamicContraction, ConvReadsItsImagesPerCall) {
+  manual_seed(6);
+  ConvModel m;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  o.static_dims = {{0, 1}, {0, 2}, {0, 3}}; // the batch alone is symbolic
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  const int64_t convs = codegen::gemm::conv_calls();
+  for (int64_t b : {3, 1, 2, 5, 8, 3}) {
+    Tensor x = randn({b, 16, 10, 10});
+    std::vector<Tensor> got = f({x});
+    expect_near(got.at(0), m.reference(x), "batch " + std::to_string(b));
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the convs run on eager's kernels";
+  EXPECT_EQ(codegen::gemm::conv_calls() - convs, 6); // the dense conv per call, on kiln's conv
+  EXPECT_GE(s.packed_weight_bytes, int64_t(sizeof(float)) * 16 * 16 * 9);
+}
