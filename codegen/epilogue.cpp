@@ -511,7 +511,9 @@ private:
       return false;
     };
     if (a_.rs < 0 || a_.cs < 0 || b_.rs < 0 || b_.cs < 0) return no("an operand has a negative stride");
-    config_.a_in_place = a_.cs == 1 && tiles_share_a(config_.mr, {M_, tm_, tn_}) && gemm::a_in_place_allowed();
+    // M read per call: A in place wherever it can be, so tails split into few kernels (row_counts).
+    config_.a_in_place = a_.cs == 1 && (rows_per_call_ || tiles_share_a(config_.mr, {M_, tm_, tn_})) &&
+                         gemm::a_in_place_allowed();
     try {
       ks_ = gemm::resolve_kernels<T>(config_, row_counts(config_.mr));
     } catch (const Error &e) {
@@ -580,8 +582,11 @@ private:
   // (full and tail), or every M % mr when M is read per call.
   std::vector<int64_t> row_counts(int mr) const {
     if (!rows_per_call_) return {tm_, M_ % tm_};
-    std::vector<int64_t> rows;
-    for (int64_t r = 1; r <= mr; ++r) rows.push_back(r);
+    std::vector<int64_t> rows{mr};
+    // A read in place: a tail runs as power-of-two kernels (gemm::KernelSet::covers),
+    // log2(mr) + 1 kernels per set instead of mr.
+    for (int64_t r = 1; r < mr; ++r)
+      if (!config_.a_in_place || (r & (r - 1)) == 0) rows.push_back(r);
     return rows;
   }
 

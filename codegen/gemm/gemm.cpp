@@ -404,6 +404,16 @@ void call_micro_kernel(const Problem<T> &pr, bool last, int rows, const T *a, co
   T *c = pr.C + row * pr.ldc + col;
   const void *const *ks = last && pr.epi ? pr.epi->kernels->by_rows.data() : pr.kern;
   const void *fn = ks[rows];
+  if (!fn) { // a tail run as smaller kernels (KernelSet::covers): A is read in place, so any row starts one
+    for (int r0 = 0; r0 < rows;) {
+      int k = rows - r0;
+      while (k > 0 && !ks[k]) --k;
+      KILN_CHECK(k > 0, "gemm: no micro-kernel for ", rows - r0, " rows");
+      call_micro_kernel(pr, last, k, a + r0 * pr.ars, b, row + r0, col, kc, cols, beta);
+      r0 += k;
+    }
+    return;
+  }
   if (last && pr.epi) {
     if (pr.cfg.a_in_place)
       return reinterpret_cast<EpilogueMicroKernelRows<T>>(const_cast<void *>(fn))(
@@ -640,7 +650,16 @@ bool KernelSet::covers(int64_t M) const {
   const int mr = config.mr;
   if (by_rows.size() != size_t(mr) + 1) return false;
   if (M >= mr && !by_rows[size_t(mr)]) return false;
-  return M % mr == 0 || by_rows[size_t(M % mr)];
+  if (M % mr == 0 || by_rows[size_t(M % mr)]) return true;
+  if (!config.a_in_place) return false; // a packed tail panel is laid out for its own row count
+  // The tail as the largest resolved kernels, greedily (call_micro_kernel).
+  for (int64_t rest = M % mr; rest > 0;) {
+    int64_t k = rest;
+    while (k > 0 && !by_rows[size_t(k)]) --k;
+    if (k == 0) return false;
+    rest -= k;
+  }
+  return true;
 }
 
 // Compiled by Jit::current() itself, not taken from the process-wide table:

@@ -149,7 +149,9 @@ struct KernelSet {
   // The compiled kernels, from the Jit current at resolve_kernels (Jit::current():
   // a ScopedJit's or the global one), which must outlive the set as it must the plans.
   std::vector<std::shared_ptr<const void>> keep;
-  // Whether every kernel a product of M rows uses is resolved.
+  // Whether every kernel a product of M rows uses is resolved. With
+  // Config::a_in_place a tail of r rows without its own kernel runs as the
+  // largest resolved ones summing to r (4 + 2 + 1 for 7).
   bool covers(int64_t M) const;
 };
 
