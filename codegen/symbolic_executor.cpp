@@ -7,12 +7,14 @@
 // eager op with the sizes of the call (ir::attrs_at).
 //
 // A matmul or mm whose symbols size only its rows, alone or with its fused
-// epilogue, runs on kiln's GEMM reading M per call (EpilogueStep::
-// build_rows_per_call); one without symbols runs as in the static executor.
+// epilogue, runs on kiln's GEMM reading M per call, and a conv2d whose batch
+// alone is symbolic reads its images per call (EpilogueStep::
+// build_rows_per_call); a contraction without symbols runs as in the static
+// executor.
 //
 // Not yet here, unlike the static executor: a memory plan (each intermediate
-// is allocated per call), conv2d and batched products over symbolic sizes
-// (they run eagerly), and in-place kernels.
+// is allocated per call), bmm over a symbolic batch and conv2d over symbolic
+// spatial sizes (they run eagerly), and in-place kernels.
 #include <atomic>
 #include <chrono>
 #include <span>
@@ -165,7 +167,7 @@ private:
                      s.contraction->contraction_kind() == "conv-jit",
                  "not on kiln's kernels (", s.contraction->contraction_kind(), ")");
       s.kind = Step::Kind::Contraction;
-      ++stats_.epilogue_steps;
+      if (group) ++stats_.epilogue_steps;
       if (s.contraction->contraction_kind() == "gemm-jit" || s.contraction->contraction_kind() == "conv-jit") {
         ++stats_.gemm_jit_steps;
         stats_.packed_weight_bytes += s.contraction->packed_weight_bytes();

@@ -6,7 +6,9 @@
 // every batch of images; every result must equal a naive loop.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include <kiln/kiln.h>
 
@@ -205,4 +207,42 @@ TEST(DynamicContraction, ConvReadsItsImagesPerCall) {
   if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the convs run on eager's kernels";
   EXPECT_EQ(codegen::gemm::conv_calls() - convs, 6); // the dense conv per call, on kiln's conv
   EXPECT_GE(s.packed_weight_bytes, int64_t(sizeof(float)) * 16 * 16 * 9);
+}
+
+// Threads calling one compiled function with batches that change per call: the
+// steps that read M or the images per call share their packed weights and
+// kernels, and each call tiles for its own size (the TSan stage runs this).
+TEST(DynamicContraction, ConcurrentCallersWithChangingBatches) {
+  manual_seed(7);
+  Model m;
+  ConvModel cm;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  o.static_dims = {{2, 1}, {2, 2}, {2, 3}};
+  auto both = [&](const std::vector<Tensor> &in) {
+    std::vector<Tensor> out = m({in[0], in[1]});
+    out.push_back(cm({in[2]})[0]);
+    return out;
+  };
+  CompiledFunction f = compile(both, o);
+  std::vector<std::vector<Tensor>> inputs, want;
+  for (int64_t b : {2, 3, 5, 7, 9, 12}) {
+    inputs.push_back({randn({b, 20}), randn({b, 24}), randn({b, 16, 10, 10})});
+    want.push_back(both(inputs.back()));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 30; ++i) {
+        const size_t k = size_t(i * (t + 1) + t) % inputs.size();
+        std::vector<Tensor> got = f(inputs[k]);
+        for (size_t r = 0; r < got.size(); ++r)
+          if (amax(abs(got[r] - want[k][r]) - abs(want[k][r]) * 1e-4).item<double>() > 2e-3) bad.fetch_add(1);
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().calls, 120);
 }
