@@ -63,6 +63,8 @@ public:
   // "blas" (OpenBLAS, as eager), "conv-jit" (kiln's conv, codegen/gemm/conv.h)
   // or "conv" (detail::nn::conv2d_into).
   virtual std::string_view contraction_kind() const = 0;
+  // Whether kiln's own micro-kernels (GEMM or conv) compute it, not BLAS or eager's conv.
+  bool on_kilns_kernels() const { return contraction_kind() == "gemm-jit" || contraction_kind() == "conv-jit"; }
   // Bytes of a captured weight packed once for kiln's GEMM or conv, 0 if none.
   virtual int64_t packed_weight_bytes() const = 0;
 

@@ -256,8 +256,7 @@ private:
     case Step::Kind::EagerGroup: return "eager-group";
     case Step::Kind::Epilogue: // its epilogue kernel runs inside, per tile
       // kiln's micro-kernels (GEMM or conv) or BLAS
-      return s.epilogue->contraction_kind() == "gemm-jit" || s.epilogue->contraction_kind() == "conv-jit" ? "gemm-jit"
-                                                                                                         : "blas";
+      return s.epilogue->on_kilns_kernels() ? "gemm-jit" : "blas";
     case Step::Kind::Skip:
     case Step::Kind::Eager: break;
     }

@@ -95,7 +95,7 @@ private:
     case Step::Kind::EagerGroup: what = "fusion_group (eager)"; break;
     case Step::Kind::Epilogue:
       what = s.node->kind() == ir::Node::Kind::FusionGroup ? "contraction+epilogue" : "contraction";
-      if (on_kilns_kernels(*s.epilogue)) what += " (" + std::string(s.epilogue->contraction_kind()) + ")";
+      if (s.epilogue->on_kilns_kernels()) what += " (" + std::string(s.epilogue->contraction_kind()) + ")";
       break;
     case Step::Kind::Skip:
     case Step::Kind::Eager: what = std::string(op_info(s.node->op()).mnemonic); break;
@@ -202,12 +202,8 @@ private:
     }
   }
 
-  static bool on_kilns_kernels(const EpilogueStep &e) {
-    return e.contraction_kind() == "gemm-jit" || e.contraction_kind() == "conv-jit";
-  }
-
   void count_gemm(const EpilogueStep &e) {
-    if (!on_kilns_kernels(e)) return;
+    if (!e.on_kilns_kernels()) return;
     ++stats_.gemm_jit_steps;
     stats_.packed_weight_bytes += e.packed_weight_bytes();
   }
@@ -239,7 +235,7 @@ private:
     }
     try {
       std::shared_ptr<const EpilogueStep> e = EpilogueStep::build_lone(n, ins);
-      if (!on_kilns_kernels(*e)) return std::nullopt; // it logged why
+      if (!e->on_kilns_kernels()) return std::nullopt; // it logged why
       s.epilogue = std::move(e);
       s.kind = Step::Kind::Epilogue;
       count_gemm(*s.epilogue);

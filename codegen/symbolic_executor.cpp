@@ -163,12 +163,11 @@ private:
       s.contraction = symbolic ? EpilogueStep::build_rows_per_call(n, operands)
                       : group  ? EpilogueStep::build(n, operands)
                                : EpilogueStep::build_lone(n, operands);
-      KILN_CHECK(group || s.contraction->contraction_kind() == "gemm-jit" ||
-                     s.contraction->contraction_kind() == "conv-jit",
-                 "not on kiln's kernels (", s.contraction->contraction_kind(), ")");
+      KILN_CHECK(group || s.contraction->on_kilns_kernels(), "not on kiln's kernels (",
+                 s.contraction->contraction_kind(), ")");
       s.kind = Step::Kind::Contraction;
       if (group) ++stats_.epilogue_steps;
-      if (s.contraction->contraction_kind() == "gemm-jit" || s.contraction->contraction_kind() == "conv-jit") {
+      if (s.contraction->on_kilns_kernels()) {
         ++stats_.gemm_jit_steps;
         stats_.packed_weight_bytes += s.contraction->packed_weight_bytes();
       }
@@ -338,10 +337,7 @@ private:
     switch (s.kind) {
     case Step::Kind::Kernel: return "kernel";
     case Step::Kind::EagerGroup: return "eager-group";
-    case Step::Kind::Contraction: {
-      const std::string_view k = s.contraction->contraction_kind();
-      return k == "gemm-jit" || k == "conv-jit" ? "gemm-jit" : "blas";
-    }
+    case Step::Kind::Contraction: return s.contraction->on_kilns_kernels() ? "gemm-jit" : "blas";
     case Step::Kind::Eager: break;
     }
     return op_info(s.node->op()).kind == OpKind::Contraction ? "blas" : "eager";
