@@ -813,6 +813,15 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   // tracing"), and a call back into this function would wait on compile_mu
   // forever.
   if (detail::tracing()) return impl.fn(inputs);
+  // Compiled code records no backward: with grad mode on and an input that
+  // requires grad, the function runs eagerly so its results carry their history
+  // (torch.compile's results do too). A whole training step compiles as one
+  // graph instead (issue 18); this keeps results equal to eager's meanwhile.
+  if (detail::autograd_wants(inputs)) [[unlikely]] {
+    impl.note_fallback("an input requires grad and grad mode is on (compiled code records no backward)");
+    impl.calls.fetch_add(1, std::memory_order_relaxed);
+    return impl.run_eager(inputs);
+  }
   if (impl.fallback == Fallback::Force) {
     impl.calls.fetch_add(1, std::memory_order_relaxed);
     return impl.run_eager(inputs);

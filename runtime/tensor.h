@@ -162,7 +162,7 @@ private:
   alignas(64) unsigned char inline_[kInlineBytes];
 };
 
-// Reserved for autograd (a later issue); always null today.
+// A tensor's autograd state (runtime/autograd.h); null until it takes part.
 struct AutogradMeta;
 
 // What the tracer attaches to a tensor it is following (frontend/ owns the type).
@@ -189,7 +189,7 @@ public:
   int64_t storage_offset = 0; // in elements
   Ref<Storage> storage;
   std::shared_ptr<TraceInfo> trace;           // set while a tracer follows this tensor
-  std::shared_ptr<AutogradMeta> autograd_meta; // reserved
+  std::shared_ptr<AutogradMeta> autograd_meta; // runtime/autograd.h
 
   void refresh_numel();
 
@@ -202,6 +202,9 @@ private:
 };
 
 class Tensor;
+namespace autograd {
+class Node; // runtime/autograd.h
+}
 namespace indexing {
 class TensorIndex; // runtime/indexing.h
 }
@@ -554,6 +557,32 @@ public:
   Tensor matmul(const Tensor &other) const;
   Tensor mm(const Tensor &mat2) const;
   Tensor bmm(const Tensor &mat2) const;
+
+  // ---- autograd (runtime/autograd.h), libtorch's names and semantics
+  // Only floating tensors can require grad; only a leaf's flag can be changed.
+  Tensor &requires_grad_(bool requires_grad = true);
+  void set_requires_grad(bool requires_grad);
+  // True for a leaf that requires grad and for any result computed from one with grad mode on.
+  bool requires_grad() const;
+  bool is_leaf() const;
+  // The accumulated gradient (undefined until a backward reaches this tensor).
+  const Tensor &grad() const;
+  Tensor &mutable_grad() const;
+  // d(this)/d(leaves) accumulated into each leaf's grad(); `gradient` may be left
+  // out for a one-element tensor. retain_graph defaults to create_graph.
+  void backward(const Tensor &gradient = {}, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false, const std::vector<Tensor> &inputs = {}) const;
+  // The same values (a view) without history: requires_grad() is false.
+  Tensor detach() const;
+  Tensor &detach_();
+  // A non-leaf keeps the gradient backward computes for it in grad().
+  void retain_grad() const;
+  bool retains_grad() const;
+  // The node that computed this tensor (name() is torch's, "MulBackward0"); null for a leaf.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  uint32_t output_nr() const;
+  // How many in-place ops have written this tensor's memory (torch's _version).
+  int64_t _version() const;
 
   // Inline (with the error out of line): every accessor goes through it.
   TensorImpl &impl() const {

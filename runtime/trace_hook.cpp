@@ -47,12 +47,52 @@ std::vector<Tensor> compute_in_float32(OpId id, const std::vector<Tensor> &input
 } // namespace
 
 TraceOutputs trace_op(OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs) {
-  if (!tracing()) return TraceOutputs{compute_in_float32(id, inputs, attrs)};
-  KILN_CHECK(g_hooks.record, "internal: tracing is on but no tracer is installed");
-  return TraceOutputs{g_hooks.record(id, inputs, attrs)};
+  const bool grad = autograd_wants(inputs);
+  std::vector<Tensor> out;
+  {
+    // The op itself runs without autograd; its results get one node below.
+    AutoGradMode off(!grad && GradMode::is_enabled());
+    if (tracing()) {
+      KILN_CHECK(g_hooks.record, "internal: tracing is on but no tracer is installed");
+      out = g_hooks.record(id, inputs, attrs);
+    } else if (computes_in_float32(id) && any_reduced_float(inputs)) {
+      out = compute_in_float32(id, inputs, attrs);
+    } else {
+      out = run_op(id, inputs, attrs);
+    }
+  }
+  if (grad) record_op(id, inputs, attrs, out);
+  return TraceOutputs{std::move(out)};
 }
 
+namespace {
+// self op= inputs with autograd: the out-of-place op recorded for backward, its
+// values copied into self without autograd, self's history rebased onto it.
+Tensor &inplace_with_autograd(Tensor &self, OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs) {
+  check_inplace(self, id);
+  std::vector<Tensor> out;
+  {
+    NoGradGuard off;
+    if (tracing()) {
+      KILN_CHECK(g_hooks.record, "internal: tracing is on but no tracer is installed");
+      out = g_hooks.record(id, inputs, attrs);
+    } else {
+      out = computes_in_float32(id) && any_reduced_float(inputs) ? compute_in_float32(id, inputs, attrs)
+                                                                : run_op(id, inputs, attrs);
+    }
+  }
+  record_op(id, inputs, attrs, out, &self);
+  {
+    NoGradGuard off;
+    copy_(self, out.at(0));
+  }
+  rebase_history(self, out.at(0));
+  return self;
+}
+} // namespace
+
 Tensor &trace_inplace(Tensor &self, OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs) {
+  if (autograd_wants_inplace(self, inputs)) return inplace_with_autograd(self, id, inputs, attrs);
   if (!tracing()) {
     // The out-of-place op in float32, then one rounding into self.
     copy_(self, compute_in_float32(id, inputs, attrs).at(0));

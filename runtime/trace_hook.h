@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/autograd.h"
 #include "runtime/op_attrs.h"
 #include "runtime/op_registry.h"
 
@@ -89,6 +90,25 @@ inline bool any_reduced_float(std::initializer_list<std::reference_wrapper<const
 inline bool any_reduced_float(const std::vector<Tensor> &ts) { return any_reduced_float_in(ts); }
 template <size_t N> bool any_reduced_float(const OpInputs<N> &in) { return any_reduced_float_in(in.p); }
 
+// Whether an op with these inputs must be recorded for backward: KILN_TRACE's
+// INPUTS in each form. One relaxed load until some tensor first requires grad.
+template <class Range> bool autograd_wants_in(const Range &operands) {
+  if (!autograd_active()) [[likely]]
+    return false;
+  for (const auto &t : operands)
+    if (requires_grad_impl(operand_ref(t))) return true;
+  return false;
+}
+inline bool autograd_wants(std::initializer_list<std::reference_wrapper<const Tensor>> ts) {
+  return autograd_wants_in(ts);
+}
+inline bool autograd_wants(const std::vector<Tensor> &ts) { return autograd_wants_in(ts); }
+template <size_t N> bool autograd_wants(const OpInputs<N> &in) { return autograd_wants_in(in.p); }
+// The in-place form (KILN_TRACE_INPLACE) also asks about self: fill_ and zero_ have no other inputs.
+inline bool autograd_wants_inplace(const Tensor &self, const std::vector<Tensor> &in) {
+  return autograd_active() && (requires_grad_impl(self) || autograd_wants(in));
+}
+
 // RAII: tracing off on this thread (used while the tracer runs kernels on meta tensors).
 class TracingOff {
 public:
@@ -105,12 +125,14 @@ private:
 // split at its commas): KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha).
 #define KILN_INPUTS(...) (::kiln::detail::op_inputs(__VA_ARGS__))
 
-// First statement of an out-of-place op: while tracing, record and return. The
+// First statement of an out-of-place op: while tracing, record and return; with
+// autograd on and an input that requires grad, record for backward and return. The
 // attributes are named, in ops.def's order (attrs::AddArgs, runtime/op_attrs.h):
 //   KILN_TRACE(Add, KILN_INPUTS(a, b), .alpha = alpha);   KILN_TRACE(Relu, {x});
 #define KILN_TRACE(OPID, INPUTS, ...)                                          \
   if (::kiln::detail::tracing() || (::kiln::detail::computes_in_float32(::kiln::OpId::OPID) && \
-                                    ::kiln::detail::any_reduced_float(INPUTS))) [[unlikely]] \
+                                    ::kiln::detail::any_reduced_float(INPUTS)) || \
+      ::kiln::detail::autograd_wants(INPUTS)) [[unlikely]]                    \
   return ::kiln::detail::trace_op(::kiln::OpId::OPID, INPUTS,                  \
                                   ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())
 
@@ -118,6 +140,8 @@ private:
 //   KILN_TRACE_INPLACE(self, Add, KILN_INPUTS(self, other), .alpha = alpha);
 #define KILN_TRACE_INPLACE(SELF, OPID, INPUTS, ...)                            \
   if (::kiln::detail::tracing() || (::kiln::detail::computes_in_float32(::kiln::OpId::OPID) && \
-                                    ::kiln::detail::any_reduced_float(INPUTS))) [[unlikely]] \
+                                    ::kiln::detail::any_reduced_float(INPUTS)) || \
+      (::kiln::detail::autograd_active() &&                                    \
+       (::kiln::detail::requires_grad_impl(SELF) || ::kiln::detail::autograd_wants(INPUTS)))) [[unlikely]] \
   return ::kiln::detail::trace_inplace(SELF, ::kiln::OpId::OPID, INPUTS,       \
                                        ::kiln::attrs::OPID##Args{__VA_ARGS__}.to_attrs())

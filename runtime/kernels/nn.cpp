@@ -345,6 +345,22 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
     if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
     return out;
   }
+  if (detail::autograd_wants(KILN_NN_INPUTS(x, weight, bias))) [[unlikely]] {
+    // Autograd: the forward (and the running statistics' update) without it,
+    // then one node. In training mode the node keeps no running statistics: the
+    // update just wrote them, and the formula reads the batch's.
+    Tensor out;
+    {
+      NoGradGuard off;
+      out = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    }
+    std::vector<Tensor> outs{out};
+    const attrs::BatchNormArgs a{.training = training, .momentum = momentum, .eps = eps};
+    detail::record_op(OpId::BatchNorm,
+                      {x, weight, bias, training ? Tensor() : running_mean, training ? Tensor() : running_var},
+                      a.to_attrs(), outs);
+    return outs[0];
+  }
   if (detail::any_reduced_float(KILN_NN_INPUTS(x, weight, bias, running_mean, running_var))) [[unlikely]] {
     // In float32, as torch's kernel computes; the running statistics are updated in their own dtype.
     auto wide = [](const Tensor &t) { return detail::reduced_float_operand(t) ? to(t, kFloat32) : t; };

@@ -1,0 +1,310 @@
+// Eager autograd's API and semantics, against libtorch's: leaves and grad
+// accumulation, grad modes, detach, retain_grad, grad_fn names, views, in-place
+// ops and their version checks, and torch's errors. Gradient values are checked
+// against hand-derived formulas evaluated with naive loops; gradcheck_test.cpp
+// checks every op's formula against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "expect_error.h"
+#include "runtime/autograd.h"
+#include "runtime/ops.h"
+
+using namespace kiln;
+
+// The statement must throw a kiln::Error whose message contains `part`.
+#define EXPECT_KILN_ERROR(stmt, part) ::kiln::testing::expect_error([&] { (void)(stmt); }, {part})
+
+namespace {
+
+std::vector<float> values(const Tensor &t) {
+  Tensor c = t.contiguous();
+  std::vector<float> v(size_t(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) v[size_t(i)] = c.data_ptr<float>()[i];
+  return v;
+}
+
+void expect_values(const Tensor &t, const std::vector<float> &want, float tol = 1e-5f) {
+  ASSERT_TRUE(t.defined());
+  std::vector<float> got = values(t);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+TEST(Autograd, LeafFlagsAndDefaults) {
+  Tensor x = tensor({1.f, 2.f, 3.f});
+  EXPECT_FALSE(x.requires_grad());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(x.grad().defined());
+  x.requires_grad_();
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_EQ(x.grad_fn(), nullptr);
+  Tensor y = x * 2.0;
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  ASSERT_TRUE(y.grad_fn());
+  EXPECT_EQ(y.grad_fn()->name(), "MulBackward0");
+  // A tensor computed only from tensors that do not require grad does not.
+  Tensor z = tensor({1.f}) + 1.0;
+  EXPECT_FALSE(z.requires_grad());
+  EXPECT_EQ(z.grad_fn(), nullptr);
+}
+
+// d/dx sum(x^2 * w + x) = 2 x w + 1, and d/dw = x^2.
+TEST(Autograd, BackwardFillsLeafGrads) {
+  Tensor x = tensor({1.f, -2.f, 0.5f}).requires_grad_();
+  Tensor w = tensor({3.f, 4.f, -1.f}).requires_grad_();
+  Tensor loss = sum(x * x * w + x);
+  loss.backward();
+  std::vector<float> xs = {1.f, -2.f, 0.5f}, ws = {3.f, 4.f, -1.f}, gx, gw;
+  for (size_t i = 0; i < 3; ++i) {
+    gx.push_back(2 * xs[i] * ws[i] + 1);
+    gw.push_back(xs[i] * xs[i]);
+  }
+  expect_values(x.grad(), gx);
+  expect_values(w.grad(), gw);
+  EXPECT_FALSE(x.grad().requires_grad());
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  sum(x * 3.0).backward();
+  sum(x * x).backward();
+  expect_values(x.grad(), {3.f + 2.f, 3.f + 4.f});
+  // torch's zero_grad(set_to_none=false) idiom: zero in place, then accumulate again.
+  x.mutable_grad().zero_();
+  sum(x).backward();
+  expect_values(x.grad(), {1.f, 1.f});
+}
+
+// A value used twice sums both paths' gradients.
+TEST(Autograd, FanOutSumsGradients) {
+  Tensor x = tensor({2.f}).requires_grad_();
+  Tensor a = exp(x);
+  Tensor y = a * a + a;
+  y.backward();
+  const float e = std::exp(2.f);
+  expect_values(x.grad(), {2 * e * e + e}, 1e-3f);
+}
+
+TEST(Autograd, BroadcastGradientsAreSummedBackToTheInputShape) {
+  Tensor a = ones({3, 1}).requires_grad_();
+  Tensor b = tensor({1.f, 2.f, 3.f, 4.f}).requires_grad_();
+  sum(a * b).backward();
+  ASSERT_EQ(a.grad().sizes(), IntArrayRef({3, 1}));
+  expect_values(a.grad(), {10.f, 10.f, 10.f});
+  expect_values(b.grad(), {3.f, 3.f, 3.f, 3.f});
+}
+
+TEST(Autograd, GradientArgumentForNonScalars) {
+  Tensor x = tensor({1.f, 2.f, 3.f}).requires_grad_();
+  Tensor y = x * x;
+  y.backward(tensor({1.f, 0.f, -1.f}));
+  expect_values(x.grad(), {2.f, 0.f, -6.f});
+}
+
+TEST(Autograd, ViewsOfTensorsThatRequireGrad) {
+  Tensor x = arange(0, 6, 1, kFloat32).reshape({2, 3}).requires_grad_();
+  Tensor v = x.t().slice(0, 1, 3); // x[:, 1:3] transposed: [2, 2]
+  EXPECT_TRUE(v.requires_grad());
+  EXPECT_EQ(v.grad_fn()->name(), "SliceBackward0");
+  sum(v * tensor({1.f, 2.f}).reshape({2, 1})).backward();
+  // v[i][j] = x[j][i + 1] weighted by (i + 1).
+  expect_values(x.grad(), {0.f, 1.f, 2.f, 0.f, 1.f, 2.f});
+}
+
+TEST(Autograd, NoGradGuardAndInferenceModeRecordNothing) {
+  Tensor x = tensor({1.f}).requires_grad_();
+  {
+    NoGradGuard g;
+    EXPECT_FALSE(GradMode::is_enabled());
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+  {
+    InferenceMode im;
+    EXPECT_TRUE(InferenceMode::is_enabled());
+    EXPECT_FALSE((x + 1.0).requires_grad());
+    {
+      AutoGradMode on(true); // nested: grad mode back on
+      EXPECT_TRUE((x + 1.0).requires_grad());
+    }
+  }
+  EXPECT_FALSE(InferenceMode::is_enabled());
+  EXPECT_TRUE((x + 1.0).requires_grad());
+}
+
+TEST(Autograd, DetachSharesValuesWithoutHistory) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor y = x * 2.0;
+  Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.is_leaf());
+  EXPECT_TRUE(d.is_alias_of(y));
+  Tensor z = d * x; // only x's path carries gradient
+  sum(z).backward();
+  expect_values(x.grad(), {2.f, 4.f});
+}
+
+TEST(Autograd, RetainGradKeepsANonLeafsGradient) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor h = x * 3.0;
+  Tensor k = x * 5.0;
+  h.retain_grad();
+  EXPECT_TRUE(h.retains_grad());
+  sum(h * h + k).backward();
+  expect_values(h.grad(), {6.f, 12.f});
+  EXPECT_FALSE(k.grad().defined()); // not retained
+  expect_values(x.grad(), {18.f + 5.f, 36.f + 5.f});
+}
+
+TEST(Autograd, GradFunctionReturnsWithoutAccumulating) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor w = tensor({3.f, 4.f}).requires_grad_();
+  Tensor y = sum(x * w);
+  std::vector<Tensor> g = autograd::grad({y}, {x});
+  expect_values(g.at(0), {3.f, 4.f});
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  Tensor unused = tensor({1.f}).requires_grad_();
+  Tensor y2 = sum(x * 2.0);
+  EXPECT_KILN_ERROR(autograd::grad({y2}, {unused}), "appears to not have been used in the graph");
+  Tensor y3 = sum(x * 2.0);
+  EXPECT_FALSE(autograd::grad({y3}, {unused}, {}, std::nullopt, false, true).at(0).defined());
+}
+
+// create_graph: the gradient has history, and differentiating it again gives the
+// second derivative (x^3 -> 3x^2 -> 6x).
+TEST(Autograd, CreateGraphGivesSecondDerivatives) {
+  Tensor x = tensor({2.f, -1.f}).requires_grad_();
+  Tensor y = sum(x * x * x);
+  Tensor g = autograd::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true).at(0);
+  expect_values(g, {12.f, 3.f});
+  ASSERT_TRUE(g.requires_grad());
+  sum(g).backward();
+  expect_values(x.grad(), {12.f, -6.f});
+}
+
+TEST(Autograd, InPlaceOnANonLeafRebasesHistory) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor y = x * 2.0;
+  y.mul_(x); // y = 2x * x
+  EXPECT_EQ(y.grad_fn()->name(), "MulBackward0");
+  y.add_(1.0);
+  EXPECT_EQ(y.grad_fn()->name(), "AddBackward0");
+  sum(y).backward();
+  expect_values(x.grad(), {4.f, 8.f}); // d(2x^2)/dx = 4x
+  Tensor r = x * 1.0;
+  relu_(r); // through copy_: its history is relu's
+  EXPECT_TRUE(r.requires_grad());
+}
+
+// ---- torch's errors
+
+TEST(AutogradErrors, BackwardOnANonScalarNeedsAGradient) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  EXPECT_KILN_ERROR((x * 2.0).backward(), "grad can be implicitly created only for scalar outputs");
+  EXPECT_KILN_ERROR(sum(x * 2.0).backward(tensor({1.f, 1.f})), "Mismatch in shape");
+}
+
+TEST(AutogradErrors, BackwardOnATensorWithoutHistory) {
+  Tensor x = tensor({1.f});
+  EXPECT_KILN_ERROR(sum(x).backward(), "does not require grad and does not have a grad_fn");
+}
+
+TEST(AutogradErrors, SecondBackwardThroughAFreedGraph) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor y = sum(exp(x));
+  y.backward();
+  EXPECT_KILN_ERROR(y.backward(), "Trying to backward through the graph a second time");
+  // retain_graph keeps the saved values.
+  Tensor z = sum(exp(x));
+  z.backward({}, true);
+  z.backward();
+  const float e1 = std::exp(1.f), e2 = std::exp(2.f);
+  expect_values(x.grad(), {3 * e1, 3 * e2}, 1e-4f);
+}
+
+TEST(AutogradErrors, ModifiedSavedTensor) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor y = exp(h); // saves its result
+  Tensor s = sum(y);
+  {
+    NoGradGuard g;
+    y.add_(1.0);
+  }
+  EXPECT_KILN_ERROR(s.backward(), "one of the variables needed for gradient computation has been modified by an "
+                                  "inplace operation");
+  // An op that saves its input: mul saves both operands.
+  Tensor a = x * 1.0;
+  Tensor m = sum(a * x);
+  a.add_(1.0);
+  EXPECT_KILN_ERROR(m.backward(), "is at version");
+}
+
+TEST(AutogradErrors, IntegerTensorsCannotRequireGrad) {
+  Tensor i = tensor({1, 2, 3});
+  EXPECT_KILN_ERROR(i.requires_grad_(), "only Tensors of floating point dtype can require gradients");
+  EXPECT_FALSE(i.requires_grad());
+  // Integer results never require grad.
+  Tensor x = tensor({1.f, 5.f, 3.f}).requires_grad_();
+  EXPECT_FALSE(argmax(x).requires_grad());
+  EXPECT_FALSE(gt(x, 2.0).requires_grad());
+  auto [v, idx] = max(x, 0);
+  EXPECT_TRUE(v.requires_grad());
+  EXPECT_FALSE(idx.requires_grad());
+}
+
+TEST(AutogradErrors, InPlaceOnALeafThatRequiresGrad) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  EXPECT_KILN_ERROR(x.add_(1.0), "a leaf Variable that requires grad is being used in an in-place operation");
+  {
+    NoGradGuard g; // an optimizer's update
+    x.add_(1.0);
+  }
+  expect_values(x, {2.f, 3.f});
+  Tensor y = x * 2.0;
+  EXPECT_KILN_ERROR(y.requires_grad_(false), "you can only change requires_grad flags of leaf variables");
+}
+
+TEST(AutogradErrors, DerivativeNotImplementedYetNamesTheOp) {
+  Tensor x = rand({1, 1, 4, 4}).requires_grad_();
+  Tensor y = avg_pool2d(x, {2, 2});
+  EXPECT_KILN_ERROR(sum(y).backward(), "avg_pool2d is not implemented yet");
+}
+
+// Backward on independent graphs from several threads (the TSan stage runs it).
+TEST(AutogradConcurrency, IndependentGraphsOnSeveralThreads) {
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &got] {
+      for (int rep = 0; rep < 20; ++rep) {
+        Tensor x = full({8}, float(t + 1)).requires_grad_();
+        Tensor w = arange(0, 8, 1, kFloat32).requires_grad_();
+        Tensor loss = sum(tanh(x * w) + x * x);
+        loss.backward();
+        got[size_t(t)] = values(x.grad());
+      }
+    });
+  for (auto &th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    const float xv = float(t + 1);
+    std::vector<float> want;
+    for (int i = 0; i < 8; ++i) {
+      const float th = std::tanh(xv * float(i));
+      want.push_back((1 - th * th) * float(i) + 2 * xv);
+    }
+    SCOPED_TRACE(t);
+    ASSERT_EQ(got[size_t(t)].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[size_t(t)][i], want[i], 1e-4f);
+  }
+}
+
+} // namespace
