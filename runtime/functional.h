@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/loss.h"
 #include "runtime/ops.h"
+#include "runtime/options_arg.h"
 
 namespace kiln {
 // torch's mode names (torch::kCircular, ...) for the string options below.
@@ -34,18 +36,6 @@ struct Ints : std::vector<int64_t> {
   Ints(std::initializer_list<int64_t> l) : std::vector<int64_t>(l) {}
   Ints(std::vector<int64_t> v) : std::vector<int64_t>(std::move(v)) {}
 };
-
-// An option: a chained setter `T &name(value)` and a getter `name()`, as torch's TORCH_ARG.
-#define KILN_ARG(Self, T, name, init)                                                                        \
-public:                                                                                                      \
-  Self &name(const T &v) {                                                                                   \
-    name##_ = v;                                                                                             \
-    return *this;                                                                                            \
-  }                                                                                                          \
-  const T &name() const { return name##_; }                                                                  \
-                                                                                                             \
-private:                                                                                                     \
-  T name##_ = init;
 
 struct ReLUFuncOptions {
   KILN_ARG(ReLUFuncOptions, bool, inplace, false)
@@ -255,10 +245,36 @@ struct DropoutFuncOptions {
   KILN_ARG(DropoutFuncOptions, bool, training, true)
   KILN_ARG(DropoutFuncOptions, bool, inplace, false)
 };
-#undef KILN_ARG
+
+// Losses (runtime/loss.h); reduction is "mean", "sum" or "none".
+struct MSELossFuncOptions {
+  KILN_ARG(MSELossFuncOptions, std::string, reduction, "mean")
+};
+using L1LossFuncOptions = MSELossFuncOptions;
+struct NLLLossFuncOptions {
+  KILN_ARG(NLLLossFuncOptions, Tensor, weight, {})
+  KILN_ARG(NLLLossFuncOptions, int64_t, ignore_index, -100)
+  KILN_ARG(NLLLossFuncOptions, std::string, reduction, "mean")
+};
+struct CrossEntropyFuncOptions {
+  KILN_ARG(CrossEntropyFuncOptions, Tensor, weight, {})
+  KILN_ARG(CrossEntropyFuncOptions, int64_t, ignore_index, -100)
+  KILN_ARG(CrossEntropyFuncOptions, std::string, reduction, "mean")
+  KILN_ARG(CrossEntropyFuncOptions, double, label_smoothing, 0.0)
+};
+struct BinaryCrossEntropyWithLogitsFuncOptions {
+  KILN_ARG(BinaryCrossEntropyWithLogitsFuncOptions, Tensor, weight, {})
+  KILN_ARG(BinaryCrossEntropyWithLogitsFuncOptions, std::string, reduction, "mean")
+  KILN_ARG(BinaryCrossEntropyWithLogitsFuncOptions, Tensor, pos_weight, {})
+};
 
 namespace functional {
 using kiln::nn::AdaptiveAvgPool2dFuncOptions;
+using kiln::nn::BinaryCrossEntropyWithLogitsFuncOptions;
+using kiln::nn::CrossEntropyFuncOptions;
+using kiln::nn::L1LossFuncOptions;
+using kiln::nn::MSELossFuncOptions;
+using kiln::nn::NLLLossFuncOptions;
 using kiln::nn::AvgPool1dFuncOptions;
 using kiln::nn::AvgPool2dFuncOptions;
 using kiln::nn::Conv1dFuncOptions;
@@ -437,6 +453,22 @@ inline std::tuple<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor 
 }
 inline Tensor dropout(const Tensor &x, const DropoutFuncOptions &o = {}) {
   return detail::maybe_inplace(x, kiln::dropout(x, o.p(), o.training()), o.inplace());
+}
+inline Tensor mse_loss(const Tensor &input, const Tensor &target, const MSELossFuncOptions &o = {}) {
+  return kiln::mse_loss(input, target, o.reduction());
+}
+inline Tensor l1_loss(const Tensor &input, const Tensor &target, const L1LossFuncOptions &o = {}) {
+  return kiln::l1_loss(input, target, o.reduction());
+}
+inline Tensor nll_loss(const Tensor &input, const Tensor &target, const NLLLossFuncOptions &o = {}) {
+  return kiln::nll_loss(input, target, o.weight(), o.ignore_index(), o.reduction());
+}
+inline Tensor cross_entropy(const Tensor &input, const Tensor &target, const CrossEntropyFuncOptions &o = {}) {
+  return kiln::cross_entropy(input, target, o.weight(), o.ignore_index(), o.reduction(), o.label_smoothing());
+}
+inline Tensor binary_cross_entropy_with_logits(const Tensor &input, const Tensor &target,
+                                               const BinaryCrossEntropyWithLogitsFuncOptions &o = {}) {
+  return kiln::binary_cross_entropy_with_logits(input, target, o.weight(), o.reduction(), o.pos_weight());
 }
 } // namespace functional
 } // namespace kiln::nn
