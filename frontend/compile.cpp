@@ -411,6 +411,14 @@ struct Specialization {
   }
   std::string eager_reason;
 
+  // Whether a captured tensor requires grad while grad mode is on: the call
+  // then runs eagerly so its results carry history (compiled code records none).
+  bool captures_grad() const {
+    if (!detail::autograd_active()) [[likely]]
+      return false;
+    return std::any_of(params.begin(), params.end(), [](const ParamGuard &p) { return p.live.requires_grad(); });
+  }
+
   // The thread count is no part of the key: kernels, parallel loops and scratch
   // read it when they run, so a plan is right at any count.
   bool matches(const std::vector<Tensor> &in) const {
@@ -569,6 +577,16 @@ struct CompiledFunction::Impl {
   std::vector<Tensor> run_eager(const std::vector<Tensor> &in) {
     eager_calls.fetch_add(1, std::memory_order_relaxed);
     return fn(in);
+  }
+
+  // Compiled code records no backward: with grad mode on, a call whose input or
+  // captured tensor requires grad runs eagerly, so its results carry history
+  // (torch.compile's do too). A whole training step compiles as one graph
+  // instead (issue 18); this keeps results equal to eager's meanwhile.
+  std::vector<Tensor> run_eager_for_grad(const std::vector<Tensor> &in) {
+    note_fallback("a tensor it reads requires grad and grad mode is on (compiled code records no backward)");
+    calls.fetch_add(1, std::memory_order_relaxed);
+    return run_eager(in);
   }
 
   void note_fallback(const std::string &reason) {
@@ -813,15 +831,8 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   // tracing"), and a call back into this function would wait on compile_mu
   // forever.
   if (detail::tracing()) return impl.fn(inputs);
-  // Compiled code records no backward: with grad mode on and an input that
-  // requires grad, the function runs eagerly so its results carry their history
-  // (torch.compile's results do too). A whole training step compiles as one
-  // graph instead (issue 18); this keeps results equal to eager's meanwhile.
-  if (detail::autograd_wants(inputs)) [[unlikely]] {
-    impl.note_fallback("an input requires grad and grad mode is on (compiled code records no backward)");
-    impl.calls.fetch_add(1, std::memory_order_relaxed);
-    return impl.run_eager(inputs);
-  }
+  if (detail::autograd_wants(inputs)) [[unlikely]]
+    return impl.run_eager_for_grad(inputs);
   if (impl.fallback == Fallback::Force) {
     impl.calls.fetch_add(1, std::memory_order_relaxed);
     return impl.run_eager(inputs);
@@ -833,6 +844,8 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
         impl.calls.fetch_add(1, std::memory_order_relaxed);
         return impl.run_eager(inputs);
       }
+      if (spec->captures_grad()) [[unlikely]]
+        return impl.run_eager_for_grad(inputs);
       // The guards above checked every input against the plan's signature. The
       // plan counts the call: a locked add here would cost as much as the guards.
       return spec->run(inputs);
@@ -851,6 +864,8 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
     impl.add(spec, inputs); // cached only now: a call that throws takes no slot
     return out;
   }
+  if (spec->captures_grad()) [[unlikely]]
+    return impl.run_eager_for_grad(inputs);
   return spec->run(inputs);
 }
 

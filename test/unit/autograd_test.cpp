@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "expect_error.h"
+#include "frontend/compile.h"
 #include "runtime/autograd.h"
 #include "runtime/ops.h"
 
@@ -201,6 +202,47 @@ TEST(Autograd, InPlaceOnANonLeafRebasesHistory) {
   Tensor r = x * 1.0;
   relu_(r); // through copy_: its history is relu's
   EXPECT_TRUE(r.requires_grad());
+}
+
+// Compiled code records no backward: with grad mode on, a call that reads a
+// tensor requiring grad (an input, or a captured weight) runs eagerly, so its
+// results carry history and backward gives eager's gradients. Under NoGradGuard
+// the compiled plan runs.
+TEST(AutogradCompiled, CallsThatNeedHistoryRunEagerly) {
+  manual_seed(3);
+  Tensor w = randn({4, 3});
+  auto model = [&w](const std::vector<Tensor> &in) { return std::vector<Tensor>{tanh(matmul(in[0], w)) * 2.0}; };
+  CompiledFunction f = compile(model);
+  Tensor x = randn({5, 4});
+  {
+    NoGradGuard off;
+    f({x});
+  }
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  w.requires_grad_();
+  Tensor y = f({x})[0];
+  EXPECT_EQ(f.stats().eager_calls, 1);
+  ASSERT_TRUE(y.requires_grad());
+  sum(y).backward();
+  Tensor compiled_grad = w.grad().clone();
+  w.mutable_grad() = Tensor();
+  sum(model({x})[0]).backward();
+  expect_values(compiled_grad, values(w.grad()));
+  // An input that requires grad.
+  Tensor xi = x.clone().requires_grad_();
+  {
+    NoGradGuard off;
+    w.requires_grad_(false);
+  }
+  Tensor y2 = f({xi})[0];
+  EXPECT_TRUE(y2.requires_grad());
+  EXPECT_EQ(f.stats().eager_calls, 2);
+  {
+    NoGradGuard off;
+    Tensor y3 = f({xi})[0];
+    EXPECT_FALSE(y3.requires_grad());
+  }
+  EXPECT_EQ(f.stats().eager_calls, 2);
 }
 
 // ---- torch's errors
