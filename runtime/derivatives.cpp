@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <tuple>
 
@@ -668,6 +670,86 @@ Grads d_max_pool2d(const GradCtx &c) {
   return {pool_scatter(c.grad(), indices, c.input_sizes[0])};
 }
 
+// Average pools are separable: y = A_h x A_w^T per plane, with A [out, in] holding
+// 1/divisor over each window; so x's gradient is A_h^T g A_w.
+Tensor pool_matrix(int64_t out, int64_t in, const std::function<void(int64_t, int64_t &, int64_t &, double &)> &window,
+                   DType dtype) {
+  std::vector<double> a(size_t(out * in), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    int64_t lo = 0, hi = 0;
+    double div = 1;
+    window(i, lo, hi, div);
+    for (int64_t j = std::max<int64_t>(lo, 0); j < std::min(hi, in); ++j) a[size_t(i * in + j)] = 1.0 / div;
+  }
+  return to(tensor(a).reshape({out, in}), dtype);
+}
+Tensor separable_pool_grad(const Tensor &g, const Tensor &ah, const Tensor &aw) {
+  return matmul(matmul(ah.t(), g), aw);
+}
+// torch's avg_pool2d windows: [o s - p, o s - p + k) clipped to the padded input for the
+// count_include_pad divisor, to the input for the other.
+Grads d_avg_pool2d(const GradCtx &c) {
+  const attrs::AvgPool2d a{c.attrs};
+  const Dims &xs = c.input_sizes[0];
+  const DimList k = pair_of(a.kernel_size(), 1), p = pair_of(a.padding(), 0);
+  const DimList st = a.stride().empty() ? k : pair_of(a.stride(), 1);
+  const Tensor &g = c.grad();
+  Tensor m[2];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = xs[xs.size() - 2 + size_t(d)], out = g.size(g.dim() - 2 + d);
+    m[d] = pool_matrix(out, in, [&](int64_t o, int64_t &lo, int64_t &hi, double &div) {
+      lo = o * st[d] - p[d];
+      hi = std::min(lo + k[d], in + p[d]);
+      div = a.count_include_pad() ? double(hi - lo) : double(std::min(hi, in) - std::max<int64_t>(lo, 0));
+    }, g.dtype());
+  }
+  return {separable_pool_grad(g, m[0], m[1])};
+}
+// adaptive windows: [floor(o in / out), ceil((o + 1) in / out)).
+Grads d_adaptive_avg_pool2d(const GradCtx &c) {
+  const Dims &xs = c.input_sizes[0];
+  const Tensor &g = c.grad();
+  Tensor m[2];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = xs[xs.size() - 2 + size_t(d)], out = g.size(g.dim() - 2 + d);
+    m[d] = pool_matrix(out, in, [&](int64_t o, int64_t &lo, int64_t &hi, double &div) {
+      lo = o * in / out;
+      hi = ((o + 1) * in + out - 1) / out;
+      div = double(hi - lo);
+    }, g.dtype());
+  }
+  return {separable_pool_grad(g, m[0], m[1])};
+}
+
+// scaled_dot_product_attention, recomputed: S = q k^T scale (+ mask), P = softmax(S);
+// dv = P^T g, dS = P (dP - rowsum(dP P)) with dP = g v^T, dq = dS k scale,
+// dk = dS^T q scale; a float mask's gradient is dS.
+Grads d_sdpa(const GradCtx &c) {
+  const attrs::Sdpa a{c.attrs};
+  KILN_CHECK(a.dropout_p() == 0.0, "ScaledDotProductAttentionBackward0: dropout_p must be 0");
+  const Tensor &q = c.in(0), &k = c.in(1), &v = c.in(2);
+  const Tensor mask = c.inputs.size() > 3 ? c.in(3) : Tensor();
+  const double scale = a.scale() ? *a.scale() : 1.0 / std::sqrt(double(q.size(-1)));
+  Tensor scores = matmul(q, k.transpose(-1, -2)) * scale;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (a.is_causal()) {
+    Tensor keep = to(tril(ones({q.size(-2), k.size(-2)})), kBool);
+    scores = masked_fill(scores, logical_not(keep), -inf);
+  } else if (mask.defined()) {
+    scores = mask.dtype() == kBool ? masked_fill(scores, logical_not(mask), -inf) : scores + mask;
+  }
+  Tensor pr = softmax(scores, -1);
+  const Tensor &g = c.grad();
+  Tensor dp = matmul(g, v.transpose(-1, -2));
+  Tensor ds = pr * (dp - sum(dp * pr, {-1}, true));
+  Grads out(c.inputs.size());
+  if (c.need(0)) out[0] = matmul(ds, k) * scale;
+  if (c.need(1)) out[1] = matmul(ds.transpose(-1, -2), q) * scale;
+  if (c.need(2)) out[2] = matmul(pr.transpose(-1, -2), g);
+  if (c.need(3)) out[3] = ds;
+  return out;
+}
+
 Derivative formula(Formula f, unsigned saves_inputs = 0, bool saves_outputs = false) {
   return {GradKind::Formula, f, saves_inputs, saves_outputs};
 }
@@ -781,11 +863,11 @@ Derivative make_derivative(OpId id) {
   case OpId::LayerNorm: return formula(d_layer_norm, kIn0 | kIn1);
   case OpId::BatchNorm: return formula(d_batch_norm, kAllInputs);
   case OpId::Dropout: return formula(d_dropout);
-  case OpId::Sdpa: return not_implemented;
+  case OpId::Sdpa: return formula(d_sdpa, kAllInputs);
   case OpId::MaxPool2d: return formula(d_max_pool2d, kIn0);
   case OpId::MaxPool2dWithIndices: return formula(d_max_pool2d_with_indices, 0, true);
-  case OpId::AvgPool2d:
-  case OpId::AdaptiveAvgPool2d: return not_implemented;
+  case OpId::AvgPool2d: return formula(d_avg_pool2d);
+  case OpId::AdaptiveAvgPool2d: return formula(d_adaptive_avg_pool2d);
   case OpId::Embedding: return formula(d_embedding, kIn1);
   case OpId::Tril: return formula(d_tril);
   case OpId::Triu: return formula(d_triu);

@@ -145,7 +145,8 @@ Tensor scaled_dot_product_attention(const Tensor &query, const Tensor &key, cons
                " cannot be broadcast to the attention weights' shape ", shape_str(scores_shape));
   }
   if (scale) KILN_CHECK(std::isfinite(*scale), op, ": scale must be finite, got ", *scale);
-  if (detail::tracing() || detail::any_reduced_float(KILN_NN_INPUTS(query, key, value, attn_mask))) [[unlikely]] {
+  if (detail::tracing() || detail::any_reduced_float(KILN_NN_INPUTS(query, key, value, attn_mask)) ||
+      detail::autograd_wants(KILN_NN_INPUTS(query, key, value, attn_mask))) [[unlikely]] {
     // KILN_TRACE spelled out: AttrValue's optional<T> constructor (and a braced
     // Attrs list holding one) trips GCC 12 -Wmaybe-uninitialized false positives.
     Attrs attrs;

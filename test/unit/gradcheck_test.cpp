@@ -239,6 +239,25 @@ std::vector<Sample> nn_samples() {
                  return batch_norm(x[0], x[1], x[2], rm, rv, false, 0.1, 1e-5);
                }});
   s.push_back({OpId::Dropout, "dropout eval", {{3, 4}}, [](const auto &x) { return dropout(x[0], 0.5, false); }});
+  s.push_back({OpId::AvgPool2d, "avg_pool2d padding ceil_mode", {{1, 2, 5, 6}}, [](const auto &x) {
+                 return avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true);
+               }});
+  s.push_back({OpId::AvgPool2d, "avg_pool2d exclude pad", {{2, 1, 5, 5}}, [](const auto &x) {
+                 return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}, false, false);
+               }});
+  s.push_back({OpId::AdaptiveAvgPool2d, "adaptive_avg_pool2d uneven", {{1, 2, 7, 5}},
+               [](const auto &x) { return adaptive_avg_pool2d(x[0], {3, 2}); }});
+  s.push_back({OpId::Sdpa, "sdpa float mask", {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}, {3, 5}}, [](const auto &x) {
+                 return scaled_dot_product_attention(x[0], x[1], x[2], x[3]);
+               }});
+  s.push_back({OpId::Sdpa, "sdpa causal scale", {{1, 2, 4, 3}, {1, 2, 4, 3}, {1, 2, 4, 2}}, [](const auto &x) {
+                 return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true, 0.7);
+               }});
+  s.push_back({OpId::Sdpa, "sdpa bool mask", {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}}, [](const auto &x) {
+                 Tensor keep = tensor(std::vector<bool>{true, false, true, true, true, false, false, true, true})
+                                   .reshape({3, 3});
+                 return scaled_dot_product_attention(x[0], x[1], x[2], keep);
+               }});
   s.push_back({OpId::MaxPool2d, "max_pool2d", {{1, 2, 4, 4}}, [](const auto &x) { return max_pool2d(x[0], {2, 2}); }});
   s.push_back({OpId::MaxPool2dWithIndices, "max_pool2d_with_indices", {{1, 2, 5, 5}},
                [](const auto &x) { return std::get<0>(max_pool2d_with_indices(x[0], {3, 3}, {2, 2}, {1, 1})); }});
