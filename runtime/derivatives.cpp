@@ -582,6 +582,64 @@ Grads d_cumsum(const GradCtx &c) {
   if (c.grad().dim() == 0) return {c.grad()};
   return {flip(cumsum(flip(c.grad(), {dim}), dim), {dim})};
 }
+// Scans along one dim of length n, as [..., n] rows: the gradient of element i sums
+// g_j d y_j / d x_i over j >= i, through an [..., n, n] matrix (exact where
+// dividing by x_i or subtracting exponents would not be; n^2 memory per row).
+Tensor upper_mask(int64_t n, DType dtype) { return to(triu(ones({n, n})), dtype); }
+// cumprod: d y_j / d x_i = prod_{k <= j, k != i} x_k, the cumulative product of row
+// i of a matrix holding x with x_i replaced by 1 (zeros need no special case).
+Grads d_cumprod(const GradCtx &c) {
+  const Tensor &x = c.in(0);
+  if (x.dim() == 0) return {c.grad()};
+  const int64_t dim = kiln::detail::wrap_dim(attrs::Cumprod{c.attrs}.dim(), x.dim(), "cumprod");
+  const int64_t n = x.size(dim);
+  if (n == 0) return {zeros_like(x)};
+  Tensor xr = movedim(x, {dim}, {-1}), gr = movedim(c.grad(), {dim}, {-1});
+  DimList square_shape = xr.sizes().vec();
+  square_shape.insert(square_shape.end() - 1, n);
+  Tensor rows = where(to(eye(n), kBool), 1.0, xr.unsqueeze(-2).expand(square_shape));
+  Tensor partial = cumprod(rows, -1) * upper_mask(n, x.dtype());
+  return {movedim(sum(partial * gr.unsqueeze(-2), {-1}), {-1}, {dim})};
+}
+// logcumsumexp: d y_j / d x_i = exp(x_i - y_j) for j >= i, never above 1 there.
+Grads d_logcumsumexp(const GradCtx &c) {
+  const Tensor &x = c.in(0);
+  if (x.dim() == 0) return {c.grad()};
+  const int64_t dim = kiln::detail::wrap_dim(attrs::Logcumsumexp{c.attrs}.dim(), x.dim(), "logcumsumexp");
+  const int64_t n = x.size(dim);
+  if (n == 0) return {zeros_like(x)};
+  Tensor xr = movedim(x, {dim}, {-1}), yr = movedim(c.out(), {dim}, {-1}), gr = movedim(c.grad(), {dim}, {-1});
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor diff = masked_fill(xr.unsqueeze(-1) - yr.unsqueeze(-2), logical_not(to(upper_mask(n, kFloat32), kBool)), -inf);
+  return {movedim(sum(exp(diff) * gr.unsqueeze(-2), {-1}), {-1}, {dim})};
+}
+// as_strided reads storage positions: each result element's gradient is added at its
+// position, and each input element collects the sum at its own (overlaps add up).
+Tensor storage_positions(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  Tensor pos = full({}, offset, kInt64);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    DimList shape(sizes.size(), 1);
+    shape[d] = sizes[d];
+    pos = pos + (arange(0, sizes[d], 1, kInt64) * strides[d]).reshape(shape);
+  }
+  return pos.expand(sizes).reshape({-1});
+}
+Grads d_as_strided(const GradCtx &c) {
+  const attrs::AsStrided a{c.attrs};
+  const Tensor &x = c.in(0);
+  const int64_t offset = a.storage_offset().value_or(x.storage_offset());
+  Tensor out_pos = storage_positions(a.size(), a.stride(), offset);
+  Tensor in_pos = storage_positions(x.sizes(), x.strides(), x.storage_offset());
+  int64_t extent = 1;
+  {
+    NoGradGuard off;
+    if (out_pos.numel() > 0) extent = std::max(extent, amax(out_pos).item<int64_t>() + 1);
+    if (in_pos.numel() > 0) extent = std::max(extent, amax(in_pos).item<int64_t>() + 1);
+  }
+  Tensor flat = index_add(zeros({extent}, c.grad().dtype()), 0, out_pos, c.grad().reshape({-1}));
+  return {index_select(flat, 0, in_pos).reshape(x.sizes())};
+}
+
 // sort / topk: each value's gradient goes back to the position it came from.
 Grads d_sort(const GradCtx &c) {
   const Tensor &x = c.in(0);
@@ -848,7 +906,7 @@ Derivative make_derivative(OpId id) {
   case OpId::Unsqueeze:
   case OpId::Squeeze: return formula(d_unsqueeze);
   case OpId::Expand: return formula(d_identity); // the engine sums back to the input's shape
-  case OpId::AsStrided: return not_implemented;
+  case OpId::AsStrided: return formula(d_as_strided, kIn0);
   case OpId::Contiguous:
   case OpId::Clone: return formula(d_identity);
   case OpId::Copy: return formula(d_copy);
@@ -877,8 +935,8 @@ Derivative make_derivative(OpId id) {
   case OpId::IndexSelect: return formula(d_index_select, kIn1);
   case OpId::Gather: return formula(d_gather, kIn1);
   case OpId::Cumsum: return formula(d_cumsum);
-  case OpId::Cumprod:
-  case OpId::Logcumsumexp: return not_implemented;
+  case OpId::Cumprod: return formula(d_cumprod, kIn0);
+  case OpId::Logcumsumexp: return formula(d_logcumsumexp, kIn0, true);
   case OpId::Sort: return formula(d_sort, kIn0, true);
   case OpId::Topk: return formula(d_topk, 0, true);
   case OpId::Scatter: return formula(d_scatter, kIn1);

@@ -279,6 +279,18 @@ std::vector<Sample> structured_samples() {
                  return gather(x[0], 1, idx({0, 3, 3, 1, 2, 0}).reshape({3, 2}));
                }});
   s.push_back({OpId::Cumsum, "cumsum", {{3, 4}}, [](const auto &x) { return cumsum(x[0], 1); }});
+  s.push_back({OpId::Cumprod, "cumprod", {{3, 4}}, [](const auto &x) { return cumprod(x[0], 1); }});
+  s.push_back({OpId::Cumprod, "cumprod with a zero", {{4, 3}}, [](const auto &x) {
+                 return cumprod(x[0] * tensor({1.0, 0.0, 1.0, 1.0}).reshape({4, 1}), 0);
+               }});
+  s.push_back({OpId::Logcumsumexp, "logcumsumexp", {{3, 5}}, [](const auto &x) { return logcumsumexp(x[0], -1); },
+               -3, 3});
+  s.push_back({OpId::AsStrided, "as_strided overlapping windows", {{10}}, [](const auto &x) {
+                 return x[0].as_strided({4, 3}, {2, 1}, 1);
+               }});
+  s.push_back({OpId::AsStrided, "as_strided of a transposed view", {{3, 4}}, [](const auto &x) {
+                 return x[0].t().as_strided({2, 2}, {1, 4});
+               }});
   s.push_back({OpId::Sort, "sort", {{3, 5}}, [](const auto &x) { return std::get<0>(sort(x[0], 1, true)); }});
   s.push_back({OpId::Topk, "topk", {{3, 5}}, [](const auto &x) { return std::get<0>(topk(x[0], 2, 1)); }});
   s.push_back({OpId::Scatter, "scatter", {{3, 4}, {2, 4}}, [](const auto &x) {
