@@ -233,7 +233,8 @@ Tensor avg_pool2d(const Tensor &x, IntArrayRef kernel_size, IntArrayRef stride =
 Tensor adaptive_avg_pool2d(const Tensor &x, IntArrayRef output_size);
 // torch::embedding(weight, indices)
 Tensor embedding(const Tensor &weight, const Tensor &indices);
-// Identity unless train is true (kiln has no training yet: train=true is an Error).
+// Identity unless train is true; then, as torch, each element is zeroed with probability p (a Philox mask,
+// the same for a seed at any thread count) and the kept ones scaled by 1 / (1 - p).
 Tensor dropout(const Tensor &x, double p, bool train);
 Tensor tril(const Tensor &x, int64_t diagonal = 0);
 Tensor triu(const Tensor &x, int64_t diagonal = 0);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/kernels/elementwise.h"
+#include "runtime/random_stream.h"
 #include "runtime/op_adapters.h"
 #include "runtime/op_attrs.h"
 #include "runtime/ops.h"
@@ -163,6 +164,10 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
 }
 
 // ---------------------------------------------------------------- random
+
+namespace detail {
+std::pair<uint64_t, uint64_t> reserve_random_stream(int64_t n) { return reserve(n); }
+} // namespace detail
 
 void manual_seed(uint64_t seed) {
   g_seed.store(seed);

@@ -15,6 +15,8 @@
 #include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/parallel.h"
+#include "runtime/philox.h"
+#include "runtime/random_stream.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -377,10 +379,35 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
                             /*update_running_stats=*/training);
 }
 
+namespace {
+// Training-mode dropout's keep mask: element i is kept when the i-th Philox
+// uniform of a fresh stream is >= p (probability 1 - p), whatever the thread count.
+Tensor dropout_keep_mask(IntArrayRef sizes, double p) {
+  Tensor mask = detail::make_tensor(sizes, kBool);
+  const int64_t n = mask.numel();
+  const auto [seed, stream] = detail::reserve_random_stream(n);
+  bool *m = mask.data_ptr<bool>();
+  parallel_for(0, n, 4096, [&, seed = seed, stream = stream](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) m[i] = double(philox::uniform_at(seed, stream, uint64_t(i))) >= p;
+  });
+  return mask;
+}
+} // namespace
+
 Tensor dropout(const Tensor &x, double p, bool train) {
   detail::check_defined(x, "dropout", "input");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
-  KILN_CHECK(!train, "dropout: training mode is not supported (kiln has no training yet; pass train=false)");
+  if (train && p > 0.0) {
+    // The mask is drawn eagerly; compiled code has no random op yet, so a traced
+    // function with it runs eagerly (a kiln::Error while tracing falls back).
+    if (detail::tracing())
+      throw TraceError("dropout: training mode (random masks) cannot be compiled yet; the function runs eagerly");
+    KILN_CHECK(x.is_floating_point(), "dropout: expected a floating input in training mode, got ", x.dtype());
+    if (p == 1.0) return x * 0.0; // torch: every element dropped (NaN * 0 stays NaN, as torch's)
+    // torch's input * (mask / (1 - p)), in table ops, so autograd and the
+    // in-float32 rule of reduced floats apply as to any product.
+    return x * (to(dropout_keep_mask(x.sizes(), p), x.dtype()) / (1.0 - p));
+  }
   KILN_TRACE(Dropout, KILN_NN_INPUTS(x), .p = p, .train = train);
   return x; // identity in evaluation mode, as torch (the same tensor, no copy)
 }

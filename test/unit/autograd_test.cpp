@@ -245,6 +245,20 @@ TEST(AutogradCompiled, CallsThatNeedHistoryRunEagerly) {
   EXPECT_EQ(f.stats().eager_calls, 2);
 }
 
+// Training-mode dropout draws its mask eagerly: a compiled function with it runs
+// eagerly (the trace falls back) and gives eager's mask for the same seed.
+TEST(AutogradCompiled, TrainingDropoutRunsEagerly) {
+  auto model = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{dropout(in[0] * 2.0, 0.4, true)}; };
+  CompiledFunction f = compile(model);
+  Tensor x = rand({100}) + 1.0;
+  manual_seed(9);
+  Tensor yc = f({x})[0];
+  manual_seed(9);
+  Tensor ye = model({x})[0];
+  expect_values(yc, values(ye), 0.0f);
+  EXPECT_EQ(f.stats().eager_calls, 1);
+}
+
 // ---- torch's errors
 
 TEST(AutogradErrors, BackwardOnANonScalarNeedsAGradient) {

@@ -275,7 +275,7 @@ TEST(BadInputOps, NegativeAndHugeArguments) {
   expect_error([&] { conv2d(img, randn({1, 1, 2, 2}), {}, {1}, {0}, {0}); }, {"conv2d", "dilation"});
   expect_error([&] { conv2d(img, randn({1, 1, 2, 2}), {}, {1}, {0}, {1}, 0); }, {"conv2d", "groups"});
   expect_error([&] { conv2d(img, randn({1, 1, 2, 2}), {}, {1}, {0}, {1}, -1); }, {"conv2d", "groups"});
-  expect_error([&] { dropout(a, 0.5, true); }, {"dropout"});
+  expect_error([&] { dropout(tensor({1, 2}), 0.5, true); }, {"dropout", "floating"});
   expect_error([&] { dropout(a, 1.5, false); }, {"dropout", "1.5"});
   expect_error([&] { gelu(a, "fast"); }, {"gelu", "fast"});
   expect_error([&] { div(a, a, std::string("ceil")); }, {"div", "ceil"});

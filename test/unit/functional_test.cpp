@@ -86,7 +86,11 @@ TEST(Functional, OptionsReachTheirArguments) {
   EXPECT_TRUE(same(F::interpolate(img, F::InterpolateFuncOptions().size(std::vector<int64_t>{5, 7}).mode(kiln::kBilinear).align_corners(true)),
                    interpolate(img, std::vector<int64_t>{5, 7}, std::nullopt, "bilinear", true)));
   EXPECT_TRUE(same(F::pixel_shuffle(rnd({1, 8, 2, 2}, 12), F::PixelShuffleFuncOptions(2)), pixel_shuffle(rnd({1, 8, 2, 2}, 12), 2)));
-  EXPECT_THROW(F::dropout(x), Error); // torch's default training=true; kiln has no training yet
+  // torch's default training=true: the same mask as dropout(x, 0.5, true) from the same seed.
+  manual_seed(11);
+  Tensor fd = F::dropout(x);
+  manual_seed(11);
+  EXPECT_TRUE(same(fd, dropout(x, 0.5, true)));
 }
 
 TEST(Functional, InplaceWritesTheInput) {

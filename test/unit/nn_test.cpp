@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "runtime/kernels/linalg_internal.h"
+#include "runtime/autograd.h"
 #include "unit/nn_test_util.h"
 
 using namespace kiln;
@@ -342,10 +343,43 @@ TEST(Nn, Dropout) {
   Tensor y = dropout(x, 0.5, false);
   expect_same(y, x);
   EXPECT_TRUE(y.is_alias_of(x));
-  EXPECT_KILN_ERROR(dropout(x, 0.5, true), "dropout: training mode is not supported");
   EXPECT_KILN_ERROR(dropout(x, 1.5, false), "dropout: probability has to be between 0 and 1, but got 1.5");
   expect_same(run_op(OpId::Dropout, {x}, {0.1, false}).at(0), x);
   EXPECT_EQ(dropout(meta({2, 7}), 0.2, false).sizes().vec(), (Shape{2, 7}));
+}
+
+// Training mode, as torch: each element kept with probability 1 - p and scaled by
+// 1 / (1 - p), the rest zero; the mask is a function of the seed alone (any thread
+// count); p = 1 drops everything; the gradient is the mask over 1 - p.
+TEST(Nn, DropoutTraining) {
+  const int64_t n = 200000;
+  Tensor x = rand({n}) + 1.0; // no zeros: a zero output means dropped
+  const double p = 0.3;
+  manual_seed(5);
+  Tensor y = dropout(x, p, true);
+  const float *xp = x.data_ptr<float>(), *yp = y.data_ptr<float>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (yp[i] == 0.0f) continue;
+    ++kept;
+    ASSERT_FLOAT_EQ(yp[i], float(xp[i] / (1 - p))) << i;
+  }
+  EXPECT_NEAR(double(kept) / double(n), 1 - p, 0.005); // 5 standard deviations is ~0.005
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  manual_seed(5);
+  Tensor y1 = dropout(x, p, true);
+  set_num_threads(threads);
+  expect_same(y1, y);
+  Tensor again = dropout(x, p, true); // the stream moved on: another mask
+  EXPECT_FALSE(equal(again, y));
+  Tensor all = dropout(x, 1.0, true);
+  EXPECT_EQ(sum(ne(all, 0.0)).item<int64_t>(), 0);
+  Tensor xs = (rand({64}) + 1.0).requires_grad_();
+  Tensor ys = dropout(xs, 0.5, true);
+  sum(ys).backward();
+  const float *gp = xs.grad().data_ptr<float>(), *ysp = ys.data_ptr<float>();
+  for (int64_t i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(gp[i], ysp[i] == 0.0f ? 0.0f : 2.0f) << i;
 }
 
 // ---------------------------------------------------------------- scaled_dot_product_attention
