@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -154,6 +156,14 @@ public:
   std::vector<std::weak_ptr<AutogradMeta>> retained_;
 };
 
+// A leaf shared by graphs on several threads (one model's weights): creating its
+// accumulator and adding into its grad are serialized per leaf, as torch's are,
+// with a lock striped over the leaves' metadata (none in AutogradMeta itself).
+std::mutex &leaf_mutex(const AutogradMeta *m) {
+  static std::mutex stripes[64];
+  return stripes[(reinterpret_cast<uintptr_t>(m) >> 6) % 64];
+}
+
 // A leaf's gradient sink (torch's AccumulateGrad).
 class AccumulateGrad final : public Node {
 public:
@@ -161,6 +171,7 @@ public:
   std::string name() const override { return "AccumulateGrad"; }
   size_t num_inputs() const override { return 1; }
   std::vector<Tensor> apply(std::vector<Tensor> &&grads) override {
+    std::lock_guard lock(leaf_mutex(meta_.get()));
     accumulate(*meta_, grads.at(0));
     return {};
   }
@@ -190,6 +201,7 @@ public:
 Edge gradient_edge(const Tensor &t) {
   const auto &mp = t.impl().autograd_meta;
   if (mp->grad_fn) return {mp->grad_fn, mp->output_nr};
+  std::lock_guard lock(leaf_mutex(mp.get()));
   std::shared_ptr<Node> acc = mp->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(mp);

@@ -363,4 +363,19 @@ TEST(AutogradConcurrency, IndependentGraphsOnSeveralThreads) {
   }
 }
 
+// One leaf (a shared weight) in graphs on four threads: every backward's
+// contribution lands in its grad.
+TEST(AutogradConcurrency, SharedLeafAccumulatesFromEveryThread) {
+  constexpr int kThreads = 4, kReps = 25;
+  Tensor w = zeros({16}).requires_grad_();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &w] {
+      for (int rep = 0; rep < kReps; ++rep) sum(w * float(t + 1)).backward();
+    });
+  for (auto &th : threads) th.join();
+  const float want = float(kReps) * (1 + 2 + 3 + 4);
+  expect_values(w.grad(), std::vector<float>(16, want));
+}
+
 } // namespace
