@@ -3,11 +3,11 @@
 //
 // How it hangs together: every op of the op table starts with KILN_TRACE
 // (runtime/trace_hook.h). When grad mode is on and an input requires grad, that
-// statement hands the op to record_op() below, which runs the op with grad mode
-// off and gives its results a Node: the op, its attributes, the inputs and
-// results it saved, and one edge per input to the node that made it (or to the
-// leaf that accumulates its gradient). backward() walks the nodes in reverse
-// topological order and asks each op's derivative formula
+// statement hands the op to trace_op (runtime/trace_hook.cpp), which runs it with
+// grad mode off, then to record_op() below, which gives its results a Node: the
+// op, its attributes, the inputs and results its formula saves, and one edge per
+// input to the node that made it (or to the leaf that accumulates its gradient).
+// backward() walks the nodes parents first and asks each op's derivative formula
 // (runtime/derivatives.cpp, one per op, keyed by OpId) for its inputs' gradients.
 // The formulas are written in kiln ops, so a backward run while tracing is
 // recorded like any other code.
@@ -97,8 +97,10 @@ public:
   // its memory was written since, and the "backward through the graph a second
   // time" one after release().
   Tensor unpack(const Node &owner) const;
-  void release() { data_ = Tensor(); released_ = true; }
-  bool defined() const { return data_.defined() || released_; }
+  void release() {
+    data_ = Tensor();
+    released_ = true;
+  }
 
 private:
   Tensor data_;
@@ -162,7 +164,6 @@ inline bool requires_grad_impl(const Tensor &t) {
   const AutogradMeta *m = t.impl().autograd_meta.get();
   return m && (m->requires_grad || m->grad_fn);
 }
-inline bool requires_grad_ptr(const Tensor *t) { return requires_grad_impl(*t); }
 
 // Whether autograd can want anything on this thread now: one relaxed load until
 // the first requires_grad_(true).

@@ -349,6 +349,7 @@ Grads d_norm(const GradCtx &c) {
 
 // ---- views and movement
 
+// view, reshape, squeeze, unsqueeze: the gradient in the input's shape.
 Grads d_reshape(const GradCtx &c) { return {c.grad().reshape(c.input_sizes[0])}; }
 Grads d_transpose(const GradCtx &c) {
   const attrs::Transpose a{c.attrs};
@@ -376,7 +377,6 @@ Grads d_select(const GradCtx &c) {
   part.copy_(c.grad());
   return {z};
 }
-Grads d_unsqueeze(const GradCtx &c) { return {c.grad().reshape(c.input_sizes[0])}; }
 Grads d_split(const GradCtx &c) {
   const attrs::Split a{c.attrs};
   return {cat(c.grads, a.dim())};
@@ -904,7 +904,7 @@ Derivative make_derivative(OpId id) {
   case OpId::Slice: return formula(d_slice);
   case OpId::Select: return formula(d_select);
   case OpId::Unsqueeze:
-  case OpId::Squeeze: return formula(d_unsqueeze);
+  case OpId::Squeeze: return formula(d_reshape);
   case OpId::Expand: return formula(d_identity); // the engine sums back to the input's shape
   case OpId::AsStrided: return formula(d_as_strided, kIn0);
   case OpId::Contiguous:
