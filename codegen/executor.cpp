@@ -121,6 +121,7 @@ private:
   }
 
   std::vector<Tensor> run_with(CallState &st, const std::vector<Tensor> &inputs) const {
+    NoGradGuard no_grad; // a plan records no backward; write-backs may update parameters that require grad
     const ir::Graph &graph = *g_;
     // Values only kernels read need just their address (no reference count traffic).
     auto bind_fixed = [&](size_t slot, const Tensor &t) {

@@ -93,6 +93,7 @@ public:
     for (const ir::Value *p : g_->params()) env[k++] = p->tensor();
     for (const ir::Value *c : g_->consts()) env[k++] = c->tensor();
     kiln::detail::TracingOff no_trace;
+    NoGradGuard no_grad; // a plan records no backward; write-backs may update parameters that require grad
     const StepObserver *observer = current_step_observer();
     for (const Step &s : steps_) {
       const auto t0 = observer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();

@@ -16,6 +16,7 @@
 
 #include "codegen/executable.h"
 #include "frontend/param_fold.h"
+#include "runtime/autograd_trace.h"
 #include "frontend/symbolize.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
@@ -411,10 +412,16 @@ struct Specialization {
   }
   std::string eager_reason;
 
+  // Whether the traced function ran a backward that accumulated into leaves (a
+  // training step): its graph holds the backward, the gradients' and the
+  // optimizer's write-backs, and it matches only calls with grad mode on.
+  bool trains = false;
+
   // Whether a captured tensor requires grad while grad mode is on: the call
-  // then runs eagerly so its results carry history (compiled code records none).
+  // then runs eagerly so its results carry history (compiled code records
+  // none). A training step's backward is in its graph instead.
   bool captures_grad() const {
-    if (!detail::autograd_active()) [[likely]]
+    if (!detail::autograd_active() || trains) [[likely]]
       return false;
     return std::any_of(params.begin(), params.end(), [](const ParamGuard &p) { return p.live.requires_grad(); });
   }
@@ -423,6 +430,8 @@ struct Specialization {
   // read it when they run, so a plan is right at any count.
   bool matches(const std::vector<Tensor> &in) const {
     if (in.size() != inputs.size()) return false;
+    if (trains && !detail::autograd_active()) [[unlikely]]
+      return false; // under no_grad eager's backward() fails: retrace, and fail as eager
     if (!dim_symbols.empty()) {
       if (!bind_symbols(in).empty()) return false;
     } else {
@@ -684,7 +693,9 @@ struct CompiledFunction::Impl {
       spec->inputs.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
     }
     try {
+      const uint64_t accumulated = detail::traced_accumulations();
       std::shared_ptr<ir::Graph> g = trace_for(*spec, in, dims);
+      spec->trains = detail::traced_accumulations() != accumulated;
       spec->fresh = fresh_outputs(*g);
       const bool symbolic = !g->symbol_hints().empty();
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
@@ -713,6 +724,7 @@ struct CompiledFunction::Impl {
     } catch (const Error &e) {
       if (fallback == Fallback::Off) throw Error(detail::concat("compile @", options.name, ": ", e.what()));
       spec->eager_reason = e.what();
+      spec->trains = false;
       spec->dim_symbols.clear();
       spec->graph = nullptr;
       spec->executable = nullptr;

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "ir/sym_infer.h"
+#include "runtime/autograd.h"
 #include "runtime/ops.h"
 
 namespace kiln::ir {
@@ -45,6 +46,9 @@ public:
   explicit Interpreter(const Graph &g) : g_(g) {}
 
   std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::vector<int64_t> *outer) {
+    // A graph records no backward (a traced training step holds its own), and
+    // its write-backs may update parameters that require grad.
+    NoGradGuard no_grad;
     values_ = check_inputs(g_, inputs, outer);
     for (size_t i = 0; i < inputs.size(); ++i) env_[g_.inputs()[i]] = inputs[i];
     for (const Value *p : g_.params()) env_[p] = p->tensor();

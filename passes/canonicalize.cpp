@@ -117,6 +117,13 @@ Value *cast_same(ir::Graph &, Node &n) {
   return attrs::Cast{n}.dtype() == n.operand(0)->type().dtype ? n.operand(0) : nullptr;
 }
 
+// copy(x, y) -> y when y has x's shape and dtype: the copy overwrites every
+// element of x with y's (a gradient written into its buffer, which the
+// write-back then stores once instead of twice)
+Value *copy_whole(ir::Graph &, Node &n) {
+  return n.operand(1)->type() == n.result()->type() ? n.operand(1) : nullptr;
+}
+
 // contiguous(contiguous(x)) -> contiguous(x)
 Value *contiguous_contiguous(ir::Graph &, Node &n) {
   return producer_is(n.operand(0), OpId::Contiguous) ? n.operand(0) : nullptr;
@@ -140,6 +147,7 @@ const Rule kRules[] = {
     {OpId::Expand, "expand to same shape -> x", expand_same},
     {OpId::Cast, "to(same dtype) -> x", cast_same},
     {OpId::Contiguous, "contiguous(contiguous(x)) -> contiguous(x)", contiguous_contiguous},
+    {OpId::Copy, "copy(x, y of x's type) -> y", copy_whole},
 };
 
 // ---- constant folding: every operand a small constant, every result small.

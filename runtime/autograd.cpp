@@ -10,12 +10,16 @@
 #include "runtime/derivatives.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
+#include "runtime/trace_hook.h"
+#include "runtime/autograd_trace.h"
 
 namespace kiln {
 namespace detail {
 __attribute__((tls_model("initial-exec"))) thread_local bool t_grad_enabled = true;
 thread_local int t_inference_depth = 0;
 std::atomic<bool> g_autograd_used{false};
+thread_local uint64_t t_traced_accumulations = 0;
+uint64_t traced_accumulations() { return t_traced_accumulations; }
 } // namespace detail
 
 namespace autograd {
@@ -30,6 +34,7 @@ Tensor alias_without_history(const Tensor &t) {
   if (!t.defined()) return t;
   Tensor a = kiln::detail::make_view(t, t.sizes(), t.strides(), t.storage_offset());
   a.impl().wrapped_number = t.impl().wrapped_number;
+  a.impl().trace = t.impl().trace; // while tracing, the alias is the same traced value
   return a;
 }
 
@@ -181,6 +186,8 @@ public:
   static void accumulate(AutogradMeta &m, const Tensor &g) {
     if (!g.defined()) return;
     const bool graph = GradMode::is_enabled();
+    if (kiln::detail::tracing()) [[unlikely]]
+      return accumulate_traced(m, g, graph);
     if (!m.grad.defined()) {
       // A copy: g may be a view of another gradient or of a value the caller holds.
       if (graph) m.grad = g;
@@ -189,6 +196,26 @@ public:
     }
     if (graph || m.grad.impl().autograd_meta) {
       m.grad = m.grad + g;
+      return;
+    }
+    add_(m.grad, g);
+  }
+
+  // While tracing (a compiled training step), g is a traced value and the
+  // leaf's grad must stay a real tensor the compiled code keeps writing: the
+  // first gradient goes into a real buffer allocated now (zeros, should the
+  // trace fail), and every gradient is added in place, which the tracer turns
+  // into a write-back.
+  static void accumulate_traced(AutogradMeta &m, const Tensor &g, bool graph) {
+    if (graph || (m.grad.defined() && m.grad.impl().autograd_meta))
+      throw TraceError("backward: create_graph (a gradient with history) cannot be compiled yet");
+    ++kiln::detail::t_traced_accumulations;
+    if (!m.grad.defined()) {
+      {
+        kiln::detail::TracingOff off;
+        m.grad = zeros(g.sizes(), TensorOptions().dtype(g.dtype()));
+      }
+      copy_(m.grad, g);
       return;
     }
     add_(m.grad, g);

@@ -5,6 +5,7 @@
 #include "runtime/autograd.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
+#include "runtime/trace_hook.h"
 
 namespace kiln::optim {
 
@@ -45,7 +46,8 @@ Tensor Optimizer::step(const LossClosure &closure) {
 }
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffer_(params_.size()) {
+    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffer_(params_.size()),
+      momentum_started_(params_.size()) {
   const SGDOptions &o = options_;
   KILN_CHECK(o.lr() >= 0, "SGD: Invalid learning rate: ", o.lr());
   KILN_CHECK(o.momentum() >= 0, "SGD: Invalid momentum value: ", o.momentum());
@@ -54,15 +56,34 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
              "SGD: Nesterov momentum requires a momentum and zero dampening");
 }
 
+namespace {
+// Zeros like t, allocated outside any trace: optimizer state that a compiled
+// step reads and writes back.
+Tensor real_zeros(IntArrayRef sizes, DType dtype) {
+  detail::TracingOff off;
+  return zeros(sizes, TensorOptions().dtype(dtype));
+}
+} // namespace
+
 // torch.optim.SGD: g += wd p; b = mu b + (1 - dampening) g (b = g at the first step);
 // g = nesterov ? g + mu b : b; p -= lr g.
 void SGD::update(size_t i, Tensor &param, const Tensor &grad) {
   const SGDOptions &o = options_;
   Tensor g = o.weight_decay() != 0 ? grad + param * o.weight_decay() : grad;
   if (o.momentum() != 0) {
-    Tensor &buf = momentum_buffer_[i];
-    if (!buf.defined()) {
-      buf = g.clone();
+    Tensor &buf = momentum_buffer_[i], &started = momentum_started_[i];
+    if (detail::tracing()) {
+      // The first-step branch as data: a compiled step takes it while the flag is false.
+      if (!buf.defined()) {
+        buf = real_zeros(param.sizes(), param.dtype());
+        started = real_zeros({}, kBool);
+      }
+      buf.copy_(where(started, buf * o.momentum() + g * (1 - o.dampening()), g));
+      started.fill_(true);
+    } else if (!buf.defined() || !started.item<bool>()) {
+      if (buf.defined()) buf.copy_(g);
+      else buf = g.clone();
+      started = full({}, true, TensorOptions().dtype(kBool));
     } else {
       buf.mul_(o.momentum());
       buf.add_(g, 1 - o.dampening());
@@ -86,30 +107,33 @@ AdamBase::AdamBase(std::vector<Tensor> params, Hyper h, const char *name)
 // max (amsgrad). Adam adds wd p to g; AdamW multiplies p by 1 - lr wd first.
 void AdamBase::update(size_t i, Tensor &param, const Tensor &grad) {
   State &s = state_[i];
-  ++s.step;
+  if (!s.step.defined()) {
+    s.step = real_zeros({}, kFloat64);
+    s.exp_avg = real_zeros(param.sizes(), param.dtype());
+    s.exp_avg_sq = real_zeros(param.sizes(), param.dtype());
+    if (h_.amsgrad) s.max_exp_avg_sq = real_zeros(param.sizes(), param.dtype());
+  }
+  s.step.add_(1);
   Tensor g = grad;
   if (h_.weight_decay != 0) {
     if (h_.decoupled) param.mul_(1 - h_.lr * h_.weight_decay);
     else g = grad + param * h_.weight_decay;
   }
-  if (!s.exp_avg.defined()) {
-    s.exp_avg = zeros_like(param);
-    s.exp_avg_sq = zeros_like(param);
-    if (h_.amsgrad) s.max_exp_avg_sq = zeros_like(param);
-  }
   s.exp_avg.mul_(h_.beta1);
   s.exp_avg.add_(g, 1 - h_.beta1);
   s.exp_avg_sq.mul_(h_.beta2);
   s.exp_avg_sq.add_(g * g, 1 - h_.beta2);
-  const double bc1 = 1 - std::pow(h_.beta1, double(s.step));
-  const double bc2 = 1 - std::pow(h_.beta2, double(s.step));
+  // The bias corrections 1 - beta^t from the step tensor, in float64, eager
+  // and compiled alike (as exp(t ln beta): exp compiles, a scalar's pow does not).
+  const Tensor bc1 = 1.0 - exp(s.step * std::log(h_.beta1));
+  const Tensor bc2 = 1.0 - exp(s.step * std::log(h_.beta2));
   Tensor v = s.exp_avg_sq;
   if (h_.amsgrad) {
     s.max_exp_avg_sq.copy_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
     v = s.max_exp_avg_sq;
   }
-  Tensor denom = sqrt(v) / std::sqrt(bc2) + h_.eps;
-  param.add_(s.exp_avg / denom, -h_.lr / bc1);
+  Tensor denom = sqrt(v) / sqrt(bc2) + h_.eps;
+  param.sub_(s.exp_avg / denom * (h_.lr / bc1));
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o)

@@ -8,6 +8,11 @@
 // torch.optim's documentation), keeping per-parameter state (momentum buffers,
 // Adam's moments and step count). zero_grad() resets each grad to undefined,
 // as torch's default set_to_none = true does.
+//
+// Under kiln::compile (a whole training step traced as one graph), state is
+// allocated as real tensors outside the trace and updated in place, so every
+// update becomes a write-back; the step count and "first step" flags are
+// tensors, so the compiled step needs no Python-style guard on them.
 #pragma once
 
 #include <functional>
@@ -83,7 +88,9 @@ public:
 private:
   void update(size_t i, Tensor &param, const Tensor &g) override;
   SGDOptions options_;
-  std::vector<Tensor> momentum_buffer_;
+  // Per parameter: the momentum buffer, and a 0-dim bool of whether it holds a
+  // first step's gradient yet (a tensor, so compiled steps read and set it).
+  std::vector<Tensor> momentum_buffer_, momentum_started_;
 };
 
 // Adam and AdamW share the moments; AdamW decays the weights directly (decoupled).
@@ -98,9 +105,10 @@ protected:
   Hyper h_;
 
 private:
+  // The step count is a 0-dim float64 tensor (torch's capturable form): a
+  // compiled training step increments it and reads it in the bias corrections.
   struct State {
-    int64_t step = 0;
-    Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+    Tensor step, exp_avg, exp_avg_sq, max_exp_avg_sq;
   };
   std::vector<State> state_;
 };

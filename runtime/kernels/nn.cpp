@@ -339,18 +339,10 @@ Tensor batch_norm_forward(const Tensor &x, const Tensor &weight, const Tensor &b
 
 Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, const Tensor &running_mean,
                   const Tensor &running_var, bool training, double momentum, double eps) {
-  if (detail::tracing()) [[unlikely]] {
-    check_batch_norm(x, weight, bias, running_mean, running_var, training);
-    const attrs::BatchNormArgs a{.training = training, .momentum = momentum, .eps = eps};
-    Tensor out = detail::trace_op(OpId::BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var),
-                                  a.to_attrs());
-    if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
-    return out;
-  }
   if (detail::autograd_wants(KILN_NN_INPUTS(x, weight, bias))) [[unlikely]] {
     // Autograd: the forward (and the running statistics' update) without it,
-    // then one node. In training mode the node keeps no running statistics: the
-    // update just wrote them, and the formula reads the batch's.
+    // traced or not, then one node. In training mode the node keeps no running
+    // statistics: the update just wrote them, and the formula reads the batch's.
     Tensor out;
     {
       NoGradGuard off;
@@ -362,6 +354,14 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
                       {x, weight, bias, training ? Tensor() : running_mean, training ? Tensor() : running_var},
                       a.to_attrs(), outs);
     return outs[0];
+  }
+  if (detail::tracing()) [[unlikely]] {
+    check_batch_norm(x, weight, bias, running_mean, running_var, training);
+    const attrs::BatchNormArgs a{.training = training, .momentum = momentum, .eps = eps};
+    Tensor out = detail::trace_op(OpId::BatchNorm, KILN_NN_INPUTS(x, weight, bias, running_mean, running_var),
+                                  a.to_attrs());
+    if (training) trace_running_stats_update(x, running_mean, running_var, momentum);
+    return out;
   }
   if (detail::any_reduced_float(KILN_NN_INPUTS(x, weight, bias, running_mean, running_var))) [[unlikely]] {
     // In float32, as torch's kernel computes; the running statistics are updated in their own dtype.
