@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 
@@ -46,7 +47,45 @@ double time_us(const ModelFn &fn, const std::vector<Tensor> &inputs, int warmup,
   return us[us.size() / 2];
 }
 
-int example_main(const std::string &name, int, char **) {
+namespace {
+double max_param_diff(const std::vector<Tensor> &a, const std::vector<Tensor> &b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d = std::max(d, amax(abs(a[i].detach().to(kFloat64) - b[i].detach().to(kFloat64))).item<double>());
+  return d;
+}
+
+// A training example: two copies made alike train side by side, one eagerly
+// and one compiled, over the same batches; each epoch prints both mean losses.
+int train_main(const Example &ex, int epochs) {
+  Workload e = ex.make(), c = ex.make();
+  CompiledFunction step = compile(c.fn, CompileOptions{.name = ex.name});
+  std::cout << ex.name << ": " << ex.description << "\n";
+  std::printf("  accuracy before training: %.3f\n", e.accuracy());
+  int64_t steps = 0;
+  for (int epoch = 1; epoch <= epochs; ++epoch) {
+    double le = 0, lc = 0;
+    for (const std::vector<Tensor> &batch : e.batches) {
+      le += e.fn(batch).at(0).item<double>();
+      lc += step(batch).at(0).item<double>();
+      ++steps;
+    }
+    const double n = double(e.batches.size());
+    if (epoch == 1 || epoch % 5 == 0 || epoch == epochs)
+      std::printf("  epoch %3d  loss eager %.5f  compiled %.5f\n", epoch, le / n, lc / n);
+  }
+  std::printf("  accuracy after %d epochs: eager %.3f, compiled %.3f\n", epochs, e.accuracy(), c.accuracy());
+  std::printf("  max |eager - compiled| over the parameters after %lld steps: %.3g\n", (long long)steps,
+              max_param_diff(e.params, c.params));
+  const double te = time_us(e.fn, e.inputs);
+  const double tc = time_us([&](const std::vector<Tensor> &in) { return step(in); }, c.inputs);
+  std::printf("  step: eager %.1f us, compiled %.1f us (%.2fx, %d threads); compiled calls that ran eagerly: %lld\n", te,
+              tc, te / tc, get_num_threads(), (long long)step.stats().eager_calls);
+  return 0;
+}
+} // namespace
+
+int example_main(const std::string &name, int argc, char **argv) {
   try {
     const Example *ex = find_example(name);
     if (!ex) {
@@ -54,6 +93,7 @@ int example_main(const std::string &name, int, char **) {
       return 2;
     }
     Workload w = ex->make();
+    if (!w.params.empty()) return train_main(*ex, argc > 1 ? std::atoi(argv[1]) : 30);
     std::vector<Tensor> out = w.fn(w.inputs);
     std::cout << name << ": " << ex->description << "\n";
     for (size_t i = 0; i < out.size(); ++i)

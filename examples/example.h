@@ -14,9 +14,16 @@ namespace kiln::examples {
 using ModelFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
 
 // A model function with its inputs; the weights it captured live in the closure.
+// A training step (zero_grad, forward, loss, backward, optimizer step) also
+// names the parameters it updates, the epoch's batches and an accuracy: its
+// calls change state, so `kiln bench` and the sample program compare eager and
+// compiled training from two copies made alike (bench_training_row).
 struct Workload {
   ModelFn fn;
-  std::vector<Tensor> inputs;
+  std::vector<Tensor> inputs;                // one batch of a training step
+  std::vector<Tensor> params;                // non-empty: fn is a training step
+  std::vector<std::vector<Tensor>> batches;  // an epoch (training steps)
+  std::function<double()> accuracy;          // on the whole dataset, with params as they are
 };
 
 struct Example {

@@ -16,6 +16,7 @@
 #include "codegen/jit.h"
 #include "frontend/trace.h"
 #include "ir/graph.h"
+#include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/ops.h"
@@ -208,43 +209,30 @@ int64_t bytes_moved_estimate(const ir::Graph &g) {
 
 namespace {
 
-// The compiled half of a row (everything after the eager timing), with the
-// current contraction path.
-void bench_compiled(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> &inputs,
-                    const std::vector<Tensor> &eager_out, const BenchOptions &options) {
-  row.gemm = std::string(gemm::path_name(gemm::path()));
-  // Cold and warm compiles each get a fresh Jit (created outside the timed
-  // region) over one temporary disk cache: the cold one compiles every kernel
-  // and fills the cache, the warm one finds them all there, as a second process
-  // would.
-  std::vector<Tensor> compiled_out;
-  double t;
-  {
-    TempCacheDir dir;
-    codegen::JitOptions jo;
-    jo.cache_dir = dir.str();
-    auto cold = std::make_unique<codegen::Jit>(jo);
-    t = now_us();
-    row.compile_ms_cold = first_call_ms_with(*cold, fn, inputs, &compiled_out);
-    report(options, "compile cold", t);
-    cold.reset();
-    codegen::Jit warm(jo);
-    t = now_us();
-    row.compile_ms_warm = first_call_ms_with(warm, fn, inputs, nullptr);
-    report(options, "compile warm", t);
-    row.warm_kernels_compiled = warm.stats().compiles;
-  }
-
+// Cold and warm compiles each get a fresh Jit (created outside the timed
+// region) over one temporary disk cache: the cold one compiles every kernel
+// and fills the cache, the warm one finds them all there, as a second process
+// would.
+void compile_costs(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                   std::vector<Tensor> *compiled_out, const BenchOptions &options) {
+  TempCacheDir dir;
+  codegen::JitOptions jo;
+  jo.cache_dir = dir.str();
+  auto cold = std::make_unique<codegen::Jit>(jo);
+  double t = now_us();
+  row.compile_ms_cold = first_call_ms_with(*cold, fn, inputs, compiled_out);
+  report(options, "compile cold", t);
+  cold.reset();
+  codegen::Jit warm(jo);
   t = now_us();
-  CompiledFunction f = compile(fn);
-  compiled_out = f(inputs);
-  output_diffs(compiled_out, eager_out, row);
-  row.compiled_us = median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options);
-  report(options, "compiled", t);
-  if (options.on_step) {
-    codegen::ScopedStepObserver observe(options.on_step);
-    f(inputs);
-  }
+  row.compile_ms_warm = first_call_ms_with(warm, fn, inputs, nullptr);
+  report(options, "compile warm", t);
+  row.warm_kernels_compiled = warm.stats().compiles;
+}
+
+// What a row derives from its timings and from f's plan.
+void plan_stats(BenchRow &row, const CompiledFunction &f, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                const BenchOptions &options) {
   row.speedup = row.compiled_us > 0 ? row.eager_us / row.compiled_us : 0;
   row.kernels = f.kernels_per_call(inputs);
   if (auto g = f.graph_for(inputs)) row.bytes_moved = bytes_moved_estimate(*g);
@@ -257,6 +245,26 @@ void bench_compiled(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> 
   if (row.flops <= 0 || row.compiled_us <= 0) return;
   row.gflops = double(row.flops) / (row.compiled_us * 1e3);
   if (options.fma_gflops > 0) row.fma_fraction = row.gflops / options.fma_gflops;
+}
+
+// The compiled half of a row (everything after the eager timing), with the
+// current contraction path.
+void bench_compiled(BenchRow &row, const ModelFn &fn, const std::vector<Tensor> &inputs,
+                    const std::vector<Tensor> &eager_out, const BenchOptions &options) {
+  row.gemm = std::string(gemm::path_name(gemm::path()));
+  std::vector<Tensor> compiled_out;
+  compile_costs(row, fn, inputs, &compiled_out, options);
+  double t = now_us();
+  CompiledFunction f = compile(fn);
+  compiled_out = f(inputs);
+  output_diffs(compiled_out, eager_out, row);
+  row.compiled_us = median_us([&](const std::vector<Tensor> &in) { return f(in); }, inputs, options);
+  report(options, "compiled", t);
+  if (options.on_step) {
+    codegen::ScopedStepObserver observe(options.on_step);
+    f(inputs);
+  }
+  plan_stats(row, f, fn, inputs, options);
 }
 
 } // namespace
@@ -283,6 +291,70 @@ std::vector<BenchRow> bench_rows(const std::string &name, const ModelFn &fn, con
 BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,
                    const BenchOptions &options) {
   return bench_rows(name, fn, inputs, {gemm::path()}, options).front();
+}
+
+namespace {
+// The bytes one call of fn allocates at its peak above the level before it.
+int64_t peak_bytes_of_call(const ModelFn &fn, const std::vector<Tensor> &inputs) {
+  reset_peak_memory_stats();
+  fn(inputs);
+  return allocator_stats().peak_allocated_bytes;
+}
+} // namespace
+
+BenchRow bench_training_row(const std::string &name, const std::function<TrainingSetup()> &make,
+                            const BenchOptions &options) {
+  KILN_CHECK(options.iters >= 1 && options.warmup >= 0, "bench: iters must be >= 1 and warmup >= 0");
+  BenchRow row;
+  row.name = name;
+  row.gemm = std::string(gemm::path_name(gemm::path()));
+  // Agreement: two copies made alike, trained the same number of steps.
+  {
+    TrainingSetup e = make(), c = make();
+    KILN_CHECK(e.params.size() == c.params.size() && !e.params.empty(),
+               "bench ", name, ": a training setup names no parameters, or its copies differ");
+    CompiledFunction f = compile(c.step);
+    for (int i = 0; i < kTrainingCheckSteps; ++i) {
+      e.step(e.inputs);
+      f(c.inputs);
+    }
+    output_diffs(c.params, e.params, row);
+  }
+  TrainingSetup e = make();
+  double t = now_us();
+  row.eager_us = median_us(e.step, e.inputs, options);
+  report(options, "eager", t);
+  row.eager_peak_bytes = peak_bytes_of_call(e.step, e.inputs);
+  {
+    TrainingSetup fresh = make();
+    compile_costs(row, fresh.step, fresh.inputs, nullptr, options);
+  }
+  TrainingSetup c = make();
+  t = now_us();
+  CompiledFunction f = compile(c.step);
+  f(c.inputs);
+  row.compiled_us = median_us([&](const std::vector<Tensor> &in) { return f(in); }, c.inputs, options);
+  report(options, "compiled", t);
+  row.compiled_peak_bytes = peak_bytes_of_call([&](const std::vector<Tensor> &in) { return f(in); }, c.inputs) +
+                            f.stats().peak_arena_bytes;
+  if (options.on_step) {
+    codegen::ScopedStepObserver observe(options.on_step);
+    f(c.inputs);
+  }
+  TrainingSetup traced = make(); // tracing runs the step's Python-side effects (zero_grad) on its copy
+  plan_stats(row, f, traced.step, traced.inputs, options);
+  return row;
+}
+
+std::vector<BenchRow> bench_training_rows(const std::string &name, const std::function<TrainingSetup()> &make,
+                                          const std::vector<gemm::Path> &paths, const BenchOptions &options) {
+  KILN_CHECK(!paths.empty(), "bench: no contraction path to measure");
+  std::vector<BenchRow> rows;
+  for (gemm::Path p : paths) {
+    ScopedGemmPath use(p);
+    rows.push_back(bench_training_row(name, make, options));
+  }
+  return rows;
 }
 
 namespace {
@@ -368,7 +440,10 @@ void write_bench_json(std::ostream &os, int threads, double stream_gbps, double 
        << ", \"bandwidth_fraction\": " << json_number(r.bandwidth_fraction)
        << ", \"max_abs_diff\": " << json_number(r.max_abs_diff)
        << ", \"max_rel_diff\": " << json_number(r.max_rel_diff) << ", \"flops\": " << r.flops
-       << ", \"gflops\": " << json_number(r.gflops) << ", \"fma_fraction\": " << json_number(r.fma_fraction) << "}";
+       << ", \"gflops\": " << json_number(r.gflops) << ", \"fma_fraction\": " << json_number(r.fma_fraction);
+    if (r.eager_peak_bytes > 0 || r.compiled_peak_bytes > 0)
+      os << ", \"eager_peak_bytes\": " << r.eager_peak_bytes << ", \"compiled_peak_bytes\": " << r.compiled_peak_bytes;
+    os << "}";
   }
   os << "\n]}\n";
 }

@@ -72,7 +72,32 @@ struct BenchRow {
   int64_t flops = 0;
   double gflops = std::numeric_limits<double>::quiet_NaN();
   double fma_fraction = std::numeric_limits<double>::quiet_NaN();
+  // Training rows (bench_training_row): bytes one steady-state step allocates
+  // at its peak, above what was allocated before it: eager's through the
+  // caching allocator; compiled's the same plus the plan's arena (held between
+  // calls). 0 for other rows.
+  int64_t eager_peak_bytes = 0;
+  int64_t compiled_peak_bytes = 0;
 };
+
+// A training step and what it updates: fn changes params (and optimizer
+// state) in place, so eager and compiled each train a copy of their own.
+struct TrainingSetup {
+  ModelFn step;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> params;
+};
+
+// A training step's row: eager and compiled step times, each on its own copy
+// from `make` (copies made alike: same seed), compile costs on further copies,
+// max_abs_diff / max_rel_diff between the parameters of two copies after
+// kTrainingCheckSteps eager and compiled steps, and each path's peak memory.
+inline constexpr int kTrainingCheckSteps = 10;
+BenchRow bench_training_row(const std::string &name, const std::function<TrainingSetup()> &make,
+                            const BenchOptions &options = {});
+// One row per contraction path, as bench_rows.
+std::vector<BenchRow> bench_training_rows(const std::string &name, const std::function<TrainingSetup()> &make,
+                                          const std::vector<gemm::Path> &paths, const BenchOptions &options = {});
 
 // One row, compiled with the current contraction path (codegen::gemm::path()).
 BenchRow bench_row(const std::string &name, const ModelFn &fn, const std::vector<Tensor> &inputs,

@@ -141,8 +141,22 @@ void *thread_scratch(ScratchSlot slot, size_t nbytes) {
   return p;
 }
 
+namespace {
+std::atomic<bool> g_count_bytes{false};
+std::atomic<int64_t> g_allocated{0}, g_peak{0};
+
+void count_alloc(size_t cls) {
+  const int64_t now = g_allocated.fetch_add(int64_t(cls), std::memory_order_relaxed) + int64_t(cls);
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+} // namespace
+
 void *cached_alloc(size_t nbytes) {
   size_t cls = size_class(nbytes ? nbytes : 1);
+  if (g_count_bytes.load(std::memory_order_relaxed)) [[unlikely]]
+    count_alloc(cls);
   if (cls <= kSmallMax) {
     if (!t_cache_dead) {
       register_reaper();
@@ -159,6 +173,8 @@ void *cached_alloc(size_t nbytes) {
 void cached_free(void *p, size_t nbytes) {
   if (!p) return;
   size_t cls = size_class(nbytes ? nbytes : 1);
+  if (g_count_bytes.load(std::memory_order_relaxed)) [[unlikely]]
+    g_allocated.fetch_sub(int64_t(cls), std::memory_order_relaxed);
   if (cls <= kSmallMax) {
     int c = ThreadCache::index(cls);
     if (!t_cache_dead && t_cache.count[c] < kSmallPerClass) {
@@ -175,9 +191,17 @@ void cached_free(void *p, size_t nbytes) {
 AllocatorStats allocator_stats() {
   AllocatorStats s;
   s.system_allocs = g_system_allocs.load();
+  s.allocated_bytes = g_allocated.load();
+  s.peak_allocated_bytes = g_peak.load();
   std::lock_guard<std::mutex> lock(pool().mu);
   s.cached_bytes = pool().bytes;
   return s;
+}
+
+void reset_peak_memory_stats() {
+  g_allocated.store(0);
+  g_peak.store(0);
+  g_count_bytes.store(true);
 }
 
 void empty_cache() {

@@ -18,8 +18,17 @@ void cached_free(void *p, size_t nbytes);
 struct AllocatorStats {
   uint64_t system_allocs = 0; // blocks the cache had to get from the system allocator
   size_t cached_bytes = 0;    // bytes held in the shared pool now
+  // Since the last reset_peak_memory_stats() (zeros before the first): bytes
+  // handed out minus bytes given back (may dip below zero: blocks allocated
+  // before the reset are freed after it), and the highest that reached.
+  int64_t allocated_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
 };
 AllocatorStats allocator_stats();
+// Starts (or restarts) counting allocated bytes and their peak from zero, as
+// torch.cuda.reset_peak_memory_stats does; counting stays on from then (one
+// relaxed atomic add per allocation and free), off before the first call.
+void reset_peak_memory_stats();
 // Returns every cached block of the shared pool and this thread's cache (and
 // its scratch buffers) to the system.
 void empty_cache();

@@ -367,8 +367,11 @@ int cmd_run(const Args &o) {
   const kiln::examples::Example ex = example_or_file(o);
   kiln::examples::Workload w = ex.make();
   std::vector<Tensor> eager = w.fn(w.inputs);
-  kiln::CompiledFunction f = kiln::compile(w.fn);
-  std::vector<Tensor> compiled = f(w.inputs);
+  // A training step changes its parameters: the compiled step runs on a twin
+  // made alike, so both take the same first step.
+  kiln::examples::Workload twin = w.params.empty() ? w : ex.make();
+  kiln::CompiledFunction f = kiln::compile(twin.fn);
+  std::vector<Tensor> compiled = f(twin.inputs);
   const std::vector<Tensor> &shown = o.mode == "eager" ? eager : compiled;
   std::printf("%s: %s\n", ex.name.c_str(), ex.description.c_str());
   for (size_t i = 0; i < shown.size(); ++i) {
@@ -380,7 +383,7 @@ int cmd_run(const Args &o) {
   if (o.mode == "both") std::printf("  checksum (eager): %.6f\n", kiln::examples::checksum(eager));
   std::printf("  max abs difference compiled vs eager: %.3g\n", max_abs_diff(compiled, eager));
   std::printf("  threads: %d, kernels per compiled call: %lld\n", kiln::get_num_threads(),
-              (long long)f.kernels_per_call(w.inputs));
+              (long long)f.kernels_per_call(twin.inputs));
   return 0;
 }
 
@@ -714,10 +717,25 @@ int cmd_bench(const Args &o) {
       };
     t = ChromeTrace::now_us();
     kiln::examples::Workload w = todo[i].make();
-    for (kiln::BenchRow &r : kiln::bench_rows(name, w.fn, w.inputs, paths, bo)) {
+    std::vector<kiln::BenchRow> made;
+    if (w.params.empty()) {
+      made = kiln::bench_rows(name, w.fn, w.inputs, paths, bo);
+    } else {
+      // A training step: each measurement trains a copy of its own.
+      const kiln::examples::Example &ex = todo[i];
+      auto make = [&ex] {
+        kiln::examples::Workload c = ex.make();
+        return kiln::TrainingSetup{c.fn, c.inputs, c.params};
+      };
+      made = kiln::bench_training_rows(name, make, paths, bo);
+    }
+    for (kiln::BenchRow &r : made) {
       std::fprintf(stderr, "[%zu/%zu] %s: eager %.1f us, compiled %.1f us (%.2fx), gemm %s", i + 1, todo.size(),
                    r.name.c_str(), r.eager_us, r.compiled_us, r.speedup, r.gemm.c_str());
       if (std::isfinite(r.gflops)) std::fprintf(stderr, ", %.1f GFLOP/s", r.gflops);
+      if (r.eager_peak_bytes > 0)
+        std::fprintf(stderr, ", peak memory eager %.2f MiB, compiled %.2f MiB", double(r.eager_peak_bytes) / 1048576,
+                     double(r.compiled_peak_bytes) / 1048576);
       std::fprintf(stderr, "\n");
       rows.push_back(std::move(r));
     }

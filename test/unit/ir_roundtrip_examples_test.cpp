@@ -16,6 +16,9 @@ using namespace kiln::testing;
 TEST(IrRoundTripExamples, TracedGraphsRoundTripAndRun) {
   for (const examples::Example &e : examples::all_examples()) {
     examples::Workload w = e.make();
+    // A training step's calls change its parameters: its numerics are checked
+    // against a twin in training_examples_test; here the graph round-trips and runs.
+    const bool training = !w.params.empty();
     std::vector<Tensor> want = w.fn(copies(w.inputs));
     auto g = trace(w.fn, w.inputs);
     for (int stage = 0; stage < 2; ++stage) {
@@ -33,7 +36,8 @@ TEST(IrRoundTripExamples, TracedGraphsRoundTripAndRun) {
       EXPECT_EQ(ir::structural_hash(*g), ir::structural_hash(*p)) << e.name;
       ASSERT_NO_THROW(ir::verify(*p)) << e.name;
       for (size_t i = 0; i < g->params().size(); ++i) p->bind_param(p->params()[i], g->params()[i]->tensor());
-      EXPECT_TRUE(all_close(ir::interpret(*p, copies(w.inputs)), want, 1e-4)) << e.name << "\n" << text;
+      std::vector<Tensor> got = ir::interpret(*p, copies(w.inputs));
+      if (!training) EXPECT_TRUE(all_close(got, want, 1e-4)) << e.name << "\n" << text;
     }
   }
 }
