@@ -88,8 +88,28 @@ Value *alias_source(const Node &n, size_t result) {
   return nullptr;
 }
 
+namespace {
+// Whether v is dense row-major wherever it lives: stack, cat and full make
+// their results so, and a fusion group writes a fresh result in its type's
+// layout (dense when the type names no strides). A reshape of it is a view.
+// (Were it not, the reshape would copy into memory of its own, outside the
+// arena: slower, never wrong.)
+bool always_contiguous(const Value *v) {
+  const Node *p = v ? v->producer() : nullptr;
+  if (!p || v->type().strides) return false;
+  if (p->kind() == Node::Kind::FusionGroup) {
+    const auto &rs = p->results();
+    const size_t r = size_t(std::find(rs.begin(), rs.end(), v) - rs.begin());
+    return r < rs.size() && !alias_source(*p, r);
+  }
+  return p->kind() == Node::Kind::Op && (p->op() == OpId::Stack || p->op() == OpId::Cat || p->op() == OpId::Full);
+}
+} // namespace
+
 bool may_copy(const Node &n) {
-  return n.kind() == Node::Kind::Op && (n.op() == OpId::Reshape || n.op() == OpId::Contiguous);
+  if (n.kind() != Node::Kind::Op) return false;
+  if (n.op() == OpId::Contiguous) return true;
+  return n.op() == OpId::Reshape && !always_contiguous(n.operand(0));
 }
 
 Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {

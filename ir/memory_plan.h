@@ -25,7 +25,8 @@ class Value;
 inline constexpr int64_t kArenaAlignment = 64;
 
 struct BufferAssignment {
-  int64_t buffer = 0; // values with the same buffer reuse the same bytes at different times
+  int64_t buffer = 0; // values with the same buffer are computed in place over each other; other buffers
+                      // live at different times may share bytes too (overlapping offsets)
   int64_t offset = 0; // from the arena start, a multiple of kArenaAlignment
   int64_t size = 0;   // bytes reserved (>= the value's bytes)
 };

@@ -1,11 +1,15 @@
 // plan-memory: places every intermediate buffer of the graph in one arena
 // whose size is fixed at compile time (shapes are static per specialization).
 //
-// Walks the nodes in execution order with a pool of buffers (arena regions).
-// A value takes, in order of preference: the buffer of an operand it may
-// overwrite in place (a fusion group reading that operand for the last time at
-// the index it writes, ir::Liveness::in_place_ok); the smallest free buffer
-// that fits; a new buffer at the arena's end.
+// Two steps. First, walking the nodes in execution order, each value joins the
+// buffer of an operand it may overwrite in place (a fusion group reading that
+// operand for the last time at the index it writes, ir::Liveness::in_place_ok)
+// or starts a buffer of its own; a buffer is live from its first value's
+// producer to the last reader of its last value (and of every view of it).
+// Then the buffers get offsets, largest first, each at the lowest offset where
+// it overlaps no placed buffer that is live at the same time (greedy by size:
+// a training step's big backward temporaries then reuse the bytes of forward
+// values that died, whatever their sizes).
 //
 // In place is on in "plan-memory" (the default pipeline's) and in its old
 // name "plan-memory-inplace"; "plan-memory-no-inplace" turns it off. The
@@ -17,12 +21,13 @@
 // groups compute in place, over the result of another group: the executor
 // runs a plain node eagerly, and an eager op never writes over its operand
 // (its slot would go unused).
-// A buffer is free once the last reader of its value and of every view of it
-// has run. Graph outputs (and values a graph output views) stay out of the
-// arena: the caller keeps them after the call.
+// Graph outputs (and values a graph output views) stay out of the arena: the
+// caller keeps them after the call.
 #include "ir/memory_plan.h"
 #include "passes/rewrite.h"
 #include "passes/plan_memory.h"
+
+#include <algorithm>
 
 #include <spdlog/spdlog.h>
 
@@ -36,9 +41,10 @@ using ir::BufferAssignment;
 using ir::Value;
 
 struct Buffer {
-  int64_t offset = 0, size = 0;
-  int64_t busy_until = -1; // last node index reading the current occupant
-  const Value *occupant = nullptr;
+  int64_t size = 0;
+  int64_t first = 0, last = 0;   // node indices: first value's producer, last reader of the last value
+  const Value *tail = nullptr;   // the value computed last into it
+  int64_t offset = -1;
 };
 
 class Planner {
@@ -49,29 +55,33 @@ public:
     const auto &nodes = live_.nodes();
     for (int64_t i = 0; i < int64_t(nodes.size()); ++i) {
       const ir::Node &n = *nodes[size_t(i)];
-      for (size_t r = 0; r < n.results().size(); ++r) place(i, n, r);
+      for (size_t r = 0; r < n.results().size(); ++r) assign(i, n, r);
     }
-    plan_.peak_bytes = top_;
+    place_buffers();
+    for (auto &[v, a] : plan_.entries) {
+      const Buffer &buf = buffers_[size_t(a.buffer)];
+      a.offset = buf.offset;
+      a.size = buf.size;
+      plan_.peak_bytes = std::max(plan_.peak_bytes, buf.offset + buf.size);
+    }
     return std::move(plan_);
   }
 
 private:
-  void place(int64_t i, const ir::Node &n, size_t r) {
+  void assign(int64_t i, const ir::Node &n, size_t r) {
     Value *v = n.result(r);
     const ir::LiveRange *range = live_.range(v);
     if (!range || range->escapes || ir::value_bytes(v) == 0) return;
     int64_t want = ir::align_arena(ir::value_bytes(v));
     int64_t b = in_place_ ? in_place(i, n, r, want) : -1;
-    if (b < 0) b = best_fit(i, want);
     if (b < 0) {
       b = int64_t(buffers_.size());
-      buffers_.push_back(Buffer{top_, want, -1, nullptr});
-      top_ += want;
+      buffers_.push_back(Buffer{want, i, i, nullptr});
     }
     Buffer &buf = buffers_[size_t(b)];
-    buf.busy_until = range->last;
-    buf.occupant = v;
-    plan_.entries.emplace_back(v, BufferAssignment{b, buf.offset, buf.size});
+    buf.last = std::max(buf.last, range->last);
+    buf.tail = v;
+    plan_.entries.emplace_back(v, BufferAssignment{b, 0, 0});
   }
 
   // The buffer of an operand that node i reads for the last time and may overwrite.
@@ -87,7 +97,7 @@ private:
       if (!range || range->last != i) continue;
       for (size_t b = 0; b < buffers_.size(); ++b) {
         const Buffer &buf = buffers_[b];
-        if (buf.occupant != op || buf.busy_until != i || buf.size < want) continue;
+        if (buf.tail != op || buf.last != i || buf.size < want) continue;
         if (!live_.in_place_ok(i, r, op)) break;
         log()->debug("plan-memory: %{} reuses the buffer of %{} in place", n.result(r)->name(), op->name());
         return int64_t(b);
@@ -96,21 +106,36 @@ private:
     return -1;
   }
 
-  // The smallest buffer free before node i that holds `want` bytes.
-  int64_t best_fit(int64_t i, int64_t want) const {
-    int64_t best = -1;
-    for (size_t b = 0; b < buffers_.size(); ++b) {
-      const Buffer &buf = buffers_[b];
-      if (buf.busy_until >= i || buf.size < want) continue;
-      if (best < 0 || buf.size < buffers_[size_t(best)].size) best = int64_t(b);
+  // Offsets, largest buffer first: the lowest offset where a buffer fits
+  // between the placed buffers live at the same time as it.
+  void place_buffers() {
+    std::vector<size_t> order(buffers_.size());
+    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return buffers_[a].size > buffers_[b].size; });
+    std::vector<size_t> placed;
+    std::vector<std::pair<int64_t, int64_t>> taken; // [offset, end) of the live-overlapping placed buffers
+    for (size_t b : order) {
+      Buffer &buf = buffers_[b];
+      taken.clear();
+      for (size_t p : placed) {
+        const Buffer &o = buffers_[p];
+        if (o.first <= buf.last && buf.first <= o.last) taken.emplace_back(o.offset, o.offset + o.size);
+      }
+      std::sort(taken.begin(), taken.end());
+      int64_t at = 0;
+      for (const auto &[lo, hi] : taken) {
+        if (at + buf.size <= lo) break;
+        at = std::max(at, hi);
+      }
+      buf.offset = at;
+      placed.push_back(b);
     }
-    return best;
   }
 
   ir::Liveness live_;
   bool in_place_;
   std::vector<Buffer> buffers_;
-  int64_t top_ = 0;
   ir::MemoryPlan plan_;
 };
 
