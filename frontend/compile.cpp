@@ -408,6 +408,9 @@ struct Specialization {
     if (fold) fold->refresh();
     std::vector<Tensor> out = executable->run_matched(in);
     own_outputs(out, in);
+    for (const detail::TracedGrad &g : grads)
+      if (!g.leaf->grad.is_same(g.grad)) [[unlikely]]
+        g.leaf->grad = g.grad;
     return out;
   }
   std::string eager_reason;
@@ -416,6 +419,10 @@ struct Specialization {
   // training step): its graph holds the backward, the gradients' and the
   // optimizer's write-backs, and it matches only calls with grad mode on.
   bool trains = false;
+  // The leaves whose grad the plan writes back, and the buffers it writes:
+  // after each call every such leaf's grad() is its buffer again, as after an
+  // eager step (code outside the plan, an eager zero_grad(), may have reset it).
+  std::vector<detail::TracedGrad> grads;
 
   // Whether a captured tensor requires grad while grad mode is on: the call
   // then runs eagerly so its results carry history (compiled code records
@@ -693,9 +700,10 @@ struct CompiledFunction::Impl {
       spec->inputs.push_back({t.dtype(), Dims(t.sizes()), Dims(t.strides())});
     }
     try {
-      const uint64_t accumulated = detail::traced_accumulations();
+      detail::take_traced_grads();
       std::shared_ptr<ir::Graph> g = trace_for(*spec, in, dims);
-      spec->trains = detail::traced_accumulations() != accumulated;
+      spec->grads = detail::take_traced_grads();
+      spec->trains = !spec->grads.empty();
       spec->fresh = fresh_outputs(*g);
       const bool symbolic = !g->symbol_hints().empty();
       std::string pipeline = options.pipeline.empty() ? passes::default_pipeline() : options.pipeline;
@@ -725,6 +733,7 @@ struct CompiledFunction::Impl {
       if (fallback == Fallback::Off) throw Error(detail::concat("compile @", options.name, ": ", e.what()));
       spec->eager_reason = e.what();
       spec->trains = false;
+      spec->grads.clear();
       spec->dim_symbols.clear();
       spec->graph = nullptr;
       spec->executable = nullptr;

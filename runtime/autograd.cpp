@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "runtime/derivatives.h"
 #include "runtime/error.h"
@@ -18,8 +19,8 @@ namespace detail {
 __attribute__((tls_model("initial-exec"))) thread_local bool t_grad_enabled = true;
 thread_local int t_inference_depth = 0;
 std::atomic<bool> g_autograd_used{false};
-thread_local uint64_t t_traced_accumulations = 0;
-uint64_t traced_accumulations() { return t_traced_accumulations; }
+thread_local std::vector<TracedGrad> t_traced_grads;
+std::vector<TracedGrad> take_traced_grads() { return std::exchange(t_traced_grads, {}); }
 } // namespace detail
 
 namespace autograd {
@@ -178,6 +179,8 @@ public:
   std::vector<Tensor> apply(std::vector<Tensor> &&grads) override {
     std::lock_guard lock(leaf_mutex(meta_.get()));
     accumulate(*meta_, grads.at(0));
+    if (kiln::detail::tracing() && meta_->grad.defined()) [[unlikely]]
+      kiln::detail::t_traced_grads.push_back({meta_, meta_->grad});
     return {};
   }
 
@@ -209,7 +212,6 @@ public:
   static void accumulate_traced(AutogradMeta &m, const Tensor &g, bool graph) {
     if (graph || (m.grad.defined() && m.grad.impl().autograd_meta))
       throw TraceError("backward: create_graph (a gradient with history) cannot be compiled yet");
-    ++kiln::detail::t_traced_accumulations;
     if (!m.grad.defined()) {
       {
         kiln::detail::TracingOff off;

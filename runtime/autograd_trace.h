@@ -3,10 +3,18 @@
 // graph already holds the backward and the gradient write-backs.
 #pragma once
 
-#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/autograd.h"
 
 namespace kiln::detail {
-extern thread_local uint64_t t_traced_accumulations;
-// Gradients added into leaves while tracing, on this thread, ever.
-uint64_t traced_accumulations();
+// A leaf whose gradient a trace wrote, and the real buffer it wrote into.
+struct TracedGrad {
+  std::shared_ptr<AutogradMeta> leaf;
+  Tensor grad;
+};
+// The leaves' gradients written while tracing on this thread since the last call
+// (and forgets them).
+std::vector<TracedGrad> take_traced_grads();
 } // namespace kiln::detail

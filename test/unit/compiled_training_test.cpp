@@ -149,6 +149,30 @@ TEST(CompiledTraining, GraphHoldsBackwardAndWriteBacks) {
   for (const Tensor &t : p) EXPECT_TRUE(t.grad().defined());
 }
 
+// Code outside the compiled step may reset the grads (an eager zero_grad(), or
+// a call that failed after the step's own zero_grad ran): the next compiled step
+// leaves each parameter's grad() holding that step's gradient, as eager does.
+TEST(CompiledTraining, GradsAreBackAfterAnEagerZeroGradOrAFailedCall) {
+  const std::vector<Tensor> pe = mlp_params(9, 4, 8, 3), pc = copies(pe);
+  optim::SGD oe(pe, optim::SGDOptions(0.1)), oc(pc, optim::SGDOptions(0.1));
+  ModelFn eager = mlp_step(pe, oe);
+  CompiledFunction compiled = compile(mlp_step(pc, oc));
+  Data d = blobs(5, 16, 4, 3);
+  eager({d.x, d.y});
+  compiled({d.x, d.y});
+  oc.zero_grad();
+  EXPECT_THROW(compiled({randn({16, 5}), d.y}), Error); // fails in linear, after the step's zero_grad
+  for (const Tensor &p : pc) EXPECT_FALSE(p.grad().defined());
+  eager({d.x, d.y});
+  compiled({d.x, d.y});
+  for (size_t i = 0; i < pc.size(); ++i) {
+    ASSERT_TRUE(pc[i].grad().defined()) << "parameter " << i;
+    EXPECT_LT(max_abs_diff(pe[i].grad(), pc[i].grad()), 1e-5) << "parameter " << i;
+    EXPECT_LT(max_abs_diff(pe[i], pc[i]), 1e-5) << "parameter " << i;
+  }
+  EXPECT_EQ(compiled.stats().compiles, 2); // the failed call's signature too
+}
+
 // Grad mode off: eager's backward fails, and so does the compiled step (which
 // retraces rather than run a graph that trains).
 TEST(CompiledTraining, NoGradCallFailsAsEager) {
