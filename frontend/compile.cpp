@@ -27,6 +27,7 @@
 #include "runtime/log.h"
 #include "runtime/op_registry.h"
 #include "runtime/ops.h"
+#include "runtime/random_stream.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -403,8 +404,20 @@ struct Specialization {
   std::shared_ptr<codegen::Executable> executable; // null when eager
   std::unique_ptr<detail::ParamFold> fold; // values computed from captured tensors alone; may be null
 
+  // Random numbers the traced function drew (training-mode dropout): each
+  // call reserves them at once, and each random op draws its own part.
+  int64_t random_draws = 0;
+
   // Runs the plan on inputs that matched.
   std::vector<Tensor> run(const std::vector<Tensor> &in) const {
+    if (random_draws > 0) [[unlikely]] {
+      detail::RandomBlock draws(random_draws);
+      return run_plan(in);
+    }
+    return run_plan(in);
+  }
+
+  std::vector<Tensor> run_plan(const std::vector<Tensor> &in) const {
     if (fold) fold->refresh();
     std::vector<Tensor> out = executable->run_matched(in);
     own_outputs(out, in);
@@ -621,12 +634,19 @@ struct CompiledFunction::Impl {
     for (const std::string &why : st.static_reasons) log()->info("compile @{}: stays static: {}", options.name, why);
     std::shared_ptr<ir::Graph> g = st.graph;
     if (g->symbol_hints().empty()) return g;
+    if (detail::take_traced_random_draws() > 0) {
+      log()->info("compile @{}: specializing every size: the function draws random numbers (dropout), and where "
+                  "each op's draws start follows the sizes",
+                  options.name);
+      return trace(fn, in, options.name, &spec.traced_outputs);
+    }
     spec.one_ok = st.holds_at_one; // and the optimized graph, checked in build()
     for (const TracedOutput &o : spec.traced_outputs)
       for (const TracedOutput::View &v : o.views)
         if (ir::sizes_in_attrs(v.op)) {
           log()->info("compile @{}: specializing every size: an output is a {} of an input, whose sizes it holds",
                       options.name, op_info(v.op).mnemonic);
+          detail::take_traced_random_draws();
           return trace(fn, in, options.name, &spec.traced_outputs);
         }
     KILN_CHECK(g->symbol_hints().size() <= kMaxGuardSymbols, "compile @", options.name, ": more than ",
@@ -701,8 +721,10 @@ struct CompiledFunction::Impl {
     }
     try {
       detail::take_traced_grads();
+      detail::take_traced_random_draws();
       std::shared_ptr<ir::Graph> g = trace_for(*spec, in, dims);
       spec->grads = detail::take_traced_grads();
+      spec->random_draws = detail::take_traced_random_draws();
       spec->trains = !spec->grads.empty();
       spec->fresh = fresh_outputs(*g);
       const bool symbolic = !g->symbol_hints().empty();
@@ -734,6 +756,7 @@ struct CompiledFunction::Impl {
       spec->eager_reason = e.what();
       spec->trains = false;
       spec->grads.clear();
+      spec->random_draws = 0;
       spec->dim_symbols.clear();
       spec->graph = nullptr;
       spec->executable = nullptr;

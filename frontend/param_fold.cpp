@@ -19,8 +19,8 @@ using ir::Node;
 using ir::Value;
 using ValueMap = std::unordered_map<const Value *, Value *>;
 
-// Random ops must run in every call (dropout in training stays a composite).
-bool deterministic(const Node &n) { return n.kind() == Node::Kind::FusionGroup || n.op() != OpId::Dropout; }
+// Random ops must run in every call.
+bool deterministic(const Node &n) { return n.kind() == Node::Kind::FusionGroup || !is_random(n.op()); }
 
 bool is_view(const Node &n) { return n.kind() == Node::Kind::Op && n.info().kind == OpKind::View; }
 

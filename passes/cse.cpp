@@ -1,7 +1,8 @@
 // cse: merges nodes with the same op, attributes, operands and result types
 // (the later node's results are replaced by the earlier one's). The graph is
 // functional (in-place ops were functionalized while tracing), so two such
-// nodes always compute the same values.
+// nodes always compute the same values, except random ops (new draws per
+// node), which are never merged.
 #include <map>
 #include <tuple>
 
@@ -37,6 +38,7 @@ public:
     for (ir::Node *n : g.nodes()) {
       // A fusion group's body is not compared; groups are left alone.
       if (n->kind() != ir::Node::Kind::Op || n->results().empty()) continue;
+      if (is_random(n->op())) continue;
       std::vector<ir::Node *> &bucket = seen[key_of(*n)];
       ir::Node *twin = find_twin(bucket, *n);
       if (!twin) {

@@ -527,10 +527,11 @@ Grads d_batch_norm(const GradCtx &c) {
   if (c.need(2)) out[2] = sum(c.grad(), dims).reshape(c.input_sizes[2]);
   return out;
 }
+// Only evaluation-mode dropout records a Dropout node: training mode records
+// its mask (not differentiable) and the product, whose formula applies.
 Grads d_dropout(const GradCtx &c) {
   const attrs::Dropout a{c.attrs};
-  KILN_CHECK(!a.train() || a.p() == 0.0, "DropoutBackward0: the derivative of dropout in training mode is not "
-                                         "implemented yet");
+  KILN_CHECK(!a.train() || a.p() == 0.0, "internal: DropoutBackward0 of a training-mode dropout");
   return {c.grad()};
 }
 
@@ -657,13 +658,53 @@ Grads d_scatter(const GradCtx &c) {
   return {c.need(0) ? scatter(c.grad(), dim, index, 0.0) : Tensor(), Tensor(),
           c.need(2) ? gather(c.grad(), dim, index) : Tensor()};
 }
+// scatter_reduce: out[j] reduces the candidates of position j (self[j] when
+// include_self, and every src element scattered to j); a position nothing is
+// scattered to keeps self[j] (gradient 1). Without include_self, self's
+// targeted positions get no gradient.
 Grads d_scatter_reduce(const GradCtx &c) {
   const attrs::ScatterReduce a{c.attrs};
-  KILN_CHECK(a.reduce() == "sum", "ScatterReduceBackward0: the derivative of scatter_reduce with reduce=\"",
-             a.reduce(), "\" is not implemented yet (only \"sum\")");
-  const Tensor &index = c.in(1);
-  return {c.need(0) ? (a.include_self() ? c.grad() : scatter(c.grad(), a.dim(), index, 0.0)) : Tensor(), Tensor(),
-          c.need(2) ? gather(c.grad(), a.dim(), index) : Tensor()};
+  const int64_t dim = a.dim();
+  const Tensor &index = c.in(1), &g = c.grad();
+  const std::string &reduce = a.reduce();
+  Tensor gs, gsrc;
+  if (reduce == "sum") {
+    gs = g;
+    gsrc = gather(g, dim, index);
+  } else if (reduce == "mean") {
+    // N[j]: the candidates of position j (at least 1: untargeted ones keep self).
+    Tensor n = scatter_add(a.include_self() ? ones_like(g) : zeros_like(g), dim, index, ones_like(c.in(2), TensorOptions().dtype(g.dtype())));
+    Tensor gn = g / where(eq(n, 0.0), 1.0, n);
+    gs = gn;
+    gsrc = gather(gn, dim, index);
+  } else if (reduce == "amax" || reduce == "amin") {
+    // The gradient is shared evenly by the candidates equal to the result.
+    const Tensor &out = c.out(0);
+    Tensor self_is = to(eq(c.in(0), out), g.dtype());
+    if (!a.include_self()) self_is = scatter(self_is, dim, index, 0.0);
+    Tensor src_is = to(eq(c.in(2), gather(out, dim, index)), g.dtype());
+    Tensor share = g / scatter_add(self_is, dim, index, src_is);
+    gs = self_is * share;
+    gsrc = src_is * gather(share, dim, index);
+  } else {
+    KILN_CHECK(reduce == "prod", "internal: ScatterReduceBackward0 of reduce=\"", reduce, "\"");
+    // The product of the other candidates, zeros included: with z zeros among
+    // a position's candidates and p the product of its nonzero ones, a zero
+    // candidate's is p when z == 1 (else 0), a nonzero x's is p / x when z == 0.
+    const Tensor &self = c.in(0), &src = c.in(2);
+    Tensor self_zero = eq(self, 0.0), src_zero = eq(src, 0.0);
+    Tensor base = a.include_self() ? where(self_zero, 1.0, self) : ones_like(self);
+    Tensor p = scatter_reduce(base, dim, index, where(src_zero, 1.0, src), "prod", true);
+    Tensor z = scatter_add(a.include_self() ? to(self_zero, g.dtype()) : zeros_like(g), dim, index,
+                           to(src_zero, g.dtype()));
+    auto others = [](const Tensor &x, const Tensor &x_zero, const Tensor &p, const Tensor &z) {
+      return where(x_zero, where(eq(z, 1.0), p, 0.0), where(eq(z, 0.0), p / where(x_zero, 1.0, x), 0.0));
+    };
+    gs = a.include_self() ? g * others(self, self_zero, p, z) : g;
+    gsrc = gather(g, dim, index) * others(src, src_zero, gather(p, dim, index), gather(z, dim, index));
+  }
+  if (c.need(0) && !a.include_self()) gs = scatter(gs, dim, index, 0.0);
+  return {c.need(0) ? gs : Tensor(), Tensor(), c.need(2) ? gsrc : Tensor()};
 }
 Grads d_index_add(const GradCtx &c) {
   const attrs::IndexAdd a{c.attrs};
@@ -940,10 +981,11 @@ Derivative make_derivative(OpId id) {
   case OpId::Sort: return formula(d_sort, kIn0, true);
   case OpId::Topk: return formula(d_topk, 0, true);
   case OpId::Scatter: return formula(d_scatter, kIn1);
-  case OpId::ScatterReduce: return formula(d_scatter_reduce, kIn1);
+  case OpId::ScatterReduce: return formula(d_scatter_reduce, kAllInputs, true);
   case OpId::IndexAdd: return formula(d_index_add, kIn1);
   case OpId::Index: return formula(d_index, kAllInputs & ~kIn0);
   case OpId::IndexPut: return formula(d_index_put, kAllInputs & ~(kIn0 | kIn1));
+  case OpId::DropoutMask:
   case OpId::Full:
   case OpId::Arange:
   case OpId::Linspace:

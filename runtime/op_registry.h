@@ -40,13 +40,14 @@ enum class OpTrait : uint32_t {
   EpilogueHead = 1u << 8,
   BatchStrided = 1u << 9,
   SizesInAttrs = 1u << 10,
+  Random = 1u << 11,
 };
 constexpr OpTrait operator|(OpTrait a, OpTrait b) { return OpTrait(uint32_t(a) | uint32_t(b)); }
 constexpr bool has(OpTrait set, OpTrait t) { return (uint32_t(set) & uint32_t(t)) != 0; }
 // Names of the traits, in bit order (docs and test messages).
 inline constexpr const char *kOpTraitNames[] = {"Pointwise", "Cheap", "Costly", "Transcendental", "Lowers",
                                                 "Eager",     "Fuses", "NoGrad", "EpilogueHead",
-                                                "BatchStrided", "SizesInAttrs"};
+                                                "BatchStrided", "SizesInAttrs", "Random"};
 
 // How many tensor operands an op takes (ops.def's In(n) / In(min, max)).
 struct OpOperands {
@@ -95,6 +96,8 @@ constexpr bool heads_epilogue(OpId id) { return has_trait(id, OpTrait::EpilogueH
 // A batched GEMM whose result the layout pass may give permuted batch strides
 // (passes/layout.cpp): its kernel writes each [M, N] block at any ldc.
 constexpr bool writes_strided_batches(OpId id) { return has_trait(id, OpTrait::BatchStrided); }
+// Draws new random numbers in every call: never folded, never merged (param_fold, cse).
+constexpr bool is_random(OpId id) { return has_trait(id, OpTrait::Random); }
 
 // One attribute value. none (an absent optional), int, float, bool, int list,
 // string or dtype; Scalars map to int, float or bool.

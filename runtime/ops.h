@@ -236,6 +236,11 @@ Tensor embedding(const Tensor &weight, const Tensor &indices);
 // Identity unless train is true; then, as torch, each element is zeroed with probability p (a Philox mask,
 // the same for a seed at any thread count) and the kept ones scaled by 1 / (1 - p).
 Tensor dropout(const Tensor &x, double p, bool train);
+// Training-mode dropout's keep mask (bool, x's sizes; x's values are not read): element i is kept when
+// the i-th Philox uniform of its draws is >= p. offset < 0 (eager) reserves fresh draws; a traced mask
+// records its offset in the call's draws, so that compiled code draws what eager drew
+// (runtime/random_stream.h).
+Tensor dropout_mask(const Tensor &x, double p, int64_t offset = -1);
 Tensor tril(const Tensor &x, int64_t diagonal = 0);
 Tensor triu(const Tensor &x, int64_t diagonal = 0);
 Tensor cat(const TensorList &tensors, int64_t dim = 0);

@@ -5,6 +5,8 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "runtime/kernels/elementwise.h"
 #include "runtime/random_stream.h"
@@ -167,6 +169,40 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
 
 namespace detail {
 std::pair<uint64_t, uint64_t> reserve_random_stream(int64_t n) { return reserve(n); }
+
+namespace {
+thread_local int64_t t_traced_draws = 0;
+// The compiled call running on this thread, if its trace drew random numbers.
+thread_local bool t_block_active = false;
+thread_local uint64_t t_block_seed = 0, t_block_first = 0;
+} // namespace
+
+int64_t count_traced_random_draws(int64_t n) {
+  const int64_t before = t_traced_draws;
+  t_traced_draws += n;
+  return before;
+}
+
+int64_t take_traced_random_draws() { return std::exchange(t_traced_draws, 0); }
+
+RandomBlock::RandomBlock(int64_t draws)
+    : active_(t_block_active), saved_seed_(t_block_seed), saved_first_(t_block_first) {
+  std::tie(t_block_seed, t_block_first) = reserve(draws);
+  t_block_active = true;
+}
+
+RandomBlock::~RandomBlock() {
+  t_block_active = active_;
+  t_block_seed = saved_seed_;
+  t_block_first = saved_first_;
+}
+
+std::pair<uint64_t, uint64_t> random_stream_at(int64_t offset, int64_t n) {
+  // reserve(n) moves the counter by 2n: a block's op at `offset` starts where
+  // eager's reservation for it would.
+  if (!t_block_active || offset < 0) return reserve(n);
+  return {t_block_seed, t_block_first + 2 * uint64_t(offset)};
+}
 } // namespace detail
 
 void manual_seed(uint64_t seed) {

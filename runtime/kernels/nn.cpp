@@ -379,36 +379,34 @@ Tensor batch_norm(const Tensor &x, const Tensor &weight, const Tensor &bias, con
                             /*update_running_stats=*/training);
 }
 
-namespace {
-// Training-mode dropout's keep mask: element i is kept when the i-th Philox
-// uniform of a fresh stream is >= p (probability 1 - p), whatever the thread count.
-Tensor dropout_keep_mask(IntArrayRef sizes, double p) {
-  Tensor mask = detail::make_tensor(sizes, kBool);
+Tensor dropout_mask(const Tensor &x, double p, int64_t offset) {
+  detail::check_defined(x, "dropout_mask", "input");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout_mask: probability has to be between 0 and 1, but got ", p);
+  KILN_TRACE(DropoutMask, KILN_INPUTS(x), .p = p, .offset = offset);
+  Tensor mask = detail::make_tensor(x.sizes(), kBool, x.is_meta());
+  if (x.is_meta()) return mask; // a shape rule's run draws nothing
   const int64_t n = mask.numel();
-  const auto [seed, stream] = detail::reserve_random_stream(n);
+  const auto [seed, stream] = detail::random_stream_at(offset, n);
   bool *m = mask.data_ptr<bool>();
   parallel_for(0, n, 4096, [&, seed = seed, stream = stream](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) m[i] = double(philox::uniform_at(seed, stream, uint64_t(i))) >= p;
   });
   return mask;
 }
-} // namespace
 
 Tensor dropout(const Tensor &x, double p, bool train) {
   detail::check_defined(x, "dropout", "input");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   if (train && p > 0.0) {
-    // The mask is drawn eagerly; compiled code has no random op yet, so a traced
-    // function with it runs eagerly (a kiln::Error while tracing falls back).
-    if (detail::tracing())
-      throw TraceError("dropout: training mode (random masks) cannot be compiled yet; the function runs eagerly");
     KILN_CHECK(x.is_floating_point(), "dropout: expected a floating input in training mode, got ", x.dtype());
     if (p == 1.0) return x * 0.0; // torch: every element dropped (NaN * 0 stays NaN, as torch's)
     // torch's input * (mask / (1 - p)), in table ops, so autograd and the
-    // in-float32 rule of reduced floats apply as to any product.
-    return x * (to(dropout_keep_mask(x.sizes(), p), x.dtype()) / (1.0 - p));
+    // in-float32 rule of reduced floats apply as to any product. Traced, the
+    // mask is a node of its own that draws in every compiled call.
+    const int64_t offset = detail::tracing() ? detail::count_traced_random_draws(x.numel()) : -1;
+    return x * (to(dropout_mask(x, p, offset), x.dtype()) / (1.0 - p));
   }
-  KILN_TRACE(Dropout, KILN_NN_INPUTS(x), .p = p, .train = train);
+  KILN_TRACE(Dropout, KILN_INPUTS(x), .p = p, .train = train);
   return x; // identity in evaluation mode, as torch (the same tensor, no copy)
 }
 
@@ -440,6 +438,11 @@ std::vector<Tensor> Dropout(const std::vector<Tensor> &in, const Attrs &a) {
   attrs::Dropout at{a};
   check_num_inputs(in, 1, "dropout");
   return {dropout(in[0], at.p(), at.train())};
+}
+std::vector<Tensor> DropoutMask(const std::vector<Tensor> &in, const Attrs &a) {
+  attrs::DropoutMask at{a};
+  check_num_inputs(in, 1, "dropout_mask");
+  return {dropout_mask(in[0], at.p(), at.offset())};
 }
 } // namespace adapters
 

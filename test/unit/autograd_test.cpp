@@ -245,18 +245,43 @@ TEST(AutogradCompiled, CallsThatNeedHistoryRunEagerly) {
   EXPECT_EQ(f.stats().eager_calls, 2);
 }
 
-// Training-mode dropout draws its mask eagerly: a compiled function with it runs
-// eagerly (the trace falls back) and gives eager's mask for the same seed.
-TEST(AutogradCompiled, TrainingDropoutRunsEagerly) {
-  auto model = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{dropout(in[0] * 2.0, 0.4, true)}; };
+// Training-mode dropout compiles (its mask a random node): each call gives
+// eager's mask for the same seed, and a new one as the stream moves on.
+TEST(AutogradCompiled, TrainingDropoutCompiles) {
+  auto model = [](const std::vector<Tensor> &in) {
+    Tensor h = dropout(in[0] * 2.0, 0.4, true);
+    return std::vector<Tensor>{dropout(h + 1.0, 0.7, true), h};
+  };
   CompiledFunction f = compile(model);
-  Tensor x = rand({100}) + 1.0;
-  manual_seed(9);
-  Tensor yc = f({x})[0];
-  manual_seed(9);
-  Tensor ye = model({x})[0];
-  expect_values(yc, values(ye), 0.0f);
-  EXPECT_EQ(f.stats().eager_calls, 1);
+  Tensor x = rand({1000}) + 1.0;
+  for (uint64_t seed : {9, 10, 9}) {
+    manual_seed(seed);
+    std::vector<Tensor> yc = f({x}), yc2 = f({x});
+    manual_seed(seed);
+    std::vector<Tensor> ye = model({x}), ye2 = model({x});
+    for (size_t i = 0; i < 2; ++i) {
+      expect_values(yc[i], values(ye[i]), 0.0f);
+      expect_values(yc2[i], values(ye2[i]), 0.0f);
+    }
+    EXPECT_GT(max(abs(yc[0] - yc2[0])).item<float>(), 0.f) << "two calls drew the same mask";
+  }
+  EXPECT_EQ(f.stats().eager_calls, 0) << f.stats().last_fallback_reason;
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+// A dropout of a captured tensor alone (no input) is not folded into a constant.
+TEST(AutogradCompiled, DropoutOfACapturedTensorDrawsEveryCall) {
+  Tensor w = rand({64}) + 1.0;
+  auto model = [w](const std::vector<Tensor> &in) { return std::vector<Tensor>{dropout(w, 0.5, true) + in[0]}; };
+  CompiledFunction f = compile(model);
+  Tensor x = zeros({64});
+  manual_seed(3);
+  Tensor a = f({x})[0], b = f({x})[0];
+  manual_seed(3);
+  Tensor ea = model({x})[0], eb = model({x})[0];
+  expect_values(a, values(ea), 0.0f);
+  expect_values(b, values(eb), 0.0f);
+  EXPECT_EQ(f.stats().eager_calls, 0) << f.stats().last_fallback_reason;
 }
 
 // ---- torch's errors
@@ -328,10 +353,24 @@ TEST(AutogradErrors, InPlaceOnALeafThatRequiresGrad) {
   EXPECT_KILN_ERROR(y.requires_grad_(false), "you can only change requires_grad flags of leaf variables");
 }
 
-TEST(AutogradErrors, DerivativeNotImplementedYetNamesTheOp) {
-  Tensor x = rand({2, 3}).requires_grad_();
-  Tensor y = scatter_reduce(x, 1, tensor({int64_t(0), int64_t(0), int64_t(1)}).reshape({1, 3}), rand({1, 3}), "prod");
-  EXPECT_KILN_ERROR(sum(y).backward(), "the derivative of scatter_reduce with reduce=\"prod\" is not implemented yet");
+// scatter_reduce's derivatives where finite differences do not reach: zeros in
+// "prod" and ties in "amax" (values worked out by hand).
+TEST(Autograd, ScatterReduceProdWithZerosAndAmaxTies) {
+  {
+    // Position 0: 2 * 0 * 5 (one zero); position 1: 0 * 4 * 0 (two zeros); position 2: untouched.
+    Tensor self = tensor({2.f, 0.f, 3.f}).requires_grad_(), src = tensor({0.f, 5.f, 4.f, 0.f}).requires_grad_();
+    sum(scatter_reduce(self, 0, tensor({int64_t(0), int64_t(0), int64_t(1), int64_t(1)}), src, "prod", true)).backward();
+    expect_values(self.grad(), {0.f, 0.f, 1.f}, 0.f);
+    expect_values(src.grad(), {10.f, 0.f, 0.f, 0.f}, 0.f);
+  }
+  for (bool include_self : {true, false}) {
+    // Position 1: 7 from self and two src elements (a three-way tie, or two-way without self).
+    Tensor self = tensor({1.f, 7.f}).requires_grad_(), src = tensor({7.f, 7.f, 2.f}).requires_grad_();
+    sum(scatter_reduce(self, 0, tensor({int64_t(1), int64_t(1), int64_t(0)}), src, "amax", include_self)).backward();
+    const float share = include_self ? 1.f / 3 : 0.5f;
+    expect_values(self.grad(), {0.f, include_self ? share : 0.f}, 1e-7f);
+    expect_values(src.grad(), {share, share, 1.f}, 1e-7f);
+  }
 }
 
 // Backward on independent graphs from several threads (the TSan stage runs it).

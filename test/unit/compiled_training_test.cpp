@@ -43,11 +43,13 @@ std::vector<Tensor> copies(const std::vector<Tensor> &p) {
 
 using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
-// The eager loop body, the same code compiled and run eagerly.
-ModelFn mlp_step(std::vector<Tensor> p, optim::Optimizer &opt) {
-  return [p, &opt](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+// The eager loop body, the same code compiled and run eagerly; with dropout
+// (training mode) on the hidden layer when dropout_p > 0.
+ModelFn mlp_step(std::vector<Tensor> p, optim::Optimizer &opt, double dropout_p = 0.0) {
+  return [p, &opt, dropout_p](const std::vector<Tensor> &in) -> std::vector<Tensor> {
     opt.zero_grad();
     Tensor h = relu(linear(in[0], p[0], p[1]));
+    if (dropout_p > 0) h = dropout(h, dropout_p, true);
     Tensor loss = cross_entropy(linear(h, p[2], p[3]), in[1]);
     loss.backward();
     opt.step();
@@ -68,16 +70,20 @@ Data blobs(uint64_t seed, int64_t n, int64_t in, int64_t classes) {
 
 // Trains two copies for `steps`: one eagerly, one compiled; returns the
 // largest parameter difference, checking losses along the way.
-void expect_compiled_matches_eager(const MakeOpt &make, int steps, double tol) {
+// Each step of both starts from the same seed: with dropout, equal masks.
+void expect_compiled_matches_eager(const MakeOpt &make, int steps, double tol, double dropout_p = 0.0) {
   const std::vector<Tensor> pe = mlp_params(7, 4, 16, 3), pc = copies(pe);
   std::unique_ptr<optim::Optimizer> oe = make(pe), oc = make(pc);
-  ModelFn eager = mlp_step(pe, *oe);
-  CompiledFunction compiled = compile(mlp_step(pc, *oc), CompileOptions{.name = "train_step"});
+  ModelFn eager = mlp_step(pe, *oe, dropout_p);
+  CompiledFunction compiled = compile(mlp_step(pc, *oc, dropout_p), CompileOptions{.name = "train_step"});
   double loss_diff = 0;
   double first = 0, last = 0;
   for (int s = 0; s < steps; ++s) {
     Data d = blobs(100 + uint64_t(s), 32, 4, 3);
-    Tensor le = eager({d.x, d.y}).at(0), lc = compiled({d.x, d.y}).at(0);
+    manual_seed(500 + uint64_t(s));
+    Tensor le = eager({d.x, d.y}).at(0);
+    manual_seed(500 + uint64_t(s));
+    Tensor lc = compiled({d.x, d.y}).at(0);
     loss_diff = std::max(loss_diff, max_abs_diff(le, lc));
     if (s == 0) first = le.item<double>();
     last = le.item<double>();
@@ -133,6 +139,18 @@ TEST(CompiledTraining, TwoThreadsMatchOneThread) {
   expect_compiled_matches_eager(make, 50, 2e-5);
   set_num_threads(1);
   expect_compiled_matches_eager(make, 50, 2e-5);
+}
+
+// Training-mode dropout compiles: its mask is a random node that draws, in
+// every call, the numbers eager draws from the same seed, at any thread count.
+TEST(CompiledTraining, DropoutMasksEqualEagerOver50Steps) {
+  const MakeOpt make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
+  };
+  set_num_threads(2);
+  expect_compiled_matches_eager(make, 50, 2e-5, 0.3);
+  set_num_threads(1);
+  expect_compiled_matches_eager(make, 50, 2e-5, 0.3);
 }
 
 // The graph: one trace holds the forward, the backward (the transposed

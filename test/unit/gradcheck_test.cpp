@@ -299,6 +299,15 @@ std::vector<Sample> structured_samples() {
   s.push_back({OpId::ScatterReduce, "scatter_reduce sum", {{3, 4}, {2, 4}}, [](const auto &x) {
                  return scatter_reduce(x[0], 0, idx({0, 0, 1, 2, 0, 0, 1, 2}).reshape({2, 4}), x[1], "sum", false);
                }});
+  for (const char *reduce : {"sum", "mean", "amax", "amin", "prod"})
+    for (bool include_self : {true, false})
+      s.push_back({OpId::ScatterReduce,
+                   std::string("scatter_reduce ") + reduce + (include_self ? " include_self" : ""),
+                   {{3, 4}, {3, 4}}, [reduce, include_self](const auto &x) {
+                     // Column 0: two src rows onto self row 0, rows 1 and 2 untouched.
+                     return scatter_reduce(x[0], 0, idx({0, 0, 1, 2, 0, 2, 1, 2, 1, 0, 1, 0}).reshape({3, 4}), x[1],
+                                           reduce, include_self);
+                   }});
   s.push_back({OpId::IndexAdd, "index_add", {{4, 3}, {2, 3}},
                [](const auto &x) { return index_add(x[0], 0, idx({3, 3}), x[1], 2.0); }});
   s.push_back({OpId::Index, "index", {{4, 3}}, [](const auto &x) {

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/autograd.h"
+#include "runtime/random_stream.h"
 #include "unit/nn_test_util.h"
 
 using namespace kiln;
@@ -380,6 +381,31 @@ TEST(Nn, DropoutTraining) {
   sum(ys).backward();
   const float *gp = xs.grad().data_ptr<float>(), *ysp = ys.data_ptr<float>();
   for (int64_t i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(gp[i], ysp[i] == 0.0f ? 0.0f : 2.0f) << i;
+}
+
+// dropout_mask: the keep mask dropout multiplies by (same seed, same mask), its
+// element i a function of the i-th Philox uniform alone; under a compiled call's
+// random block a mask at `offset` draws what an eager reservation at that point would.
+TEST(Nn, DropoutMask) {
+  Tensor x = rand({3000}) + 1.0;
+  manual_seed(11);
+  Tensor y = dropout(x, 0.4, true);
+  manual_seed(11);
+  Tensor m = dropout_mask(x, 0.4);
+  EXPECT_EQ(m.dtype(), kBool);
+  expect_same(m, ne(y, 0.0));
+  Tensor m2 = dropout_mask(x, 0.4); // the stream moved on
+  // A block for both masks, in either order: each at its offset.
+  manual_seed(11);
+  {
+    detail::RandomBlock block(6000);
+    expect_same(dropout_mask(x, 0.4, 3000), m2);
+    expect_same(dropout_mask(x, 0.4, 0), m);
+  }
+  EXPECT_EQ(run_op(OpId::DropoutMask, {x}, {0.4, int64_t(-1)}).at(0).sizes().vec(), m.sizes().vec());
+  EXPECT_EQ(dropout_mask(meta({2, 7}), 0.2).sizes().vec(), (Shape{2, 7}));
+  EXPECT_KILN_ERROR(dropout_mask(x, -0.5), "dropout_mask: probability has to be between 0 and 1, but got -0.5");
+  EXPECT_KILN_ERROR(dropout_mask(Tensor(), 0.5), "dropout_mask");
 }
 
 // ---------------------------------------------------------------- scaled_dot_product_attention

@@ -2,6 +2,7 @@
 // optionals as undefined tensors) and the attributes in ops.def order; and that
 // the uniform adapter, replayed on exactly that record, gives the eager result.
 // A stand-in tracer is installed through the public TraceHooks.
+#include "runtime/random_stream.h"
 #include "runtime/trace_hook.h"
 #include "unit/nn_test_util.h"
 
@@ -93,11 +94,32 @@ TEST(NnTrace, NormalizationAndAttention) {
               {0.0, false, 0.5});
 }
 
+// Training-mode dropout records its mask (offset: the draws traced before it)
+// and the scaled product; the trace's draws are counted, none reserved.
+TEST(NnTrace, TrainingDropoutRecordsItsMask) {
+  Tensor x = rnd({3, 4}, kFloat32, 1), y = rnd({5}, kFloat32, 2);
+  detail::take_traced_random_draws();
+  {
+    Tracing on;
+    dropout(x, 0.25, true);
+    dropout(y, 0.5, true);
+  }
+  std::vector<Recorded> masks;
+  for (const Recorded &r : g_rec)
+    if (r.id == OpId::DropoutMask) masks.push_back(r);
+  ASSERT_EQ(masks.size(), 2u);
+  EXPECT_EQ(masks[0].attrs, (Attrs{0.25, int64_t(0)}));
+  EXPECT_EQ(masks[1].attrs, (Attrs{0.5, int64_t(12)}));
+  EXPECT_EQ(detail::take_traced_random_draws(), 17);
+  EXPECT_GT(g_rec.size(), 2u); // the product and its scale too
+}
+
 // Validation happens before recording: tracing reports the same errors as eager.
 TEST(NnTrace, ErrorsBeforeRecording) {
+  const Tensor ints = full({2}, 1, kInt64);
   Tracing on;
   EXPECT_KILN_ERROR(mm(rnd({2, 3}), rnd({4, 5})), "mm: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
-  EXPECT_KILN_ERROR(dropout(rnd({2}), 0.5, true), "dropout: training mode (random masks) cannot be compiled yet");
+  EXPECT_KILN_ERROR(dropout(ints, 0.5, true), "dropout: expected a floating input in training mode");
   EXPECT_TRUE(g_rec.empty());
 }
 
