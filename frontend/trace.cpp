@@ -10,6 +10,7 @@
 
 #include "passes/rewrite.h"
 #include "runtime/op_attrs.h"
+#include "runtime/step_phase.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln {
@@ -252,6 +253,7 @@ Tracer::Emitted Tracer::emit(OpId id, const std::vector<ir::Value *> &operands, 
     // contiguous (x + 1 of a transposed x): executors allocate it that way.
     types.push_back(alias < 0 ? passes::layout_type(r) : ir::TensorType::of(r));
   }
+  graph_->set_append_phase(detail::current_step_phase());
   ir::Node *node = graph_->create(id, operands, attrs, types);
   for (size_t i = 0; i < results.size(); ++i) {
     const Tensor &r = results[i];

@@ -167,6 +167,7 @@ Node *Graph::create(OpId op, std::vector<Value *> operands, Attrs attrs,
   n->operands_ = std::move(operands);
   n->attrs_ = std::move(attrs);
   n->graph_ = this;
+  n->phase_ = before ? before->phase_ : append_phase_;
   for (size_t i = 0; i < result_types.size(); ++i) {
     Value *r = new_value(Value::Kind::Result, result_types[i], "");
     r->producer_ = n.get();

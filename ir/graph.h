@@ -23,6 +23,7 @@
 #include "ir/memory_plan.h"
 #include "ir/sym.h"
 #include "runtime/op_registry.h"
+#include "runtime/step_phase.h"
 #include "runtime/tensor.h"
 
 namespace kiln::ir {
@@ -106,10 +107,14 @@ public:
   Value *result(size_t i = 0) const { return results_.at(i); }
   Graph *body() const { return body_.get(); }
   Graph *graph() const { return graph_; }
+  // The part of a training step it came from (the printer marks the changes).
+  StepPhase phase() const { return phase_; }
+  void set_phase(StepPhase p) { phase_ = p; }
 
 private:
   friend class Graph;
   Kind kind_ = Kind::Op;
+  StepPhase phase_ = StepPhase::Forward;
   OpId op_{};
   std::vector<Value *> operands_;
   Attrs attrs_;
@@ -161,11 +166,14 @@ public:
 
   // ---- nodes, in execution order
   // Appends (or inserts before `before`) an op node with results of `result_types`.
+  // Its phase: `before`'s, or (appended) the graph's append phase.
   Node *create(OpId op, std::vector<Value *> operands, Attrs attrs, const std::vector<TensorType> &result_types,
                Node *before = nullptr);
   // A fusion group reading `operands`; its body gets one input per operand.
   Node *create_group(std::vector<Value *> operands, const std::vector<TensorType> &result_types,
                      Node *before = nullptr);
+  // The phase of appended nodes from now on (the tracer's and the parser's).
+  void set_append_phase(StepPhase p) { append_phase_ = p; }
   // Removes a node whose results are unused (throws kiln::Error otherwise).
   void erase(Node *n);
   // Moves `n` to just before `before` (or to the end).
@@ -219,6 +227,7 @@ private:
   std::vector<WriteBack> write_backs_;
   std::unordered_set<std::string> used_names_;
   std::optional<MemoryPlan> memory_plan_;
+  StepPhase append_phase_ = StepPhase::Forward;
   std::vector<int64_t> symbol_hints_;
   int64_t next_id_ = 0;
 };

@@ -563,6 +563,7 @@ private:
     while (!at_ident("return")) {
       if (at(Tok::Eof) || at(Tok::RBrace)) fail("unterminated graph @" + text::name(g.name()) + ": expected 'return'");
       if (at_ident("writeback")) parse_write_back(g, scope);
+      else if (at_ident("phase")) parse_phase(g);
       else parse_node(g, scope, depth);
     }
     take();
@@ -734,6 +735,15 @@ private:
     expect(Tok::Arrow, "'<-'");
     Token value = expect(Tok::Percent, "the '%value' written back");
     g.add_write_back(lookup(scope, target), lookup(scope, value));
+  }
+
+  // phase forward|backward|update: the phase of the nodes that follow.
+  void parse_phase(Graph &g) {
+    take();
+    Token name = expect(Tok::Ident, "a phase (forward, backward or update)");
+    std::optional<StepPhase> p = step_phase_named(name.text);
+    if (!p) fail_at(name, "unknown phase '" + name.text.substr(0, 64) + "' (forward, backward or update)");
+    g.set_append_phase(*p);
   }
 
   // memory_plan {peak_bytes = N} { %v {buffer = b, offset = o, size = s} ... }

@@ -110,7 +110,17 @@ public:
       os_ << ")";
     }
     os_ << " {\n";
-    for (const Node *n : g.nodes()) node(*n, depth + 1);
+    // A training step's nodes: a `phase` line where the phase changes (the
+    // top level only: a group's body is its group's).
+    StepPhase phase = StepPhase::Forward;
+    for (const Node *n : g.nodes()) {
+      if (depth == 0 && n->phase() != phase) {
+        phase = n->phase();
+        indent(depth + 1);
+        os_ << "phase " << step_phase_name(phase) << "\n";
+      }
+      node(*n, depth + 1);
+    }
     for (const WriteBack &w : g.write_backs()) {
       indent(depth + 1);
       os_ << "writeback " << value_ref(w.target) << " <- " << value_ref(w.value) << "\n";

@@ -11,6 +11,7 @@
 #include "runtime/derivatives.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
+#include "runtime/step_phase.h"
 #include "runtime/trace_hook.h"
 #include "runtime/autograd_trace.h"
 
@@ -355,6 +356,7 @@ void prepare_roots(const std::vector<Tensor> &tensors, const std::vector<Tensor>
 
 void backward(const std::vector<Tensor> &tensors, const std::vector<Tensor> &grad_tensors,
               std::optional<bool> retain_graph, bool create_graph, const std::vector<Tensor> &inputs) {
+  kiln::detail::StepPhaseScope phase(StepPhase::Backward);
   Task task;
   task.keep_graph = retain_graph.value_or(create_graph);
   task.create_graph = create_graph;

@@ -5,6 +5,7 @@
 #include "runtime/autograd.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
+#include "runtime/step_phase.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln::optim {
@@ -38,6 +39,7 @@ Tensor Optimizer::step(const LossClosure &closure) {
     loss = closure();
   }
   NoGradGuard off;
+  detail::StepPhaseScope phase(StepPhase::Update);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor &g = params_[i].grad();
     if (g.defined()) update(i, params_[i], g);
@@ -57,7 +59,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 }
 
 namespace {
-// Zeros like t, allocated outside any trace: optimizer state that a compiled
+// Zeros of `sizes` and `dtype`, allocated outside any trace: optimizer state that a compiled
 // step reads and writes back.
 Tensor real_zeros(IntArrayRef sizes, DType dtype) {
   detail::TracingOff off;

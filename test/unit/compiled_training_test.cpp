@@ -10,7 +10,9 @@
 #include <memory>
 
 #include "frontend/compile.h"
+#include "frontend/trace.h"
 #include "ir/graph.h"
+#include "ir/printer.h"
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
 #include "runtime/ops.h"
@@ -165,6 +167,39 @@ TEST(CompiledTraining, GraphHoldsBackwardAndWriteBacks) {
   // 4 parameters + 4 gradients + 4 x (step, exp_avg, exp_avg_sq).
   EXPECT_EQ(g->write_backs().size(), 4u + 4u + 12u);
   for (const Tensor &t : p) EXPECT_TRUE(t.grad().defined());
+}
+
+// Each traced node carries the phase its op ran in: the forward's, then the
+// engine's backward (the transposed products among them), then the optimizer's
+// update (the write-backs' values); a dump prints a `phase` line at each change.
+TEST(CompiledTraining, TracedStepMarksForwardBackwardAndUpdate) {
+  const std::vector<Tensor> p = mlp_params(3, 4, 8, 3);
+  optim::SGD opt(p, optim::SGDOptions(0.1).momentum(0.9));
+  Data d = blobs(5, 16, 4, 3);
+  std::unique_ptr<ir::Graph> g = trace(mlp_step(p, opt), {d.x, d.y}, "phases");
+  std::vector<StepPhase> order;
+  int mm_in_backward = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (order.empty() || order.back() != n->phase()) order.push_back(n->phase());
+    if (n->phase() == StepPhase::Backward && n->kind() == ir::Node::Kind::Op &&
+        (n->op() == OpId::Mm || n->op() == OpId::Matmul))
+      ++mm_in_backward;
+  }
+  EXPECT_EQ(order, (std::vector<StepPhase>{StepPhase::Forward, StepPhase::Backward, StepPhase::Update}));
+  EXPECT_GE(mm_in_backward, 3); // two weight gradients and the hidden layer's input gradient
+  for (const ir::WriteBack &w : g->write_backs())
+    if (w.value->producer()) EXPECT_NE(w.value->producer()->phase(), StepPhase::Forward) << w.target->name();
+  const std::string text = ir::print(*g);
+  const size_t back = text.find("  phase backward\n"), update = text.find("  phase update\n");
+  ASSERT_NE(back, std::string::npos) << text;
+  ASSERT_NE(update, std::string::npos) << text;
+  EXPECT_LT(back, update);
+  EXPECT_EQ(text.find("phase forward"), std::string::npos); // the first phase needs no line
+  // Inference graphs print no phase lines.
+  EXPECT_EQ(ir::print(*trace([](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(in[0])}; },
+                             {d.x}, "inference"))
+                .find("phase"),
+            std::string::npos);
 }
 
 // Code outside the compiled step may reset the grads (an eager zero_grad(), or
