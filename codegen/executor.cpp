@@ -136,10 +136,15 @@ private:
     void *buffers[64];
     const StepObserver *observer = t_step_observer;
     for (const Step &s : steps_) {
-      if (s.kind == Step::Kind::Skip) continue;
-      const double t0 = observer ? steady_us() : 0;
-      run_step(s, st, buffers);
-      if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
+      if (s.kind != Step::Kind::Skip) {
+        const double t0 = observer ? steady_us() : 0;
+        run_step(s, st, buffers);
+        if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
+      }
+      for (auto [target, value] : s.write_backs) {
+        Tensor t = st.env[size_t(target)];
+        copy_(t, st.env[size_t(value)]);
+      }
     }
     for (auto [target, value] : write_backs_) {
       Tensor t = st.env[size_t(target)];

@@ -57,6 +57,9 @@ struct Program {
     std::vector<Place> places;
     // Epilogue: bytes of per-call scratch, at scratch_offset_ in the arena.
     int64_t scratch_bytes = 0;
+    // Write-backs (target slot, value slot) that run right after this step
+    // (ir::write_back_points); the others run after the last step.
+    std::vector<std::pair<int, int>> write_backs;
     // Its name in a trace (StepEvent::name): the IR value it computes, as the
     // dump prints it, then the kernel symbol or what runs ("%86 kiln_k_...").
     std::string label;
@@ -75,7 +78,7 @@ struct Program {
   std::unordered_map<int, std::pair<int, int64_t>> view_of_; // view slot -> (base slot, byte offset)
   std::vector<Step> steps_;
   std::vector<int> outputs_;
-  std::vector<std::pair<int, int>> write_backs_;
+  std::vector<std::pair<int, int>> write_backs_; // after the last step
   size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
   size_t first_const_slot_ = 0; // slots [num_inputs_, first_const_slot_) are params, then constants
   int64_t arena_bytes_ = 0, scratch_offset_ = 0;

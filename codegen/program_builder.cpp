@@ -80,7 +80,7 @@ public:
     num_slots_ = meta.size();
     skip_unneeded_views();
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
-    for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
+    place_write_backs(graph);
     use_memory_plan(graph);
     stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -307,6 +307,18 @@ private:
     for (const ir::Value *r : n.results()) stats_.bytes_written += ir::value_bytes(r);
   }
 
+  // Each write-back runs right after the step at its point (the memory plan
+  // reuses its value's bytes after that), the rest after the last step.
+  void place_write_backs(const ir::Graph &graph) {
+    const std::vector<int64_t> points = ir::write_back_points(graph);
+    for (size_t k = 0; k < points.size(); ++k) {
+      const ir::WriteBack &w = graph.write_backs()[k];
+      const std::pair<int, int> copy{slot_.at(w.target), slot_.at(w.value)};
+      if (points[k] < int64_t(steps_.size())) steps_[size_t(points[k])].write_backs.push_back(copy);
+      else write_backs_.push_back(copy);
+    }
+  }
+
   // Resolves the graph's memory plan (if any) into arena slots: kernel and
   // epilogue outputs are written there and eager ops' results placed there
   // (place_eager, place_epilogue). Everything else a step produces allocates
@@ -369,7 +381,7 @@ private:
     for (const Step &s : steps_)
       if (s.kind == Step::Kind::Kernel)
         for (int o : s.out) fresh[size_t(o)] = !arena_slot_[size_t(o)];
-    for (auto [target, value] : write_backs_) fresh[size_t(target)] = fresh[size_t(value)] = 0;
+    for (const ir::WriteBack &w : g_->write_backs()) fresh[size_t(slot_.at(w.target))] = fresh[size_t(slot_.at(w.value))] = 0;
     for (int o : outputs_) {
       bool once = std::count(outputs_.begin(), outputs_.end(), o) == 1;
       output_owned_.push_back(fresh[size_t(o)] && once);

@@ -112,6 +112,43 @@ bool may_copy(const Node &n) {
   return n.op() == OpId::Reshape && !always_contiguous(n.operand(0));
 }
 
+std::vector<int64_t> write_back_points(const Graph &g) {
+  const std::vector<Node *> &nodes = g.nodes();
+  const int64_t end = int64_t(nodes.size());
+  std::unordered_map<const Value *, int64_t> def, last_read;
+  std::unordered_map<const Value *, const Value *> parent;
+  // A read of v reads what v may share memory with, up to its root.
+  auto read = [&](const Value *v, int64_t at) {
+    for (; v; v = parent.count(v) ? parent.at(v) : nullptr) last_read[v] = std::max(last_read[v], at);
+  };
+  for (int64_t i = 0; i < end; ++i) {
+    const Node &n = *nodes[size_t(i)];
+    for (const Value *v : n.operands()) read(v, i);
+    for (size_t r = 0; r < n.results().size(); ++r) {
+      def[n.result(r)] = i;
+      if (const Value *src = alias_source(n, r)) parent[n.result(r)] = src;
+    }
+  }
+  for (const Value *o : g.outputs()) read(o, end);
+  std::unordered_map<const Value *, int> targets;
+  for (const WriteBack &w : g.write_backs()) {
+    read(w.value, end); // another write-back's copy, at the end, may read a target through it
+    ++targets[w.target];
+  }
+  std::vector<int64_t> points;
+  for (const WriteBack &w : g.write_backs()) {
+    int64_t at = end;
+    const Value *root = w.value;
+    while (parent.count(root)) root = parent.at(root);
+    if (root->kind() == Value::Kind::Result && targets[w.target] == 1) {
+      auto r = last_read.find(w.target);
+      at = std::max(def.at(w.value), r == last_read.end() ? -1 : r->second);
+    }
+    points.push_back(std::min(at, end));
+  }
+  return points;
+}
+
 Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
   const int64_t end = int64_t(nodes_.size());
   // A read of v reads v and everything v may share memory with.
@@ -135,7 +172,12 @@ Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
       each_base(v, [i](LiveRange &r) { r.last = std::max(r.last, i); });
   }
   for (const Value *o : g.outputs()) each_base(o, [](LiveRange &r) { r.escapes = true; });
-  for (const WriteBack &w : g.write_backs()) each_base(w.value, [end](LiveRange &r) { r.last = end; });
+  // A write-back reads its value when it runs: after node `at`, before node at + 1.
+  const std::vector<int64_t> points = write_back_points(g);
+  for (size_t k = 0; k < points.size(); ++k) {
+    const int64_t last = std::min(points[k] + 1, end);
+    each_base(g.write_backs()[k].value, [last](LiveRange &r) { r.last = std::max(r.last, last); });
+  }
 }
 
 const LiveRange *Liveness::range(const Value *v) const {

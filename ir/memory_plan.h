@@ -5,7 +5,7 @@
 // A planned value is a result of a top-level node that owns fresh memory (not a
 // view or other alias of an operand) and never escapes (no graph output aliases
 // it). It is live from its producer to the last node that reads it or any view
-// of it (a write-back reads it at the end of the graph). Two planned values may
+// of it, or to its write-back (write_back_points). Two planned values may
 // share bytes only when their live ranges are disjoint, or when the later one is
 // computed in place: an elementwise node (or fusion group, see in_place_ok)
 // overwrites an operand it reads for the last time, element for element.
@@ -46,9 +46,20 @@ Value *alias_source(const Node &n, size_t result);
 // when it copies) and also keeps the operand alive (when it is a view).
 bool may_copy(const Node &n);
 
+// Where each of g's write-backs runs (in write_backs() order): after the node at
+// that index, as soon as its value is computed and no later node reads the
+// target's old value (a training step writes each new weight, grad and moment
+// into its tensor when it is ready, and its arena bytes serve later values),
+// or nodes().size(): after the last node. A write-back stays at the end when
+// a graph output or another write-back's value may share the target's memory,
+// its value is (a view of) an input, parameter or constant, or its target is
+// written back twice. The executor (codegen/executor.cpp) copies at these points.
+std::vector<int64_t> write_back_points(const Graph &g);
+
 struct LiveRange {
   int64_t def = 0;      // index of the producing node
-  int64_t last = 0;     // last node index reading it or a view of it; num_nodes for a write-back
+  int64_t last = 0;     // last node index reading it or a view of it; for a write-back's value, the node
+                        // after its write-back point (num_nodes when that is the end)
   bool escapes = false; // a graph output is it or a view of it
 };
 

@@ -17,6 +17,7 @@
 #include "example.h"
 #include "frontend/compile.h"
 #include "ir/graph.h"
+#include "ir/memory_plan.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -200,6 +201,73 @@ TEST(PlanMemory, ValueViewedByAnOutputIsNotPlanned) {
 )");
   EXPECT_TRUE(g->memory_plan()->entries.empty());
   EXPECT_EQ(g->memory_plan()->peak_bytes, 0);
+}
+
+// Where write-backs run (after which node; 5 = after the last): once the value
+// is computed and the target's old value read for the last time, unless an
+// output or another write-back's value may share the target's memory, the
+// value is a view of a parameter, or the target is written back twice.
+TEST(PlanMemory, WriteBackPoints) {
+  auto g = ir::parse(R"(graph @w(%x: f32[4, 8]) params(%a: f32[4, 8], %b: f32[4, 8], %c: f32[4, 8]) {
+  %0 = mul(%a, %x) : f32[4, 8]
+  %1 = exp(%x) : f32[4, 8]
+  %2 = add(%b, %x) {alpha = 1} : f32[4, 8]
+  %3 = transpose(%c) {dim0 = 0, dim1 = 1} : f32[8, 4]
+  %4 = sum(%3) {dims = [0], keepdim = false, dtype = none} : f32[4]
+  writeback %a <- %0
+  writeback %b <- %1
+  writeback %c <- %1
+  return %4
+}
+)");
+  // %a: made and last read at node 0. %b: %1 at node 1, old %b read at node 2.
+  // %c: read through its transpose at node 4.
+  EXPECT_EQ(ir::write_back_points(*g), (std::vector<int64_t>{0, 2, 4}));
+  auto late = ir::parse(R"(graph @o(%x: f32[4, 8]) params(%a: f32[4, 8], %b: f32[4, 8], %c: f32[4, 8], %d: f32[8, 4]) {
+  %0 = exp(%x) : f32[4, 8]
+  %1 = neg(%x) : f32[4, 8]
+  %2 = reshape(%a) {shape = [32]} : f32[32]
+  %3 = transpose(%c) {dim0 = 0, dim1 = 1} : f32[8, 4]
+  writeback %a <- %0
+  writeback %b <- %1
+  writeback %b <- %0
+  writeback %d <- %3
+  return %2
+}
+)");
+  // %a is viewed by an output; %b is written back twice; %d's value views %c.
+  EXPECT_EQ(ir::write_back_points(*late), (std::vector<int64_t>{4, 4, 4, 4}));
+}
+
+// Early write-backs in a compiled function that updates captured tensors in
+// place: the results, and the tensors after each call, equal eager's.
+TEST(ArenaExecutor, EarlyWriteBacksGiveEagerResults) {
+  manual_seed(4);
+  const Tensor w0 = randn({16, 64}), m0 = randn({16, 64});
+  auto make = [](Tensor w, Tensor m) -> ModelFn {
+    return [w, m](const std::vector<Tensor> &in) mutable {
+      m.mul_(0.9).add_(in[0]);
+      Tensor y = sum(w * 2.0, {1}, true);
+      w.sub_(m * 0.1);
+      Tensor z = exp(in[0]) * y + m;
+      return std::vector<Tensor>{z, sum(w)};
+    };
+  };
+  Tensor we = w0.clone(), me = m0.clone(), wc = w0.clone(), mc = m0.clone();
+  ModelFn eager = make(we, me);
+  CompileOptions o;
+  o.fallback = Fallback::Off;
+  CompiledFunction f = compile(make(wc, mc), o);
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({16, 64});
+    expect_close(f({x}), eager({x}));
+    expect_close({wc, mc}, {we, me});
+  }
+  auto g = f.graph_for({randn({16, 64})});
+  ASSERT_TRUE(g && g->memory_plan());
+  std::vector<int64_t> points = ir::write_back_points(*g);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_LT(std::min(points[0], points[1]), int64_t(g->nodes().size())) << ir::print(*g);
 }
 
 TEST(PlanMemory, PrintsAndParsesBack) {
