@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include <kiln/kiln.h>
+
+#include "example.h"
 
 namespace kiln::examples {
 
@@ -45,6 +48,30 @@ inline std::vector<std::vector<Tensor>> batches_of(const Tensor &x, const Tensor
     out.push_back({index_select(x, 0, idx).contiguous(), index_select(y, 0, idx).contiguous()});
   }
   return out;
+}
+
+// A classifier's training workload: the step is the eager loop body (zero_grad,
+// cross_entropy of forward, backward, step), over an epoch of `batch`-row
+// batches of (x, y); accuracy is on all of x with the parameters as they are.
+template <class Forward>
+Workload classifier_training(std::vector<Tensor> params, std::shared_ptr<optim::Optimizer> opt, Forward forward,
+                             const Tensor &x, const Tensor &y, int64_t batch) {
+  Workload w;
+  w.fn = [opt, forward](const std::vector<Tensor> &in) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(forward(in[0]), in[1]);
+    loss.backward();
+    opt->step();
+    return std::vector<Tensor>{loss.detach()};
+  };
+  w.batches = batches_of(x, y, batch, 5);
+  w.inputs = w.batches.front();
+  w.params = std::move(params);
+  w.accuracy = [forward, x, y] {
+    NoGradGuard no_grad;
+    return accuracy_of(forward(x), y);
+  };
+  return w;
 }
 
 } // namespace kiln::examples

@@ -18,20 +18,5 @@ KILN_EXAMPLE(train_mlp, "train-mlp",
     h = relu(linear(h, p[2], p[3]));
     return linear(h, p[4], p[5]);
   };
-  examples::Workload w;
-  w.fn = [opt, forward](const std::vector<Tensor> &in) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(forward(in[0]), in[1]);
-    loss.backward();
-    opt->step();
-    return std::vector<Tensor>{loss.detach()};
-  };
-  w.batches = examples::batches_of(x, y, 128, 5);
-  w.inputs = w.batches.front();
-  w.params = p;
-  w.accuracy = [forward, x, y] {
-    NoGradGuard no_grad;
-    return examples::accuracy_of(forward(x), y);
-  };
-  return w;
+  return examples::classifier_training(p, opt, forward, x, y, 128);
 }
