@@ -300,6 +300,15 @@ bool holds_at_one(const ir::Graph &g, const std::string &name) {
 // Symbols a specialization may bind (ir::kMaxFitSymbols per graph).
 constexpr size_t kMaxGuardSymbols = 8;
 
+// The random numbers a traced graph draws per call: its random ops' results
+// (a mask draws one per element), each at its offset in the call's block.
+int64_t random_draws_of(const ir::Graph &g) {
+  int64_t draws = 0;
+  for (const ir::Node *n : g.nodes())
+    if (n->kind() == ir::Node::Kind::Op && is_random(n->op())) draws += n->result()->type().numel();
+  return draws;
+}
+
 struct Specialization {
   std::vector<InputGuard> inputs;
   // A symbolic specialization (issue 17): per input, per dim, the symbol its
@@ -634,7 +643,7 @@ struct CompiledFunction::Impl {
     for (const std::string &why : st.static_reasons) log()->info("compile @{}: stays static: {}", options.name, why);
     std::shared_ptr<ir::Graph> g = st.graph;
     if (g->symbol_hints().empty()) return g;
-    if (detail::take_traced_random_draws() > 0) {
+    if (random_draws_of(*g) > 0) {
       log()->info("compile @{}: specializing every size: the function draws random numbers (dropout), and where "
                   "each op's draws start follows the sizes",
                   options.name);
@@ -646,7 +655,6 @@ struct CompiledFunction::Impl {
         if (ir::sizes_in_attrs(v.op)) {
           log()->info("compile @{}: specializing every size: an output is a {} of an input, whose sizes it holds",
                       options.name, op_info(v.op).mnemonic);
-          detail::take_traced_random_draws();
           return trace(fn, in, options.name, &spec.traced_outputs);
         }
     KILN_CHECK(g->symbol_hints().size() <= kMaxGuardSymbols, "compile @", options.name, ": more than ",
@@ -721,10 +729,9 @@ struct CompiledFunction::Impl {
     }
     try {
       detail::take_traced_grads();
-      detail::take_traced_random_draws();
       std::shared_ptr<ir::Graph> g = trace_for(*spec, in, dims);
       spec->grads = detail::take_traced_grads();
-      spec->random_draws = detail::take_traced_random_draws();
+      spec->random_draws = random_draws_of(*g); // before dce: every mask eager draws
       spec->trains = !spec->grads.empty();
       spec->fresh = fresh_outputs(*g);
       const bool symbolic = !g->symbol_hints().empty();

@@ -10,6 +10,7 @@
 
 #include "passes/rewrite.h"
 #include "runtime/op_attrs.h"
+#include "runtime/random_stream.h"
 #include "runtime/step_phase.h"
 #include "runtime/trace_hook.h"
 
@@ -509,6 +510,7 @@ std::unique_ptr<ir::Graph> trace(const TracedFunction &fn, const std::vector<Ten
   KILN_CHECK(fn, "trace: the function is empty");
   KILN_CHECK(!t_tracer, "trace: already tracing on this thread (nested trace() calls are not supported)");
   install_hooks();
+  detail::take_traced_random_draws(); // offsets count from this trace's first random op
   static std::atomic<uint64_t> next_id{1};
   Tracer tracer(next_id++, std::move(name));
   std::vector<Tensor> inputs = tracer.make_inputs(example_inputs);
