@@ -39,13 +39,14 @@ inline Counter philox4x32_10(Counter c, Key k) {
 inline float unit_float(uint32_t bits) { return float(bits >> 8) * 0x1p-24f; }
 
 // The index-th uniform float in [0, 1) of the stream (seed, offset): word
-// index % 4 of the block at counter (index / 4, offset), key seed. A kernel
-// that needs 4 consecutive numbers takes one block.
+// index % 4 of the block at counter (index / 4, offset), key seed (block_at).
+// A kernel that needs 4 consecutive numbers takes one block.
+inline Counter block_at(uint64_t seed, uint64_t offset, uint64_t block) {
+  return philox4x32_10({uint32_t(block), uint32_t(block >> 32), uint32_t(offset), uint32_t(offset >> 32)},
+                       {uint32_t(seed), uint32_t(seed >> 32)});
+}
 inline float uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
-  const uint64_t block = index / 4;
-  const Counter c = philox4x32_10({uint32_t(block), uint32_t(block >> 32), uint32_t(offset), uint32_t(offset >> 32)},
-                                  {uint32_t(seed), uint32_t(seed >> 32)});
-  return unit_float(c[index % 4]);
+  return unit_float(block_at(seed, offset, index / 4)[index % 4]);
 }
 
 } // namespace kiln::philox

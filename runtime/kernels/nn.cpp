@@ -388,8 +388,12 @@ Tensor dropout_mask(const Tensor &x, double p, int64_t offset) {
   const int64_t n = mask.numel();
   const auto [seed, stream] = detail::random_stream_at(offset, n);
   bool *m = mask.data_ptr<bool>();
+  // Element i is uniform_at(seed, stream, i): one Philox block serves 4 elements.
   parallel_for(0, n, 4096, [&, seed = seed, stream = stream](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) m[i] = double(philox::uniform_at(seed, stream, uint64_t(i))) >= p;
+    for (int64_t i = lo; i < hi;) {
+      const philox::Counter c = philox::block_at(seed, stream, uint64_t(i) / 4);
+      for (int64_t k = i % 4; k < 4 && i < hi; ++k, ++i) m[i] = double(philox::unit_float(c[size_t(k)])) >= p;
+    }
   });
   return mask;
 }

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/linalg_internal.h"
 #include "runtime/autograd.h"
+#include "runtime/philox.h"
 #include "runtime/random_stream.h"
 #include "unit/nn_test_util.h"
 
@@ -404,6 +405,19 @@ TEST(Nn, DropoutMask) {
   }
   EXPECT_EQ(run_op(OpId::DropoutMask, {x}, {0.4, int64_t(-1)}).at(0).sizes().vec(), m.sizes().vec());
   EXPECT_EQ(dropout_mask(meta({2, 7}), 0.2).sizes().vec(), (Shape{2, 7}));
+  // Element i is the i-th uniform of the stream: after manual_seed(s) the first
+  // reservation is (s, 0). Odd sizes, split across 1 and 2 threads.
+  const int threads = get_num_threads();
+  for (int t : {1, 2})
+    for (int64_t n : {int64_t(1), int64_t(67), int64_t(9001)}) {
+      set_num_threads(t);
+      manual_seed(21);
+      Tensor mask = dropout_mask(zeros({n}), 0.3);
+      const bool *mp = mask.data_ptr<bool>();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(mp[i], double(philox::uniform_at(21, 0, uint64_t(i))) >= 0.3) << "n " << n << " i " << i;
+    }
+  set_num_threads(threads);
   EXPECT_KILN_ERROR(dropout_mask(x, -0.5), "dropout_mask: probability has to be between 0 and 1, but got -0.5");
   EXPECT_KILN_ERROR(dropout_mask(Tensor(), 0.5), "dropout_mask");
 }
