@@ -88,7 +88,7 @@ Tensor full(IntArrayRef size, const Scalar &fill_value, TensorOptions options) {
   DType dt = dtype_or(options, natural);
   detail::check_scalar_fits(fill_value, dt, "full");
   KILN_TRACE(Full, {}, .size = size, .value = fill_value, .dtype = dt);
-  Tensor t = detail::make_tensor(size, dt);
+  Tensor t = detail::make_result(size, dt, {}); // an arena slot in a compiled call
   fill_contiguous(t, fill_value);
   return t;
 }

@@ -383,7 +383,7 @@ Tensor dropout_mask(const Tensor &x, double p, int64_t offset) {
   detail::check_defined(x, "dropout_mask", "input");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout_mask: probability has to be between 0 and 1, but got ", p);
   KILN_TRACE(DropoutMask, KILN_INPUTS(x), .p = p, .offset = offset);
-  Tensor mask = detail::make_tensor(x.sizes(), kBool, x.is_meta());
+  Tensor mask = detail::make_result(x.sizes(), kBool, {&x});
   if (x.is_meta()) return mask; // a shape rule's run draws nothing
   const int64_t n = mask.numel();
   const auto [seed, stream] = detail::random_stream_at(offset, n);

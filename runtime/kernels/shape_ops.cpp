@@ -100,6 +100,13 @@ Dims cat_shape(const TensorList &ts, size_t ref, int64_t d) {
   return shape;
 }
 
+// The result of an op over a list: meta when any input is, else make_result's
+// (the compiled executor may place it in its arena slot).
+Tensor list_result(IntArrayRef shape, DType dt, const TensorList &tensors) {
+  if (any_meta(tensors)) return detail::make_tensor(shape, dt, true);
+  return detail::make_result(shape, dt, {});
+}
+
 } // namespace
 
 Tensor cat(const TensorList &tensors, int64_t dim) {
@@ -116,7 +123,7 @@ Tensor cat(const TensorList &tensors, int64_t dim) {
   const int64_t d = detail::wrap_dim(dim, tensors[ref].dim(), "cat");
   Dims shape = cat_shape(tensors, ref, d);
   KILN_TRACE(Cat, tensors, .dim = d);
-  Tensor out = detail::make_tensor(shape, dt, any_meta(tensors));
+  Tensor out = list_result(shape, dt, tensors);
   if (out.is_meta()) return out;
   int64_t offset = 0;
   for (const Tensor &t : tensors) {
@@ -138,7 +145,7 @@ Tensor stack(const TensorList &tensors, int64_t dim) {
   shape.insert(d, int64_t(tensors.size()));
   const DType dt = promoted_dtype(tensors);
   KILN_TRACE(Stack, tensors, .dim = d);
-  Tensor out = detail::make_tensor(shape, dt, any_meta(tensors));
+  Tensor out = list_result(shape, dt, tensors);
   if (out.is_meta()) return out;
   // Entry i goes to out.select(d, i): drop dim d from out's metadata.
   Dims sz(out.sizes()), st(out.strides());

@@ -585,6 +585,53 @@ INSTANTIATE_TEST_SUITE_P(Workloads, SteadyStateAllocations,
                            return n;
                          });
 
+// A compiled training step returns its loss and writes everything else back:
+// the loss is its only allocation. train-cnn's backward runs cat, stack and
+// full eagerly (conv's im2col and padding); their results go to arena slots.
+TEST(SteadyStateAllocationsTraining, OnlyTheLossAllocates) {
+  for (const char *name : {"train-mlp", "train-cnn"}) {
+    const examples::Example *ex = examples::find_example(name);
+    ASSERT_TRUE(ex) << name;
+    examples::Workload w = ex->make();
+    CompiledFunction f = compile(w.fn, CompileOptions{.fallback = Fallback::Off});
+    std::vector<Tensor> out = f(w.inputs);
+    ASSERT_EQ(out.size(), 1u) << name;
+    SteadyState s = steady_state_allocations(f, w.inputs);
+    EXPECT_EQ(s.storages, kCalls) << name;
+    EXPECT_EQ(s.large_heap, 0u) << name;
+  }
+}
+
+// Ops over tensor lists (cat, stack) and the dropout mask make their results
+// with make_result, so each eager step writes into its arena slot: a call
+// allocates its output only, and gives eager's values.
+TEST(ArenaExecutor, ListOpsAndMasksWriteIntoTheArena) {
+  manual_seed(5);
+  ModelFn fn = [](const std::vector<Tensor> &in) {
+    Tensor a = exp(in[0]), b = sin(in[0]);
+    Tensor c = cat({a, b}, 1), s = stack({a, b}, 0);
+    Tensor m = dropout(a, 0.5, true);
+    return std::vector<Tensor>{c.sum(1) + s.sum(0).sum(1) + m.sum(1)};
+  };
+  CompiledFunction f = compile(fn, CompileOptions{.fallback = Fallback::Off});
+  Tensor x = randn({32, 48});
+  manual_seed(6);
+  std::vector<Tensor> want = fn({x});
+  manual_seed(6);
+  expect_close(f({x}), want);
+  auto g = f.graph_for({x});
+  ASSERT_TRUE(g && g->memory_plan());
+  int placed = 0;
+  for (const ir::Node *n : g->nodes()) {
+    if (n->kind() != ir::Node::Kind::Op) continue;
+    if (n->op() != OpId::Cat && n->op() != OpId::Stack && n->op() != OpId::DropoutMask) continue;
+    EXPECT_TRUE(slot(*g, n->result()->name())) << "%" << n->result()->name() << " has no arena slot";
+    ++placed;
+  }
+  EXPECT_EQ(placed, 3) << ir::print(*g);
+  EXPECT_EQ(steady_state_allocations(f, {x}).storages, kCalls);
+}
+
 // On one thread the epilogue and conv blocks run on the calling thread (no
 // pool): the same steady state.
 TEST(SteadyStateAllocationsOneThread, ContractionWorkloads) {
