@@ -199,7 +199,7 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string default_pipeline() { return "upcast,decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,materialize-views,plan-memory"; }
+std::string default_pipeline() { return "upcast,decompose,canonicalize,cse,dce,layout,fuse,fuse-horizontal,materialize-views,schedule,plan-memory"; }
 
 PipelineOptions PipelineOptions::from_env() {
   PipelineOptions o;

@@ -1,0 +1,161 @@
+// schedule: reorders the top-level nodes so that the memory plan needs a
+// smaller arena. The trace order is the order eager ran in, and fusion moves
+// a group to its last member: a training step's relu backward fused with the
+// bias gradient (a sum traced much later) then runs after the next layer's
+// im2col, and the gradient it consumes stays live across that big buffer.
+//
+// Two moves, both keeping every operand before its readers:
+// - sink: each node that allocates goes to just before its first reader (what
+//   it makes is live for less time);
+// - hoist: each node whose inputs die at it and that frees more bytes than it
+//   allocates goes to just after the last node it must follow.
+// The graph keeps the new order only when plan-memory then needs fewer arena
+// bytes than before (logged at debug with both sizes); otherwise it is
+// unchanged. The graph is pure (effects are write-backs, placed by
+// ir::write_back_points from whatever order results), so any topological
+// order computes the same values.
+#include "ir/memory_plan.h"
+#include "passes/plan_memory.h"
+#include "passes/rewrite.h"
+
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/log.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using ir::Node;
+using ir::Value;
+
+using Order = std::vector<Node *>;
+
+// Index of each node in `order`.
+std::unordered_map<const Node *, size_t> positions(const Order &order) {
+  std::unordered_map<const Node *, size_t> at;
+  for (size_t i = 0; i < order.size(); ++i) at[order[i]] = i;
+  return at;
+}
+
+void set_order(ir::Graph &g, const Order &order) {
+  for (Node *n : order) g.move_before(n, nullptr);
+}
+
+// Readers of each node's results among the top-level nodes.
+std::unordered_map<const Node *, std::vector<Node *>> readers_of(const Order &order) {
+  std::unordered_map<const Node *, std::vector<Node *>> readers;
+  for (Node *n : order)
+    for (const Value *v : n->operands())
+      if (v && v->producer()) readers[v->producer()].push_back(n);
+  return readers;
+}
+
+// Sink, last node first: a node with top-level readers moves to just before
+// the first of them. Nodes read only by outputs and write-backs stay put (a
+// write-back runs as soon as its value is ready).
+Order sink(Order order) {
+  const auto readers = readers_of(order);
+  for (size_t k = order.size(); k-- > 0;) {
+    Node *n = order[k];
+    auto it = readers.find(n);
+    if (it == readers.end()) continue;
+    const auto at = positions(order);
+    size_t first = order.size();
+    for (const Node *r : it->second) first = std::min(first, at.at(r));
+    if (first <= k + 1) continue;
+    order.erase(order.begin() + std::ptrdiff_t(k));
+    order.insert(order.begin() + std::ptrdiff_t(first - 1), n);
+  }
+  return order;
+}
+
+// Bytes the plan reserves for the fresh results of node i (escaping ones live
+// outside the arena), and for the values that die at it.
+struct Effect {
+  int64_t allocated = 0, freed = 0;
+  std::vector<const Value *> dying;
+};
+
+Effect effect_of(const ir::Liveness &live, size_t i) {
+  Effect e;
+  const Node &n = *live.nodes()[i];
+  for (const Value *r : n.results()) {
+    const ir::LiveRange *range = live.range(r);
+    if (range && !range->escapes) e.allocated += ir::align_arena(ir::value_bytes(r));
+  }
+  for (const Value *v : live.fresh()) {
+    const ir::LiveRange *range = live.range(v);
+    if (range->escapes || range->last != int64_t(i) || range->def == int64_t(i)) continue;
+    e.freed += ir::align_arena(ir::value_bytes(v));
+    e.dying.push_back(v);
+  }
+  return e;
+}
+
+// Hoist, first node first: a node that frees more than it allocates moves to
+// just after the last node it must follow: its operands' producers and every
+// other reader of what dies at it (or of a view of it).
+Order hoist(ir::Graph &g, Order order) {
+  set_order(g, order);
+  std::optional<ir::Liveness> computed;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (!computed) computed.emplace(g);
+    const ir::Liveness &live = *computed;
+    const Effect e = effect_of(live, i);
+    if (e.freed <= e.allocated) continue;
+    Node *n = order[i];
+    size_t after = 0; // one past the last node n must follow
+    for (size_t j = 0; j < i; ++j) {
+      const Node &m = *order[j];
+      bool must_follow = false;
+      for (const Value *v : n->operands()) must_follow |= v && v->producer() == &m;
+      for (const Value *v : m.operands())
+        for (const Value *d : e.dying) must_follow |= v && live.shares(v, d);
+      if (must_follow) after = j + 1;
+    }
+    if (after >= i) continue;
+    order.erase(order.begin() + std::ptrdiff_t(i));
+    order.insert(order.begin() + std::ptrdiff_t(after), n);
+    set_order(g, order);
+    computed.reset();
+  }
+  return order;
+}
+
+class Schedule : public Pass {
+public:
+  std::string_view name() const override { return "schedule"; }
+
+  bool run(ir::Graph &g) override {
+    const Order original = g.nodes();
+    if (original.size() < 3) return false;
+    const int64_t before = plan_memory(g).peak_bytes;
+    int64_t best = before;
+    Order chosen = original;
+    const Order starts[] = {original, sink(original)};
+    for (const Order &start : starts) {
+      Order candidate = hoist(g, start);
+      set_order(g, candidate);
+      const int64_t bytes = plan_memory(g).peak_bytes;
+      if (bytes < best) best = bytes, chosen = candidate;
+    }
+    set_order(g, chosen);
+    if (best == before) {
+      log()->debug("schedule: kept the order (arena {} bytes)", before);
+      return false;
+    }
+    log()->debug("schedule: reordered {} nodes; arena {} -> {} bytes", original.size(), before, best);
+    return true;
+  }
+};
+
+} // namespace
+
+KILN_REGISTER_PASS(Schedule, "schedule");
+
+} // namespace kiln::passes
