@@ -12,6 +12,7 @@
 #include "ir/interpreter.h"
 #include "runtime/allocator.h"
 #include "runtime/ops.h"
+#include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln::codegen {
@@ -142,6 +143,10 @@ private:
         if (observer) (*observer)(StepEvent{category(s), step_name(s), t0, steady_us() - t0});
       }
       for (auto [target, value] : s.write_backs) {
+        if (st.ptr[size_t(target)] == st.ptr[size_t(value)]) { // computed into its target
+          kiln::detail::bump_version(st.env[size_t(target)]);  // as copy_ would: packed weights are redone
+          continue;
+        }
         Tensor t = st.env[size_t(target)];
         copy_(t, st.env[size_t(value)]);
       }
@@ -271,6 +276,7 @@ private:
   static std::string_view step_name(const Step &s) { return s.label; }
 
   void run_step(const Step &s, CallState &st, void **buffers) const {
+    for (auto [result, target] : s.into_targets) bind(st, size_t(result), st.env[size_t(target)]);
     if (s.kind == Step::Kind::Kernel) {
       size_t b = 0;
       for (auto [slot, off] : s.buffer_refs) buffers[b++] = static_cast<char *>(st.ptr[size_t(slot)]) + off;
@@ -347,7 +353,9 @@ private:
     std::vector<Tensor> outs(s.out.size());
     for (size_t i = 0; i < s.out.size(); ++i) {
       const size_t slot = size_t(s.out[i]);
-      if (!arena_slot_[slot]) bind(st, slot, allocate_like(slot));
+      const bool into_target = std::any_of(s.into_targets.begin(), s.into_targets.end(),
+                                           [&](auto p) { return size_t(p.first) == slot; });
+      if (!arena_slot_[slot] && !into_target) bind(st, slot, allocate_like(slot));
       outs[i] = st.env[slot];
     }
     void *scratch = s.scratch_bytes > 0 ? static_cast<char *>(st.arena) + scratch_offset_ : nullptr;

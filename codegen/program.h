@@ -60,6 +60,11 @@ struct Program {
     // Write-backs (target slot, value slot) that run right after this step
     // (ir::write_back_points); the others run after the last step.
     std::vector<std::pair<int, int>> write_backs;
+    // Kernel and Epilogue: (result slot, target slot) of results computed
+    // straight into their write-back target (ir::write_backs_in_place): the
+    // call binds the result to the target's tensor before the step runs, and
+    // the write-back's copy finds nothing to do.
+    std::vector<std::pair<int, int>> into_targets;
     // Its name in a trace (StepEvent::name): the IR value it computes, as the
     // dump prints it, then the kernel symbol or what runs ("%86 kiln_k_...").
     std::string label;

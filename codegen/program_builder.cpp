@@ -46,6 +46,9 @@ public:
     for (const ir::Value *p : graph.params()) define(p, p->tensor());
     for (const ir::Value *c : graph.consts()) define(c, c->tensor());
     num_fixed_ = meta.size();
+    const std::vector<bool> in_place = ir::write_backs_in_place(graph);
+    for (size_t k = 0; k < in_place.size(); ++k)
+      if (in_place[k]) into_target_[graph.write_backs()[k].value] = graph.write_backs()[k].target;
 
     kiln::detail::TracingOff no_trace;
     for (const ir::Node *n : graph.nodes()) {
@@ -152,6 +155,7 @@ private:
   // into fresh memory. An operand elsewhere (a reshape that stayed a view of a
   // parameter, an eager result) is only read: the kernel writes the slot.
   void alias_in_place_outputs(const ir::Node &n, const std::vector<size_t> &buffer_operands, KernelDesc &desc) const {
+    alias_outputs_into_targets(n, buffer_operands, desc);
     if (!g_->memory_plan()) return;
     const ir::MemoryPlan &plan = *g_->memory_plan();
     for (size_t o = 0; o < n.results().size() && o < desc.outputs.size(); ++o) {
@@ -164,6 +168,23 @@ private:
         desc.output_aliases_input[o] = int32_t(b);
         kiln::log()->debug("codegen: %{} is computed in place over %{}", n.result(o)->name(),
                            n.operand(buffer_operands[b])->name());
+        break;
+      }
+    }
+  }
+
+  // A result computed into its write-back target that the group also reads
+  // (a weight's update reads the weight) writes through that operand's pointer.
+  void alias_outputs_into_targets(const ir::Node &n, const std::vector<size_t> &buffer_operands,
+                                  KernelDesc &desc) const {
+    for (size_t o = 0; o < n.results().size() && o < desc.outputs.size(); ++o) {
+      auto it = into_target_.find(n.result(o));
+      if (it == into_target_.end()) continue;
+      for (size_t b = 0; b < buffer_operands.size(); ++b) {
+        if (n.operand(buffer_operands[b]) != it->second) continue;
+        desc.output_aliases_input.resize(desc.outputs.size(), -1);
+        desc.output_aliases_input[o] = int32_t(b);
+        kiln::log()->debug("codegen: %{} is computed into %{}", n.result(o)->name(), it->second->name());
         break;
       }
     }
@@ -314,8 +335,14 @@ private:
     for (size_t k = 0; k < points.size(); ++k) {
       const ir::WriteBack &w = graph.write_backs()[k];
       const std::pair<int, int> copy{slot_.at(w.target), slot_.at(w.value)};
-      if (points[k] < int64_t(steps_.size())) steps_[size_t(points[k])].write_backs.push_back(copy);
-      else write_backs_.push_back(copy);
+      if (points[k] >= int64_t(steps_.size())) {
+        write_backs_.push_back(copy);
+        continue;
+      }
+      Step &s = steps_[size_t(points[k])];
+      s.write_backs.push_back(copy);
+      const bool compiled = s.kind == Step::Kind::Kernel || s.kind == Step::Kind::Epilogue;
+      if (compiled && into_target_.count(w.value)) s.into_targets.emplace_back(copy.second, copy.first);
     }
   }
 
@@ -350,6 +377,7 @@ private:
           const int o = s.out[r];
           s.buffer_refs.push_back({o, 0});
           s.out_shapes[r].slot = o;
+          if (into_target_of(s, o) >= 0) s.out_shapes[r].allocate = false; // bound to the target per call
           if (offset[size_t(o)] < 0) {
             transient_slots_.push_back(o);
             continue;
@@ -457,6 +485,14 @@ private:
       arena_slots_.emplace_back(o, off);
     }
   }
+
+  static int into_target_of(const Step &s, int slot) {
+    for (auto [result, target] : s.into_targets)
+      if (result == slot) return target;
+    return -1;
+  }
+
+  std::unordered_map<const ir::Value *, const ir::Value *> into_target_; // ir::write_backs_in_place
 
   const ir::Value *value_of(int slot) const {
     for (const auto &[value, s] : slot_)

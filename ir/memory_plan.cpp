@@ -149,6 +149,79 @@ std::vector<int64_t> write_back_points(const Graph &g) {
   return points;
 }
 
+namespace {
+
+// Whether every body node that depends on body input `k` is elementwise with a
+// result of `shape`, and the body has no reduction.
+bool reads_input_only_in_place(const Graph &body, const Value *k, IntArrayRef shape) {
+  std::unordered_set<const Value *> tainted{k};
+  for (const Node *m : body.nodes()) {
+    if (reduction_op(*m)) return false;
+    bool reads = false;
+    for (const Value *v : m->operands()) reads |= v && tainted.count(v);
+    if (!reads) continue;
+    if (!elementwise_op(*m)) return false;
+    for (const Value *r : m->results()) {
+      if (IntArrayRef(r->type().shape) != shape) return false;
+      tainted.insert(r);
+    }
+  }
+  return true;
+}
+
+// Whether v is a view (or other alias) of t.
+bool views(const Value *v, const Value *t) {
+  while (v->kind() == Value::Kind::Result) {
+    v = alias_source(*v->producer(), v->result_index());
+    if (!v) return false;
+    if (v == t) return true;
+  }
+  return false;
+}
+
+// Whether group n may store result r over parameter t, which it reads at most
+// element for element (see write_backs_in_place).
+bool group_writes_over(const Node &n, size_t r, const Value *t) {
+  if (n.kind() != Node::Kind::FusionGroup || !n.body()) return false;
+  const Value *v = n.result(r);
+  if (!same_layout(v, t) || alias_source(n, r)) return false;
+  for (const Value *o : n.results())
+    if (IntArrayRef(o->type().shape) != IntArrayRef(v->type().shape)) return false;
+  const Graph &body = *n.body();
+  for (size_t k = 0; k < n.operands().size(); ++k) {
+    const Value *op = n.operand(k);
+    if (!op) continue;
+    if (op != t) {
+      if (views(op, t)) return false; // reads other indices, or t's bytes under another shape
+      continue;
+    }
+    if (k >= body.inputs().size() || !reads_input_only_in_place(body, body.inputs()[k], IntArrayRef(v->type().shape)))
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+std::vector<bool> write_backs_in_place(const Graph &g) {
+  const std::vector<int64_t> points = write_back_points(g);
+  const std::vector<Node *> nodes = g.nodes();
+  std::unordered_map<const Node *, int64_t> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = int64_t(i);
+  std::unordered_set<const Value *> outputs(g.outputs().begin(), g.outputs().end());
+  std::unordered_map<const Value *, int> written;
+  for (const WriteBack &w : g.write_backs()) ++written[w.value];
+  std::vector<bool> in_place;
+  for (size_t k = 0; k < points.size(); ++k) {
+    const WriteBack &w = g.write_backs()[k];
+    const Node *n = w.value->kind() == Value::Kind::Result ? w.value->producer() : nullptr;
+    in_place.push_back(n && w.target->kind() == Value::Kind::Param && index.count(n) && index.at(n) == points[k] &&
+                       !outputs.count(w.value) && written.at(w.value) == 1 &&
+                       group_writes_over(*n, w.value->result_index(), w.target));
+  }
+  return in_place;
+}
+
 Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
   const int64_t end = int64_t(nodes_.size());
   // A read of v reads v and everything v may share memory with.
@@ -158,10 +231,19 @@ Liveness::Liveness(const Graph &g) : nodes_(g.nodes()) {
       if (it != ranges_.end()) fn(it->second);
     }
   };
+  // A value computed into its write-back target lives in the target's memory.
+  std::unordered_map<const Value *, const Value *> into_target;
+  const std::vector<bool> in_place = write_backs_in_place(g);
+  for (size_t k = 0; k < in_place.size(); ++k)
+    if (in_place[k]) into_target[g.write_backs()[k].value] = g.write_backs()[k].target;
   for (int64_t i = 0; i < end; ++i) {
     const Node &n = *nodes_[size_t(i)];
     for (size_t r = 0; r < n.results().size(); ++r) {
       Value *v = n.result(r);
+      if (auto it = into_target.find(v); it != into_target.end()) {
+        parents_[v] = it->second;
+        continue;
+      }
       const Value *src = alias_source(n, r);
       if (src) parents_[v] = src;
       if (src && !may_copy(n)) continue;

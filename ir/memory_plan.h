@@ -56,6 +56,21 @@ bool may_copy(const Node &n);
 // written back twice. The executor (codegen/executor.cpp) copies at these points.
 std::vector<int64_t> write_back_points(const Graph &g);
 
+// Which of g's write-backs compute their value straight into their target's
+// memory (in write_backs() order), so that the value needs no arena bytes and
+// no copy: the value is a result of a top-level fusion group that runs at the
+// write-back's point (nothing later reads the target's old value), the target
+// is a parameter of the same shape, element size and dense layout, no graph
+// output is the value, and the group reads the target (if at all) only as it
+// writes it: directly (no view), through elementwise nodes whose results all
+// have the target's shape, in a body with no reduction, whose results all have
+// that shape too: each element is read, then written, once. A training step's
+// new weights, moments and gradients are written so, as eager's in-place
+// optimizer does. The executor (codegen/executor.cpp) binds such a result to
+// its target's tensor and skips the copy; a group it runs eagerly instead
+// writes fresh memory, and the copy runs.
+std::vector<bool> write_backs_in_place(const Graph &g);
+
 struct LiveRange {
   int64_t def = 0;      // index of the producing node
   int64_t last = 0;     // last node index reading it or a view of it; for a write-back's value, the node

@@ -6,11 +6,14 @@
 //
 // Two moves, both keeping every operand before its readers:
 // - sink: each node that allocates goes to just before its first reader (what
-//   it makes is live for less time);
+//   it makes is live for less time; views stay put);
 // - hoist: each node whose inputs die at it and that frees more bytes than it
-//   allocates goes to just after the last node it must follow.
-// The graph keeps the new order only when plan-memory then needs fewer arena
-// bytes than before (logged at debug with both sizes); otherwise it is
+//   allocates goes to just after the last node it must follow (its operands'
+//   producers, the other readers of what dies, and the readers of the old
+//   value of what it writes back).
+// Each round tries hoist alone and sink then hoist, from the best order so
+// far (up to four rounds, while one helps). The graph keeps the new order only
+// when plan-memory then needs fewer arena bytes than before (logged at debug with both sizes); otherwise it is
 // unchanged. The graph is pure (effects are write-backs, placed by
 // ir::write_back_points from whatever order results), so any topological
 // order computes the same values.
@@ -55,21 +58,47 @@ std::unordered_map<const Node *, std::vector<Node *>> readers_of(const Order &or
   return readers;
 }
 
-// Sink, last node first: a node with top-level readers moves to just before
-// the first of them. Nodes read only by outputs and write-backs stay put (a
+// Whether some result of n is memory of its own (not a view of an operand):
+// moving a view frees nothing, and would only hold back the nodes reading it.
+bool allocates(const Node &n) {
+  for (size_t r = 0; r < n.results().size(); ++r)
+    if (!ir::alias_source(n, r) || ir::may_copy(n)) return true;
+  return false;
+}
+
+// Sink, last node first: a node that allocates and has top-level readers
+// moves to just before the first of them. Nodes read only by outputs and write-backs stay put (a
 // write-back runs as soon as its value is ready).
-Order sink(Order order) {
+Order sink(Order order, bool views) {
   const auto readers = readers_of(order);
   for (size_t k = order.size(); k-- > 0;) {
     Node *n = order[k];
     auto it = readers.find(n);
-    if (it == readers.end()) continue;
+    if (it == readers.end() || (!views && !allocates(*n))) continue;
     const auto at = positions(order);
     size_t first = order.size();
     for (const Node *r : it->second) first = std::min(first, at.at(r));
     if (first <= k + 1) continue;
     order.erase(order.begin() + std::ptrdiff_t(k));
     order.insert(order.begin() + std::ptrdiff_t(first - 1), n);
+  }
+  return order;
+}
+
+// Views (nodes that allocate nothing) go to just after their operands'
+// producers: a view read by a node that hoist would move earlier must not
+// hold it back, and a view's own position extends no value's life.
+Order views_early(Order order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    Node *n = order[i];
+    if (allocates(*n)) continue;
+    size_t after = 0;
+    for (size_t j = 0; j < i; ++j)
+      for (const Value *v : n->operands())
+        if (v && v->producer() == order[j]) after = j + 1;
+    if (after >= i) continue;
+    order.erase(order.begin() + std::ptrdiff_t(i));
+    order.insert(order.begin() + std::ptrdiff_t(after), n);
   }
   return order;
 }
@@ -100,7 +129,8 @@ Effect effect_of(const ir::Liveness &live, size_t i) {
 // Hoist, first node first: a node that frees more than it allocates moves to
 // just after the last node it must follow: its operands' producers and every
 // other reader of what dies at it (or of a view of it).
-Order hoist(ir::Graph &g, Order order) {
+Order hoist(ir::Graph &g, Order order, bool follow_targets) {
+  order = views_early(std::move(order));
   set_order(g, order);
   std::optional<ir::Liveness> computed;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -109,13 +139,22 @@ Order hoist(ir::Graph &g, Order order) {
     const Effect e = effect_of(live, i);
     if (e.freed <= e.allocated) continue;
     Node *n = order[i];
+    // Targets n writes back: their old values are read before n (so that the
+    // write-back still runs right after n, and its value can be computed into
+    // the target: ir::write_backs_in_place).
+    std::vector<const Value *> targets;
+    for (const ir::WriteBack &w : g.write_backs())
+      if (follow_targets && w.value->kind() == Value::Kind::Result && w.value->producer() == n)
+        targets.push_back(w.target);
     size_t after = 0; // one past the last node n must follow
     for (size_t j = 0; j < i; ++j) {
       const Node &m = *order[j];
       bool must_follow = false;
       for (const Value *v : n->operands()) must_follow |= v && v->producer() == &m;
-      for (const Value *v : m.operands())
+      for (const Value *v : m.operands()) {
         for (const Value *d : e.dying) must_follow |= v && live.shares(v, d);
+        for (const Value *t : targets) must_follow |= v && live.shares(v, t);
+      }
       if (must_follow) after = j + 1;
     }
     if (after >= i) continue;
@@ -128,6 +167,8 @@ Order hoist(ir::Graph &g, Order order) {
 }
 
 class Schedule : public Pass {
+  static constexpr int kMaxRounds = 4;
+
 public:
   std::string_view name() const override { return "schedule"; }
 
@@ -137,12 +178,19 @@ public:
     const int64_t before = plan_memory(g).peak_bytes;
     int64_t best = before;
     Order chosen = original;
-    const Order starts[] = {original, sink(original)};
-    for (const Order &start : starts) {
-      Order candidate = hoist(g, start);
-      set_order(g, candidate);
-      const int64_t bytes = plan_memory(g).peak_bytes;
-      if (bytes < best) best = bytes, chosen = candidate;
+    // Each round tries hoist and sink-then-hoist from the best order so far.
+    for (int round = 0; round < kMaxRounds; ++round) {
+      const int64_t start_bytes = best;
+      const Order from = chosen;
+      const Order starts[] = {from, sink(from, false), sink(from, true)};
+      for (const Order &start : starts)
+        for (bool follow_targets : {true, false}) {
+          Order candidate = hoist(g, start, follow_targets);
+          set_order(g, candidate);
+          const int64_t bytes = plan_memory(g).peak_bytes;
+          if (bytes < best) best = bytes, chosen = candidate;
+        }
+      if (best == start_bytes) break;
     }
     set_order(g, chosen);
     if (best == before) {

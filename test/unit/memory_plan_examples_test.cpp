@@ -602,6 +602,35 @@ TEST(SteadyStateAllocationsTraining, OnlyTheLossAllocates) {
   }
 }
 
+// train-mlp's Adam step writes each weight's new value, moments and gradient
+// straight into their tensors, as eager's in-place optimizer does: those
+// values take no arena bytes, and the parameters keep their storage.
+TEST(ArenaExecutor, TrainingUpdatesAreComputedIntoTheirTensors) {
+  const examples::Example *ex = examples::find_example("train-mlp");
+  ASSERT_TRUE(ex);
+  examples::Workload w = ex->make();
+  CompiledFunction f = compile(w.fn, CompileOptions{.fallback = Fallback::Off});
+  f(w.inputs);
+  auto g = f.graph_for(w.inputs);
+  ASSERT_TRUE(g && g->memory_plan());
+  const std::vector<bool> in_place = ir::write_backs_in_place(*g);
+  ASSERT_EQ(in_place.size(), g->write_backs().size());
+  int weights_in_place = 0;
+  for (size_t k = 0; k < in_place.size(); ++k) {
+    const ir::WriteBack &wb = g->write_backs()[k];
+    if (!in_place[k]) continue;
+    EXPECT_FALSE(slot(*g, wb.value->name())) << "%" << wb.value->name() << " is computed into %"
+                                             << wb.target->name() << " but has an arena slot";
+    weights_in_place += wb.target->type().shape.size() == 2;
+  }
+  // Three weight matrices, each with its value, grad and two moments.
+  EXPECT_EQ(weights_in_place, 12) << ir::print(*g);
+  std::vector<const void *> before;
+  for (const Tensor &p : w.params) before.push_back(p.raw_data());
+  f(w.inputs);
+  for (size_t i = 0; i < w.params.size(); ++i) EXPECT_EQ(w.params[i].raw_data(), before[i]) << "parameter " << i;
+}
+
 // Ops over tensor lists (cat, stack) and the dropout mask make their results
 // with make_result, so each eager step writes into its arena slot: a call
 // allocates its output only, and gives eager's values.
