@@ -4,19 +4,22 @@
 // bias gradient (a sum traced much later) then runs after the next layer's
 // im2col, and the gradient it consumes stays live across that big buffer.
 //
-// Two moves, both keeping every operand before its readers:
+// Moves, each keeping every operand before its readers:
 // - sink: each node that allocates goes to just before its first reader (what
-//   it makes is live for less time; views stay put);
+//   it makes is live for less time); a second variant sinks views too;
+// - small-early: views and nodes making at most kSmallBytes go to just after
+//   their operands' producers, so that they hold back no hoist;
 // - hoist: each node whose inputs die at it and that frees more bytes than it
 //   allocates goes to just after the last node it must follow (its operands'
-//   producers, the other readers of what dies, and the readers of the old
-//   value of what it writes back).
-// Each round tries hoist alone and sink then hoist, from the best order so
-// far (up to four rounds, while one helps). The graph keeps the new order only
-// when plan-memory then needs fewer arena bytes than before (logged at debug with both sizes); otherwise it is
-// unchanged. The graph is pure (effects are write-backs, placed by
-// ir::write_back_points from whatever order results), so any topological
-// order computes the same values.
+//   producers, the other readers of what dies and, in one variant, the readers
+//   of the old value of what it writes back, so that the write-back can still
+//   be computed in place: ir::write_backs_in_place).
+// Each round tries small-early + hoist after each sink variant and after none,
+// from the best order so far (up to four rounds, while one helps). The graph
+// keeps the new order only when plan-memory then needs fewer arena bytes than
+// before (logged at debug with both sizes); otherwise it is unchanged. The
+// graph is pure (effects are write-backs, placed by ir::write_back_points from
+// whatever order results), so any topological order computes the same values.
 #include "ir/memory_plan.h"
 #include "passes/plan_memory.h"
 #include "passes/rewrite.h"
@@ -37,6 +40,8 @@ using ir::Node;
 using ir::Value;
 
 using Order = std::vector<Node *>;
+
+constexpr int64_t kSmallBytes = 64; // an optimizer step's 0-dim bias corrections
 
 // Index of each node in `order`.
 std::unordered_map<const Node *, size_t> positions(const Order &order) {
@@ -85,13 +90,21 @@ Order sink(Order order, bool views) {
   return order;
 }
 
-// Views (nodes that allocate nothing) go to just after their operands'
-// producers: a view read by a node that hoist would move earlier must not
-// hold it back, and a view's own position extends no value's life.
-Order views_early(Order order) {
+// Bytes of n's results, views included.
+int64_t result_bytes(const Node &n) {
+  int64_t bytes = 0;
+  for (const Value *r : n.results()) bytes += ir::value_bytes(r);
+  return bytes;
+}
+
+// Views and nodes making a few bytes (an optimizer's bias corrections) go to
+// just after their operands' producers: such a node read by one that hoist
+// would move earlier must not hold it back, and moving it earlier extends no
+// value's life but its own small results'.
+Order small_early(Order order) {
   for (size_t i = 0; i < order.size(); ++i) {
     Node *n = order[i];
-    if (allocates(*n)) continue;
+    if (allocates(*n) && result_bytes(*n) > kSmallBytes) continue;
     size_t after = 0;
     for (size_t j = 0; j < i; ++j)
       for (const Value *v : n->operands())
@@ -130,7 +143,7 @@ Effect effect_of(const ir::Liveness &live, size_t i) {
 // just after the last node it must follow: its operands' producers and every
 // other reader of what dies at it (or of a view of it).
 Order hoist(ir::Graph &g, Order order, bool follow_targets) {
-  order = views_early(std::move(order));
+  order = small_early(std::move(order));
   set_order(g, order);
   std::optional<ir::Liveness> computed;
   for (size_t i = 0; i < order.size(); ++i) {
