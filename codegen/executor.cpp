@@ -358,7 +358,7 @@ private:
       if (!arena_slot_[slot] && !into_target) bind(st, slot, allocate_like(slot));
       outs[i] = st.env[slot];
     }
-    void *scratch = s.scratch_bytes > 0 ? static_cast<char *>(st.arena) + scratch_offset_ : nullptr;
+    void *scratch = s.scratch_bytes > 0 ? static_cast<char *>(st.arena) + s.scratch_offset : nullptr;
     s.epilogue->run_into(st.ins, outs, scratch);
   }
 

@@ -55,8 +55,9 @@ struct Program {
       DType dtype;
     };
     std::vector<Place> places;
-    // Epilogue: bytes of per-call scratch, at scratch_offset_ in the arena.
-    int64_t scratch_bytes = 0;
+    // Epilogue: bytes of per-call scratch, at scratch_offset in the arena
+    // (reserve_step_scratch: bytes no planned value uses while it runs).
+    int64_t scratch_bytes = 0, scratch_offset = 0;
     // Write-backs (target slot, value slot) that run right after this step
     // (ir::write_back_points); the others run after the last step.
     std::vector<std::pair<int, int>> write_backs;
@@ -86,7 +87,7 @@ struct Program {
   std::vector<std::pair<int, int>> write_backs_; // after the last step
   size_t num_fixed_ = 0, num_slots_ = 0, num_inputs_ = 0, max_operands_ = 0;
   size_t first_const_slot_ = 0; // slots [num_inputs_, first_const_slot_) are params, then constants
-  int64_t arena_bytes_ = 0, scratch_offset_ = 0;
+  int64_t arena_bytes_ = 0;
   std::vector<ir::TensorType> slot_types_;
   std::vector<uint8_t> arena_slot_;                    // per slot: a kernel writes it in the arena
   std::vector<std::pair<int, int64_t>> arena_slots_;   // (slot, offset) of those

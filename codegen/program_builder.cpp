@@ -449,19 +449,41 @@ private:
     return false;
   }
 
-  // Steps run one after another, so their scratch shares one region after the
-  // memory plan's values: each call's arena carries it, and a steady-state call
-  // allocates none (concurrent calls have their own arenas).
+  // A step's scratch goes in the arena's first gap of its size among the
+  // planned values live while it runs (read, written or kept for later), else
+  // after them: each call's arena carries it, a steady-state call allocates
+  // none (concurrent calls have their own arenas), and a conv epilogue's raw
+  // output takes bytes that a training step's im2col uses at another time.
   void reserve_step_scratch() {
-    int64_t need = 0;
-    for (Step &s : steps_) {
+    std::optional<ir::Liveness> live;
+    const int64_t after_values = (arena_bytes_ + 63) / 64 * 64;
+    int64_t end = arena_bytes_;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      Step &s = steps_[i];
       if (s.kind != Step::Kind::Epilogue) continue;
       s.scratch_bytes = int64_t(s.epilogue->scratch_bytes());
-      need = std::max(need, s.scratch_bytes);
+      if (s.scratch_bytes == 0) continue;
+      if (!live && g_->memory_plan()) live.emplace(*g_);
+      s.scratch_offset = live ? free_gap(*live, int64_t(i), s.scratch_bytes) : after_values;
+      end = std::max(end, s.scratch_offset + s.scratch_bytes);
     }
-    if (need == 0) return;
-    scratch_offset_ = (arena_bytes_ + 63) / 64 * 64;
-    arena_bytes_ = scratch_offset_ + need;
+    arena_bytes_ = end;
+  }
+
+  // The lowest 64-aligned offset of `bytes` free of every planned value live at node i.
+  int64_t free_gap(const ir::Liveness &live, int64_t i, int64_t bytes) const {
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (const auto &[v, a] : g_->memory_plan()->entries) {
+      const ir::LiveRange *r = live.range(v);
+      if (r && r->def <= i && i <= r->last) taken.emplace_back(a.offset, a.offset + a.size);
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t at = 0;
+    for (const auto &[lo, hi] : taken) {
+      if (at + bytes <= lo) break;
+      at = std::max(at, (hi + 63) / 64 * 64);
+    }
+    return at;
   }
 
   // An epilogue writes its results tile by tile while still reading its

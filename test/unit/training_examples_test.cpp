@@ -96,7 +96,8 @@ TEST(TrainingExamples, CompiledTrainingReachesTheStatedAccuracy) {
 
 // Each training example's compiled step needs no more memory than its eager
 // step (the bytes a call allocates at its peak, plus the arena for compiled),
-// as `kiln bench` reports them. It takes the schedule pass (without it,
+// as `kiln bench` reports them. It takes epilogue scratch placed in the
+// arena's gaps, the schedule pass (without it,
 // train-cnn's relu backward, fused with the bias gradient, runs after the next
 // layer's im2col) and updates computed into their tensors.
 TEST(TrainingExamples, CompiledStepsNeedNoMoreMemoryThanEager) {
@@ -116,6 +117,11 @@ TEST(TrainingExamples, CompiledStepsNeedNoMoreMemoryThanEager) {
     f(batch);
     const int64_t compiled = peak_of_call([&] { f(batch); }) + f.stats().peak_arena_bytes;
     EXPECT_LE(compiled, eager) << name << ": arena " << f.stats().peak_arena_bytes;
+    // train-cnn's conv epilogue scratch (its raw conv output) fits in bytes no
+    // planned value uses while it runs: the arena is the plan's.
+    auto traced = f.graph_for(batch);
+    ASSERT_TRUE(traced && traced->memory_plan()) << name;
+    EXPECT_EQ(f.stats().peak_arena_bytes, traced->memory_plan()->peak_bytes) << name;
     std::string unscheduled = passes::default_pipeline();
     const std::string pass = "schedule,";
     ASSERT_NE(unscheduled.find(pass), std::string::npos) << unscheduled;
