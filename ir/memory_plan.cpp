@@ -179,6 +179,17 @@ bool views(const Value *v, const Value *t) {
   return false;
 }
 
+// Whether parameter t is dense row-major (its type names no strides: a kernel
+// writes the value so) and shares its memory with no other parameter (a read
+// of that one would not be seen as a read of t).
+bool own_dense_param(const Graph &g, const Value *t) {
+  const Tensor &live = t->tensor();
+  if (!live.defined() || !(live.is_meta() || live.is_contiguous())) return false;
+  for (const Value *p : g.params())
+    if (p != t && p->tensor().defined() && !live.is_meta() && p->tensor().is_alias_of(live)) return false;
+  return true;
+}
+
 // Whether group n may store result r over parameter t, which it reads at most
 // element for element (see write_backs_in_place).
 bool group_writes_over(const Node &n, size_t r, const Value *t) {
@@ -215,7 +226,8 @@ std::vector<bool> write_backs_in_place(const Graph &g) {
   for (size_t k = 0; k < points.size(); ++k) {
     const WriteBack &w = g.write_backs()[k];
     const Node *n = w.value->kind() == Value::Kind::Result ? w.value->producer() : nullptr;
-    in_place.push_back(n && w.target->kind() == Value::Kind::Param && index.count(n) && index.at(n) == points[k] &&
+    in_place.push_back(n && w.target->kind() == Value::Kind::Param && own_dense_param(g, w.target) &&
+                       index.count(n) && index.at(n) == points[k] &&
                        !outputs.count(w.value) && written.at(w.value) == 1 &&
                        group_writes_over(*n, w.value->result_index(), w.target));
   }

@@ -255,3 +255,37 @@ TEST(CompiledTraining, InferenceOnGradParamsKeepsHistory) {
 }
 
 } // namespace
+
+// A parameter that is a transposed view (not dense row-major): its update is
+// copied into it, never computed into it in a row-major layout
+// (ir::write_backs_in_place), and compiled SGD with momentum equals eager's.
+TEST(CompiledTraining, TransposedParameterIsUpdatedLikeEager) {
+  auto make = [] {
+    manual_seed(31);
+    std::vector<Tensor> p = {randn({3, 5}).t(), zeros({3})};
+    for (Tensor &t : p) t.requires_grad_();
+    return p;
+  };
+  std::vector<Tensor> pe = make(), pc = make();
+  ASSERT_FALSE(pc[0].is_contiguous());
+  optim::SGD oe(pe, optim::SGDOptions(0.1).momentum(0.9)), oc(pc, optim::SGDOptions(0.1).momentum(0.9));
+  auto step = [](std::vector<Tensor> &p, optim::SGD &o) {
+    return [&p, &o](const std::vector<Tensor> &in) {
+      o.zero_grad();
+      Tensor loss = mse_loss(tanh(matmul(in[0], p[0]) + p[1]), in[1]);
+      loss.backward();
+      o.step();
+      return std::vector<Tensor>{loss.detach()};
+    };
+  };
+  ModelFn eager = step(pe, oe);
+  CompiledFunction compiled = compile(step(pc, oc), CompileOptions{.fallback = Fallback::Off});
+  manual_seed(32);
+  for (int s = 0; s < 10; ++s) {
+    Tensor x = randn({8, 5}), y = randn({8, 3});
+    eager({x, y});
+    compiled({x, y});
+  }
+  for (size_t i = 0; i < pe.size(); ++i) EXPECT_LT(max_abs_diff(pe[i], pc[i]), 1e-5) << "parameter " << i;
+  EXPECT_FALSE(pc[0].is_contiguous());
+}
