@@ -267,7 +267,10 @@ private:
       Group &grp = groups_.at(id);
       std::string why = shape_misfit(*n, grp);
       if (why.empty() && grp.members.size() >= kMaxGroupNodes) why = "group size limit reached";
-      if (why.empty() && creates_cycle(*n, grp))
+      // Once n has joined a group, n's other operands are that group's business:
+      // whether the two groups may become one is merge()'s cycle check (checking
+      // n alone would see the path grp -> n -> n's group and call it a cycle).
+      if (why.empty() && joined < 0 && creates_cycle(*n, grp))
         why = grp.contraction ? "reads the contraction's result through a node outside the group (would need the "
                                 "contraction twice or create a cycle)"
                               : "would create a cycle";
@@ -280,7 +283,10 @@ private:
         joined = id;
         continue;
       }
-      merge(joined, id); // n bridges two groups with one domain
+      // n bridges two groups with one domain.
+      if (std::string refused = merge(joined, id); !refused.empty())
+        refuse(*n, "cannot merge the group of %" + groups_.at(joined).seed + " with the group of %" + grp.seed + ": " +
+                       refused);
     }
     if (joined >= 0) return;
     // Start a new group. A reduction's domain is its input shape.
@@ -315,21 +321,24 @@ private:
     group_of_[&n] = grp.id;
   }
 
-  void merge(int into, int from) {
-    if (into == from) return;
+  // Makes groups `into` and `from` one, or says why not.
+  std::string merge(int into, int from) {
+    if (into == from) return "";
     Group &a = groups_.at(into), &b = groups_.at(from);
-    if (!same_shape(a.domain, b.domain) || creates_cycle_between(a, b)) return;
+    if (!same_shape(a.domain, b.domain)) return "different domains";
+    if (creates_cycle_between(a, b)) return "would create a cycle";
     // One contraction per group, and its epilogue stays elementwise.
-    if (a.contraction && b.contraction) return;
-    if ((a.contraction && b.has_reduction) || (b.contraction && a.has_reduction)) return;
-    if (a.has_reduction && b.has_reduction && a.reduced != b.reduced) return;
-    if (reads_misaligned_row(b, a) || reads_misaligned_row(a, b)) return;
+    if (a.contraction && b.contraction) return "two contractions";
+    if ((a.contraction && b.has_reduction) || (b.contraction && a.has_reduction))
+      return "a contraction's epilogue cannot hold a reduction";
+    if (a.has_reduction && b.has_reduction && a.reduced != b.reduced) return "their reductions fold different dims";
+    if (reads_misaligned_row(b, a) || reads_misaligned_row(a, b)) return "a member reads a misaligned row value";
     // A member feeding the contraction would have to run before it, not after it on its tiles.
     const Group &plain = a.contraction ? b : a;
     const Node *head = a.contraction ? a.contraction : b.contraction;
     if (head)
       for (const Node *m : plain.members)
-        if (reaches(m, head)) return;
+        if (reaches(m, head)) return "a member feeds the contraction";
     if (!a.contraction) a.contraction = b.contraction;
     for (Node *m : b.members) group_of_[m] = into;
     a.members.insert(a.members.end(), b.members.begin(), b.members.end());
@@ -337,6 +346,7 @@ private:
     if (!a.has_reduction) a.reduced = b.reduced;
     a.has_reduction |= b.has_reduction;
     groups_.erase(from);
+    return "";
   }
 
   // A path a -> outside -> b (or b -> outside -> a) forbids merging.
