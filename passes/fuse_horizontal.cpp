@@ -7,9 +7,14 @@
 //     row structure: merging them would need one row loop for two domains),
 //   - all results of both groups have one shape (the iteration space; in a
 //     symbolic graph, the same expression per dim),
-//   - they share at least one operand (otherwise nothing is saved),
+//   - they share at least one operand (it is read once), or both iterate over
+//     at most kSmallElements elements: such kernels cost their dispatch more
+//     than their loop, so one dispatch instead of two is the saving (an
+//     optimizer's per-parameter step counts and bias updates, as torch's
+//     multi-tensor "foreach" optimizers batch them),
 //   - neither reaches the other (merging would create a cycle),
-//   - the merged group stays within kMaxNodes body nodes and kMaxBuffers buffers.
+//   - the merged group stays within kMaxNodes body nodes (kMaxSmallNodes for
+//     small groups that share nothing) and kMaxBuffers buffers.
 // Refusals among groups that share an operand are logged at debug level.
 #include <algorithm>
 #include <unordered_map>
@@ -30,7 +35,12 @@ using ir::Node;
 using ir::Value;
 
 constexpr size_t kMaxNodes = 64;
+// Small groups' bodies are mostly scalar arithmetic (an optimizer's bias
+// corrections: ~11 nodes per parameter); a kernel of twice as many nodes still
+// compiles in milliseconds, and merges six parameters' step counts into one.
+constexpr size_t kMaxSmallNodes = 128;
 constexpr size_t kMaxBuffers = 32; // operands + results of the merged kernel
+constexpr int64_t kSmallElements = 4096;
 
 bool is_group(const Node *n) { return n->kind() == Node::Kind::FusionGroup; }
 
@@ -51,6 +61,9 @@ const ir::TensorType *elementwise_domain(const Node &n) {
     if (!same_dims(r->type(), d)) return nullptr;
   return &d;
 }
+
+// A known scalar constant is baked into the kernel (codegen/op_lowering.cpp), not passed as a buffer.
+bool is_buffer(const Value *v) { return !v || !(v->kind() == Value::Kind::Const && v->tensor().numel() == 1); }
 
 bool shares_operand(const Node &a, const Node &b) {
   for (const Value *v : a.operands())
@@ -75,10 +88,14 @@ private:
     for (size_t i = 0; i < order.size(); ++i) {
       if (!is_group(order[i]) || !elementwise_domain(*order[i])) continue;
       for (size_t j = i + 1; j < order.size(); ++j) {
-        if (!is_group(order[j]) || !shares_operand(*order[i], *order[j])) continue;
+        if (!is_group(order[j])) continue;
+        bool shared = shares_operand(*order[i], *order[j]);
+        if (!shared && !(small(*order[i]) && small(*order[j]))) continue;
         if (const char *why = refusal(order, i, j)) {
-          kiln::log()->debug("fuse-horizontal: not merging %{} and %{}: {}", order[i]->result()->name(),
-                             order[j]->result()->name(), why);
+          // Small groups that share nothing are many pairs; only sharing pairs are worth a line each.
+          if (shared)
+            kiln::log()->debug("fuse-horizontal: not merging %{} and %{}: {}", order[i]->result()->name(),
+                               order[j]->result()->name(), why);
           continue;
         }
         merge(order, i, j);
@@ -88,13 +105,21 @@ private:
     return false;
   }
 
+  // A group whose kernel iterates over at most kSmallElements elements.
+  static bool small(const Node &n) {
+    const ir::TensorType *d = elementwise_domain(n);
+    return d && !d->symbolic() && d->numel() <= kSmallElements;
+  }
+
   const char *refusal(const std::vector<Node *> &order, size_t i, size_t j) const {
     const ir::TensorType *da = elementwise_domain(*order[i]), *db = elementwise_domain(*order[j]);
     if (!db) return "not an elementwise group";
     if (!same_dims(*da, *db)) return "different iteration spaces";
-    if (order[i]->body()->num_nodes() + order[j]->body()->num_nodes() > kMaxNodes) return "group too large";
-    if (merged_operands(*order[i], *order[j]).size() + order[i]->results().size() + order[j]->results().size() >
-        kMaxBuffers)
+    const size_t limit = shares_operand(*order[i], *order[j]) ? kMaxNodes : kMaxSmallNodes;
+    if (order[i]->body()->num_nodes() + order[j]->body()->num_nodes() > limit) return "group too large";
+    std::vector<Value *> ops = merged_operands(*order[i], *order[j]);
+    size_t buffers = size_t(std::count_if(ops.begin(), ops.end(), is_buffer));
+    if (buffers + order[i]->results().size() + order[j]->results().size() > kMaxBuffers)
       return "too many buffers";
     if (reaches(order, i, j)) return "one group reads the other's result";
     return nullptr;

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "frontend/compile.h"
 #include "frontend/trace.h"
@@ -167,6 +169,39 @@ TEST(CompiledTraining, GraphHoldsBackwardAndWriteBacks) {
   // 4 parameters + 4 gradients + 4 x (step, exp_avg, exp_avg_sq).
   EXPECT_EQ(g->write_backs().size(), 4u + 4u + 12u);
   for (const Tensor &t : p) EXPECT_TRUE(t.grad().defined());
+}
+
+// The update of all parameters is a few kernels, not one per parameter per op:
+// each parameter's new value and both Adam moments come from one fused kernel
+// (fuse makes the moments' groups one), and the four step counts (0-dim
+// float64) from one kernel (fuse-horizontal batches small groups).
+TEST(CompiledTraining, AdamUpdateIsAFewKernels) {
+  const std::vector<Tensor> p = mlp_params(3, 4, 8, 3);
+  optim::Adam opt(p, optim::AdamOptions(0.01));
+  CompiledFunction f = compile(mlp_step(p, opt), CompileOptions{.name = "update_kernels"});
+  Data d = blobs(5, 16, 4, 3);
+  f({d.x, d.y}); // after a call, each grad() is the buffer its write-back targets
+  std::shared_ptr<const ir::Graph> g = f.graph_for({d.x, d.y});
+  ASSERT_TRUE(g) << f.stats().last_fallback_reason;
+  std::set<const ir::Node *> steps, all;
+  std::map<std::string, std::set<const ir::Node *>> per_param; // by shape: the four shapes differ
+  for (const ir::WriteBack &w : g->write_backs()) {
+    bool grad = false;
+    for (const Tensor &t : p) grad |= w.target->tensor().is_same(t.grad());
+    if (grad) continue; // a bias's gradient is a view of its column sum
+    const ir::Node *by = w.value->producer();
+    ASSERT_TRUE(by && by->kind() == ir::Node::Kind::FusionGroup) << "%" << w.target->name() << " <- %"
+                                                                 << w.value->name();
+    if (w.target->type().dtype == kFloat64) steps.insert(by);
+    else per_param[shape_str(w.target->type().shape)].insert(by);
+    all.insert(by);
+  }
+  EXPECT_EQ(steps.size(), 1u) << ir::print(*g);
+  ASSERT_EQ(per_param.size(), p.size());
+  for (const auto &[shape, groups] : per_param)
+    EXPECT_EQ(groups.size(), 1u) << "parameter " << shape << " is updated by " << groups.size()
+                                 << " kernels\n" << ir::print(*g);
+  EXPECT_LE(all.size(), 1 + p.size());
 }
 
 // Each traced node carries the phase its op ran in: the forward's, then the
