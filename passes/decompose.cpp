@@ -142,6 +142,48 @@ Values silu(Emit e, const Node &n) { return {composed::silu({&e.b, n.operand(0)}
 // in call overhead than the arithmetic itself. Large GEMMs keep BLAS.
 constexpr int64_t kTinyContraction = 64 * 1024;
 
+// Contractions over at most this many terms become that many broadcast
+// products added elementwise. As mul + sum they are row kernels over rows of
+// K elements: train-mlp's K = 2 linear was 16,384 rows of 2 (14-18 us for 33K
+// multiply-adds); as products they vectorize along N and fuse with the bias,
+// the activation or a backward's mask like any elementwise op (under 2 us).
+constexpr int64_t kUnrolledContraction = 4;
+
+bool has_symbolic_dim(const Value *v) {
+  for (int64_t d = 0; d < rank(v); ++d)
+    if (symbolic_dim(v, d)) return true;
+  return false;
+}
+
+// x[..., K] times m's K rows (k_dim 0: m is [K, N]) or columns (k_dim 1: m is
+// [N, K]), summed over K: x[..., k, None] * m's k-th [N] slice, added in k order.
+// Null unless K is at most kUnrolledContraction and every size is a constant
+// (the form is chosen by K alone, but the views would be over symbols).
+Value *unrolled_contraction(Emit e, Value *x, Value *m, int64_t k_dim) {
+  if (rank(m) != 2 || rank(x) < 1 || has_symbolic_dim(x) || has_symbolic_dim(m)) return nullptr;
+  const DType dt = x->type().dtype;
+  if ((dt != DType::Float32 && dt != DType::Float64) || m->type().dtype != dt) return nullptr;
+  const int64_t k = m->type().shape[size_t(k_dim)];
+  if (k < 1 || k > kUnrolledContraction || x->type().shape[size_t(rank(x) - 1)] != k) return nullptr;
+  const int64_t last = rank(x) - 1;
+  Value *acc = nullptr;
+  for (int64_t i = 0; i < k; ++i) {
+    Value *xi = e.b.op<OpId::Unsqueeze>({e.b.op<OpId::Select>({x}, {.dim = last, .index = i})}, {.dim = last});
+    Value *term = e.mul(xi, e.b.op<OpId::Select>({m}, {.dim = k_dim, .index = i}));
+    acc = acc ? e.add(acc, term) : term;
+  }
+  return acc;
+}
+
+// a[M, K] @ b[K, N] (mm, or matmul of two matrices) over few K: the products.
+Values small_k_matmul(Emit e, const Node &n) {
+  Value *a = n.operand(0), *b = n.operand(1);
+  if (rank(a) != 2 || rank(b) != 2) return {};
+  Value *y = unrolled_contraction(e, a, b, 0);
+  if (!y) return {};
+  return {y};
+}
+
 // x[..., K] @ w[N, K]^T as sum(x[..., 1, K] * w, -1) when it is tiny.
 Value *tiny_linear(Emit e, Value *x, Value *w) {
   if (rank(w) != 2 || rank(x) < 1) return nullptr;
@@ -160,7 +202,8 @@ Value *tiny_linear(Emit e, Value *x, Value *w) {
 // x @ w^T (+ b)
 Values linear(Emit e, const Node &n) {
   Value *x = n.operand(0), *w = n.operand(1);
-  Value *y = tiny_linear(e, x, w);
+  Value *y = unrolled_contraction(e, x, w, 1);
+  if (!y) y = tiny_linear(e, x, w);
   if (!y) y = e.matmul(x, rank(w) == 2 ? e.transpose(w, 0, 1) : w);
   if (n.operands().size() > 2 && n.operand(2)) y = e.add(y, n.operand(2));
   return {y};
@@ -263,7 +306,7 @@ struct Decomposition {
 const Decomposition kRules[] = {
     {OpId::Softmax, softmax}, {OpId::LogSoftmax, log_softmax}, {OpId::LayerNorm, layer_norm},
     {OpId::BatchNorm, batch_norm}, {OpId::Gelu, gelu}, {OpId::Silu, silu}, {OpId::Linear, linear},
-    {OpId::Addmm, addmm},
+    {OpId::Addmm, addmm}, {OpId::Mm, small_k_matmul}, {OpId::Matmul, small_k_matmul},
     {OpId::Var, var}, {OpId::Std, std_}, {OpId::Sdpa, sdpa}, {OpId::Dropout, dropout},
 };
 

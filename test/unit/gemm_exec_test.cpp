@@ -133,8 +133,9 @@ void sweep(DType dt, int threads) {
     std::vector<Tensor> got = f({x, y});
     EXPECT_TRUE(within(got[0], reference(x, w.transpose(0, 1), b, true)));
     EXPECT_TRUE(within(got[1], reference(x, y, b, false)));
-    EXPECT_EQ(count(categories(f, {x, y}), "gemm-jit"), 2);
-    EXPECT_GT(f.stats().packed_weight_bytes, 0);
+    // Over K <= 4 both are elementwise products (decompose.cpp), tested below.
+    EXPECT_EQ(count(categories(f, {x, y}), "gemm-jit"), K > 4 ? 2 : 0);
+    if (K > 4) EXPECT_GT(f.stats().packed_weight_bytes, 0);
   }
 }
 
@@ -246,6 +247,50 @@ TEST(GemmExec, NanAndInfPropagate) {
     CompiledFunction f = compile(fn);
     EXPECT_TRUE(same_or_close(f({x})[0], fn({x})[0], dt == kFloat64 ? 1e-12 : 1e-5));
     EXPECT_EQ(count(categories(f, {x}), "gemm-jit"), 1);
+  }
+}
+
+// Contractions over K <= 4 are K broadcast products added elementwise
+// (passes/decompose.cpp), fused with their bias and activation into one
+// kernel; at K = 5 matmul and mm stay on kiln's GEMM (the linear, under
+// decompose's tiny-contraction limit, is a mul + sum). linear, matmul and mm, against the naive
+// double loop (the bound above), over sizes past one vector and with tails,
+// f32 and f64, 1 and 2 threads; NaN and inf as eager has them.
+TEST(GemmExec, SmallKContractionsAreFusedProducts) {
+  PathGuard pg(gemm::Path::Jit);
+  uint64_t seed = 700;
+  for (int threads : {1, 2})
+    for (DType dt : {kFloat32, kFloat64})
+      for (int64_t K = 1; K <= 5; ++K) {
+        const int64_t M = 37 + K, N = 130 - K;
+        SCOPED_TRACE("K=" + std::to_string(K) + " " + std::string(kiln::name(dt)) + " threads=" +
+                     std::to_string(threads));
+        ThreadsGuard tg(threads);
+        Tensor w = rnd({N, K}, seed++, dt, -1, 1), b = rnd({N}, seed++, dt, -1, 1);
+        Tensor x = rnd({M, K}, seed++, dt, -1, 1), y = rnd({K, N}, seed++, dt, -1, 1);
+        CompiledFunction f = compile([w, b](const std::vector<Tensor> &in) {
+          return std::vector<Tensor>{relu(linear(in[0], w, b)), matmul(in[0], in[1]) + b, mm(in[0], in[1])};
+        });
+        std::vector<Tensor> got = f({x, y});
+        const Tensor zero = zeros({N}, TensorOptions(dt));
+        EXPECT_TRUE(within(got[0], reference(x, w.transpose(0, 1), b, true)));
+        EXPECT_TRUE(within(got[1], reference(x, y, b, false)));
+        EXPECT_TRUE(within(got[2], reference(x, y, zero, false)));
+        std::vector<std::string> cats = categories(f, {x, y});
+        EXPECT_EQ(count(cats, "gemm-jit"), K <= 4 ? 0 : 2);
+        if (K <= 4) EXPECT_EQ(f.kernels_per_call({x, y}), 1); // the three products in one fused kernel
+      }
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor w = rnd({50, 3}, 30, dt), b = rnd({50}, 31, dt), x = rnd({64, 3}, 32, dt);
+    const double inf = std::numeric_limits<double>::infinity();
+    x.select(0, 3).select(0, 1).fill_(std::nan(""));
+    x.select(0, 7).select(0, 0).fill_(inf);
+    w.select(0, 11).select(0, 2).fill_(-inf);
+    w.select(0, 20).select(0, 0).fill_(0.0); // inf * 0 = NaN in row 7
+    auto fn = [w, b](const std::vector<Tensor> &in) { return std::vector<Tensor>{linear(in[0], w, b) * 2.0}; };
+    CompiledFunction f = compile(fn);
+    EXPECT_TRUE(same_or_close(f({x})[0], fn({x})[0], dt == kFloat64 ? 1e-12 : 1e-5));
+    EXPECT_EQ(count(categories(f, {x}), "gemm-jit"), 0);
   }
 }
 
