@@ -30,6 +30,9 @@ struct ExecutableStats {
   int64_t arena_values = 0;  // kernel outputs written in the arena
   int64_t bytes_read = 0;    // per call, estimate: each non-view node reads each operand once
   int64_t bytes_written = 0; // per call, estimate: each non-view node writes each result once
+  // Every call runs all its steps on the calling thread (a chain of small
+  // steps; see choose_serial in codegen/program_builder.cpp).
+  bool serial = false;
 };
 
 class Executable {

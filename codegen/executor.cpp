@@ -12,6 +12,7 @@
 #include "ir/interpreter.h"
 #include "runtime/allocator.h"
 #include "runtime/ops.h"
+#include "runtime/parallel.h"
 #include "runtime/version.h"
 #include "runtime/trace_hook.h"
 
@@ -123,6 +124,8 @@ private:
 
   std::vector<Tensor> run_with(CallState &st, const std::vector<Tensor> &inputs) const {
     NoGradGuard no_grad; // a plan records no backward; write-backs may update parameters that require grad
+    std::optional<SerialRegion> serial;
+    if (serial_) serial.emplace();
     const ir::Graph &graph = *g_;
     // Values only kernels read need just their address (no reference count traffic).
     auto bind_fixed = [&](size_t slot, const Tensor &t) {

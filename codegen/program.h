@@ -95,6 +95,7 @@ struct Program {
   std::vector<uint8_t> output_owned_;                  // per output: see find_owned_outputs
   ExecutableStats stats_;
   std::vector<uint8_t> tensor_needed_; // per slot: some eager step, output or write-back reads its Tensor
+  bool serial_ = false; // every call runs its steps on the calling thread (choose_serial)
 };
 
 // The program for `g` (already through the pass pipeline) specialised to the

@@ -12,6 +12,7 @@
 #include "codegen/gemm/path.h"
 #include "codegen/op_lowering.h"
 #include "codegen/program.h"
+#include "ir/flops.h"
 #include "ir/interpreter.h"
 #include "ir/memory_plan.h"
 #include "runtime/log.h"
@@ -85,12 +86,56 @@ public:
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
     place_write_backs(graph);
     use_memory_plan(graph);
+    choose_serial();
     stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   Program take() && { return std::move(static_cast<Program &>(*this)); }
 
 private:
+  // A step this small runs no faster split over two cores than on one once
+  // its operands come from the other core: a 128^3 GEMM (4.2 MFLOP) whose A
+  // the last step computed took 32.6 us on two threads and 22.8 us on one in
+  // train-mlp, while 256^3 (34 MFLOP) runs 1.75x faster on two.
+  static constexpr int64_t kSerialStepFlops = int64_t(1) << 23;
+  // Elements of the largest result a step of such a program may write (256
+  // KiB of float32; a kernel splits from 2 x kDefaultGrain, 32K elements).
+  static constexpr int64_t kSerialResultElements = int64_t(1) << 16;
+
+  // Program::serial_: every call runs all its steps on the calling thread when
+  // they form a chain of small steps, a contraction reading what an earlier
+  // step computed. Split, each step leaves half its output in the other
+  // core's cache for the next to fetch: train-mlp's step (five GEMMs of at
+  // most 128^3 and ~20 small kernels) took 145-165 us on two threads and
+  // 111-117 us on one. A lone small contraction reads the caller's data and
+  // still splits (a 128^3 linear: 16 us on two threads, 20 on one).
+  void choose_serial() {
+    bool chain = false;
+    // Per slot: a step computed it (a view of such a value too; a view of a
+    // parameter, such as linear's transposed weight, is not).
+    std::vector<uint8_t> computed(num_slots_, 0);
+    for (const Step &s : steps_) {
+      bool reads_computed = false;
+      for (int slot : s.in) reads_computed |= slot >= 0 && computed[size_t(slot)];
+      const bool view = s.kind == Step::Kind::Skip ||
+                        (s.node->kind() == ir::Node::Kind::Op && s.node->info().kind == OpKind::View);
+      for (int slot : s.out) computed[size_t(slot)] = view ? reads_computed : 1;
+      if (view) continue;
+      const int64_t flops = ir::contraction_flops(*s.node);
+      int64_t elements = 0;
+      for (const ir::Value *r : s.node->results()) elements = std::max(elements, r->type().numel());
+      if (flops > kSerialStepFlops || elements > kSerialResultElements) {
+        kiln::log()->debug("codegen: @{} splits its steps over the threads: %{} is large ({} flops, {} elements)",
+                           g_->name(), s.node->result()->name(), flops, elements);
+        return;
+      }
+      chain |= flops > 0 && reads_computed;
+    }
+    if (!chain) return;
+    serial_ = stats_.serial = true;
+    kiln::log()->debug("codegen: @{} runs on the calling thread: a chain of small steps", g_->name());
+  }
+
   static std::string label_of(const Step &s) {
     std::string what;
     switch (s.kind) {

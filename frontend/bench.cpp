@@ -15,6 +15,7 @@
 #include "codegen/gemm/path.h"
 #include "codegen/jit.h"
 #include "frontend/trace.h"
+#include "ir/flops.h"
 #include "ir/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
@@ -126,50 +127,7 @@ private:
   gemm::Path saved_;
 };
 
-int64_t numel_of(const ir::Value &v) { return v.type().numel(); }
-
-// Dim `d` of operand `i` counted from the back (1: the last), 0 when absent.
-int64_t dim_from_back(const ir::Node &n, size_t i, size_t d) {
-  if (i >= n.operands().size() || !n.operand(i)) return 0;
-  const Dims &s = n.operand(i)->type().shape;
-  return s.size() < d ? 0 : s[s.size() - d];
-}
-
-// Multiply-adds x 2 of one contraction node: output elements x the reduced
-// (summed-over) length: K of a GEMM, (Cin / groups) * kh * kw of a conv; 0 for
-// other nodes.
-int64_t node_flops(const ir::Node &n) {
-  if (n.kind() != ir::Node::Kind::Op || n.results().size() != 1) return 0;
-  const int64_t out = numel_of(*n.result());
-  const OpId op = n.op();
-  // [.., K] @ [K, ..] (a 1-D left operand is [K] too); linear's weight is [N, K].
-  if (op == OpId::Mm || op == OpId::Bmm || op == OpId::Matmul || op == OpId::Linear)
-    return 2 * out * dim_from_back(n, 0, 1);
-  if (op == OpId::Addmm) return 2 * out * dim_from_back(n, 1, 1); // addmm(input, mat1 [M, K], mat2 [K, N])
-  if (op == OpId::Sdpa) {
-    // q [.., L, E], k [.., S, E], v [.., S, Ev], out [.., L, Ev]: q k^T (2 L S E)
-    // and p v (2 L S Ev) per batch.
-    int64_t e = dim_from_back(n, 0, 1), s = dim_from_back(n, 1, 2), ev = dim_from_back(n, 2, 1);
-    return ev > 0 ? 2 * (out / ev) * s * (e + ev) : 0;
-  }
-  if (op != OpId::Conv2d) return 0;
-  const Dims &w = n.operand(1)->type().shape; // [Cout, Cin / groups, kh, kw]
-  if (w.size() < 2) return 0;
-  int64_t k = 1;
-  for (size_t d = 1; d < w.size(); ++d) k *= w[d];
-  return 2 * out * k;
-}
-
 } // namespace
-
-int64_t contraction_flops(const ir::Graph &g) {
-  int64_t flops = 0;
-  for (const ir::Node *n : g.nodes()) {
-    if (n->body()) flops += contraction_flops(*n->body());
-    flops += node_flops(*n);
-  }
-  return flops;
-}
 
 namespace {
 
@@ -177,7 +135,7 @@ namespace {
 // function that reads tensor data runs eagerly: its row has no flop count).
 int64_t traced_flops(const ModelFn &fn, const std::vector<Tensor> &inputs) {
   try {
-    return contraction_flops(*trace(fn, inputs, "bench"));
+    return ir::contraction_flops(*trace(fn, inputs, "bench"));
   } catch (const Error &e) {
     log()->debug("bench: no flop count, tracing failed: {}", e.what());
     return 0;

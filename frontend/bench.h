@@ -66,8 +66,9 @@ struct BenchRow {
   double bandwidth_fraction = 0;
   double max_abs_diff = 0;
   double max_rel_diff = 0;
-  // Contractions: flops per call (contraction_flops of the traced graph),
-  // that over compiled_us, and that over BenchOptions::fma_gflops. NaN (JSON
+  // Contractions: flops per call (ir::contraction_flops, ir/flops.h, of the
+  // traced graph: the optimized one may have lowered a tiny contraction into a
+  // fused kernel), that over compiled_us, and that over BenchOptions::fma_gflops. NaN (JSON
   // null, "-" in the table) for a function without contractions, or without a peak.
   int64_t flops = 0;
   double gflops = std::numeric_limits<double>::quiet_NaN();
@@ -113,15 +114,6 @@ std::vector<BenchRow> bench_rows(const std::string &name, const ModelFn &fn, con
 // The paths `kiln bench --gemm VALUE` selects: "jit", "blas" or "both" (jit,
 // then blas); any other value throws kiln::Error naming --gemm and the allowed values.
 std::vector<gemm::Path> parse_bench_gemm(std::string_view value);
-
-// Floating-point operations of one call's contractions, from the shapes in the
-// graph (fusion group bodies included): 2 * M * N * K for matmul, mm, bmm,
-// addmm and linear (2 x output elements x the reduced dim), 2 * N * Ho * Wo *
-// Cout * (Cin / groups) * kh * kw for conv2d, 2 * L * S * (E + Ev) per batch for
-// scaled_dot_product_attention. Everything else counts 0. bench_row counts the
-// traced graph (the optimized one may have lowered a tiny contraction into a
-// fused kernel).
-int64_t contraction_flops(const ir::Graph &g);
 
 // Bytes one call of the optimized graph moves, estimated from the graph: every
 // graph input and parameter read once, every output written once, and every

@@ -233,6 +233,9 @@ int get_num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 bool in_parallel_region() { return t_in_region; }
 
+SerialRegion::SerialRegion() : saved_(t_in_region) { t_in_region = true; }
+SerialRegion::~SerialRegion() { t_in_region = saved_; }
+
 extern "C" void kiln_parallel_for(int64_t begin, int64_t end, int64_t grain,
                                   void (*fn)(void *, int64_t, int64_t), void *ctx) {
   if (end <= begin) return;

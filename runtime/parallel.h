@@ -21,8 +21,24 @@ extern "C" void kiln_parallel_for(int64_t begin, int64_t end, int64_t grain,
 extern "C" void kiln_parallel_for_chunks(int64_t begin, int64_t end, int64_t chunk,
                                          void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
 
-// True on a pool worker (nested parallel_for calls run serially).
+// True on a pool worker (nested parallel_for calls run serially), or inside a
+// SerialRegion.
 bool in_parallel_region();
+
+// While alive, this thread's parallel_for calls and kiln's GEMM run serially on
+// it, as on a pool worker. For a compiled call whose steps are all too small to
+// gain from a split: each split step leaves half its output in the other core's
+// cache, and the next step reads it from there (codegen's Program::serial_).
+class SerialRegion {
+public:
+  SerialRegion();
+  ~SerialRegion();
+  SerialRegion(const SerialRegion &) = delete;
+  SerialRegion &operator=(const SerialRegion &) = delete;
+
+private:
+  bool saved_;
+};
 
 template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, F &&f) {
   if (end <= begin) return;

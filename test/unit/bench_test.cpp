@@ -15,6 +15,7 @@
 #include "codegen/gemm/gemm.h"
 #include "frontend/bench.h"
 #include "frontend/trace.h"
+#include "ir/flops.h"
 #include "ir/graph.h"
 
 using namespace kiln;
@@ -150,7 +151,7 @@ TEST(BenchGemm, ParseGemmFlag) {
 }
 
 int64_t traced_flops(const ModelFn &fn, const std::vector<Tensor> &in) {
-  return contraction_flops(*trace(fn, in, "flops"));
+  return ir::contraction_flops(*trace(fn, in, "flops"));
 }
 
 // Each contraction's count against its textbook formula, written out here.
@@ -217,7 +218,7 @@ TEST(BenchGemm, ContractionFlopsInsideFusionGroups) {
     groups += n->body() != nullptr;
   }
   EXPECT_EQ(groups, 1);
-  EXPECT_EQ(contraction_flops(*g), 2 * 8 * 16 * 32);
+  EXPECT_EQ(ir::contraction_flops(*g), 2 * 8 * 16 * 32);
 }
 
 // max_phase_ms caps a timed phase at min(iters, 5) calls once it is spent:

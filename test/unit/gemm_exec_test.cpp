@@ -294,6 +294,57 @@ TEST(GemmExec, SmallKContractionsAreFusedProducts) {
   }
 }
 
+// A chain of small contractions, each reading what the last computed, runs on
+// the calling thread (codegen's choose_serial): on two cores each split step
+// would leave half its output in the other core's cache. The choice is the
+// graph's, not the thread count's; a lone small contraction, a chain of large
+// ones and a small chain with a large result still split. Results equal the naive loop on 1 and 2 threads.
+TEST(GemmExec, ChainOfSmallContractionsRunsOnTheCallingThread) {
+  PathGuard pg(gemm::Path::Jit);
+  // Whether the program built for `in` runs serially (ExecutableStats::serial).
+  auto serial = [](const CompiledFunction &f, const std::vector<Tensor> &in) {
+    return codegen::make_executable(f.graph_for(in), in)->stats().serial;
+  };
+  auto chain = [](const Tensor &w1, const Tensor &w2) {
+    return [w1, w2](const std::vector<Tensor> &in) {
+      Tensor h = relu(matmul(in[0], w1));
+      return std::vector<Tensor>{h, matmul(h, w2)};
+    };
+  };
+  for (int threads : {2, 1}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    ThreadsGuard tg(threads);
+    Tensor w1 = rnd({128, 128}, 40, kFloat32, -0.1, 0.1), w2 = rnd({128, 128}, 41, kFloat32, -0.1, 0.1);
+    Tensor x = rnd({128, 128}, 42, kFloat32, -1, 1);
+    const Tensor zero = zeros({128});
+    CompiledFunction f = compile(chain(w1, w2));
+    std::vector<Tensor> got = f({x});
+    EXPECT_TRUE(serial(f, {x}));
+    EXPECT_TRUE(within(got[0], reference(x, w1, zero, true)));
+    EXPECT_TRUE(within(got[1], reference(got[0], w2, zero, false)));
+
+    CompiledFunction lone = compile([w1](const std::vector<Tensor> &in) { return std::vector<Tensor>{relu(linear(in[0], w1))}; });
+    EXPECT_TRUE(within(lone({x})[0], reference(x, w1.transpose(0, 1), zero, true)));
+    EXPECT_FALSE(serial(lone, {x}));
+
+    Tensor v1 = rnd({256, 256}, 43, kFloat32, -0.1, 0.1), v2 = rnd({256, 256}, 44, kFloat32, -0.1, 0.1);
+    Tensor big = rnd({256, 256}, 45, kFloat32, -1, 1);
+    CompiledFunction large = compile(chain(v1, v2));
+    EXPECT_TRUE(within(large({big})[1], reference(relu(matmul(big, v1)), v2, zeros({256}), false)));
+    EXPECT_FALSE(serial(large, {big}));
+
+    // The small chain, then a result of 8 x 128 x 128 elements (above 64K): split.
+    auto wide_fn = [f = chain(w1, w2)](const std::vector<Tensor> &in) {
+      return std::vector<Tensor>{f(in)[1].unsqueeze(0) * in[1]};
+    };
+    Tensor scale = rnd({8, 1, 1}, 46, kFloat32, -1, 1);
+    CompiledFunction wide = compile(wide_fn);
+    std::vector<Tensor> wide_got = wide({x, scale});
+    EXPECT_TRUE(same_or_close(wide_got[0], wide_fn({x, scale})[0], 1e-5));
+    EXPECT_FALSE(serial(wide, {x, scale}));
+  }
+}
+
 // addmm runs on kiln's GEMM (decomposed into a matmul with the epilogue
 // beta * input + alpha * product) with eager's semantics: input broadcast from
 // every shape addmm takes, beta 0 ignoring input (its NaN too), f32 and f64;
