@@ -301,6 +301,10 @@ std::vector<Tensor> Tracer::record(OpId id, const std::vector<Tensor> &inputs, c
     if (a != 0 || std::count_if(operands.begin(), operands.end(), [](ir::Value *v) { return v; }) != 1)
       trace_fail(detail::concat(op, ": a result that aliases operand ", a, " of a multi-operand op cannot be traced"));
     out.push_back(user_tensor(e.metas[i], std::move(info)));
+    // As eager's view ops (detail::make_view_of): autograd's CopySlices finds
+    // the tensor an in-place update of this view changes.
+    const TensorImpl &base = inputs[size_t(a)].impl();
+    out.back().impl().view_base = base.view_base ? base.view_base : inputs[size_t(a)].impl_ref();
   }
   return out;
 }

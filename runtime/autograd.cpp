@@ -240,6 +240,35 @@ Edge gradient_edge(const Tensor &t) {
   return {acc, 0};
 }
 
+// The history an in-place update of a view gives the tensor it views (torch's
+// CopySlices): the base's new values are its old ones outside the view's
+// elements and the update's result inside. Its gradient g goes to the old base
+// with the view's elements zeroed, and, those elements of g, to the result.
+// The view's elements are fixed when it is made: `region` marks them in the
+// base's shape, `positions` lists, in the view's order, each one's place in
+// the base's memory order (the base is dense; `order` permutes the base into
+// that order). Written in kiln ops, so a traced backward records it.
+class CopySlices final : public Node {
+public:
+  CopySlices(Dims view_sizes, Dims order, Tensor region, Tensor positions)
+      : view_sizes_(std::move(view_sizes)), order_(std::move(order)), region_(std::move(region)),
+        positions_(std::move(positions)) {}
+  std::string name() const override { return "CopySlices"; }
+  size_t num_inputs() const override { return 1; }
+
+  std::vector<Tensor> apply(std::vector<Tensor> &&grads) override {
+    const Tensor &g = grads.at(0);
+    if (!g.defined()) return {Tensor(), Tensor()};
+    Tensor in_memory_order = reshape(contiguous(permute(g, order_)), {-1});
+    Tensor to_result = reshape(index_select(in_memory_order, 0, positions_), view_sizes_);
+    return {masked_fill(g, region_, 0.0), to_result};
+  }
+
+private:
+  Dims view_sizes_, order_;
+  Tensor region_, positions_;
+};
+
 // ---- the engine
 
 struct Task {
@@ -463,13 +492,17 @@ void record_op(OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs, s
 }
 
 void check_inplace(const Tensor &self, OpId id) {
+  if (const TensorImpl *base = self.impl().view_base.get()) {
+    const AutogradMeta *bm = base->autograd_meta.get();
+    KILN_CHECK(!(bm && bm->requires_grad && !bm->grad_fn), op_info(id).mnemonic,
+               "_: a view of a leaf Variable that requires grad is being used in an in-place operation (the view ",
+               autograd::describe(self), "); wrap the update in kiln::NoGradGuard");
+  }
   const AutogradMeta *m = self.impl().autograd_meta.get();
   if (!m) return;
   KILN_CHECK(!(m->requires_grad && !m->grad_fn), op_info(id).mnemonic,
              "_: a leaf Variable that requires grad is being used in an in-place operation (",
              autograd::describe(self), "); wrap the update in kiln::NoGradGuard");
-  KILN_CHECK(!m->is_view, op_info(id).mnemonic, "_: in-place update of a view of a tensor that requires grad (",
-             autograd::describe(self), ") is not supported by kiln's autograd yet; apply the op out of place");
 }
 
 void rebase_history(Tensor &self, const Tensor &result) {
@@ -482,7 +515,75 @@ void rebase_history(Tensor &self, const Tensor &result) {
   auto m = std::make_shared<AutogradMeta>();
   m->grad_fn = rm->grad_fn;
   m->output_nr = rm->output_nr;
+  const auto &old = self.impl().autograd_meta;
+  m->is_view = old && old->is_view;
   self.impl().autograd_meta = std::move(m);
+}
+
+namespace {
+
+// The base's dims ordered by decreasing stride: its memory order when it is
+// dense (every element at one place, no gaps), else nullopt.
+std::optional<Dims> dense_order(const Tensor &base) {
+  Dims order;
+  for (int64_t d = 0; d < base.dim(); ++d) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return base.strides()[size_t(a)] > base.strides()[size_t(b)]; });
+  int64_t expect = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    const int64_t d = order[i], n = base.sizes()[size_t(d)];
+    if (n == 1) continue;
+    if (base.strides()[size_t(d)] != expect) return std::nullopt;
+    expect *= n;
+  }
+  return order;
+}
+
+} // namespace
+
+void copy_slices(const Tensor &view, const Tensor &result) {
+  const Ref<TensorImpl> &base_ref = view.impl().view_base;
+  if (!base_ref) return;
+  Tensor base(base_ref);
+  if (!requires_grad_impl(base) && !requires_grad_impl(result)) return;
+  std::optional<Dims> order = dense_order(base);
+  KILN_CHECK(order, "in-place update of a view (", autograd::describe(view), ") of a tensor with strides ",
+             shape_str(base.strides()), " and shape ", shape_str(base.sizes()),
+             ": autograd needs the viewed tensor dense (no gaps between its elements)");
+  // Fixed now, without autograd or tracing: the view's elements in the base.
+  NoGradGuard no_grad;
+  TracingOff no_trace;
+  Dims memory_sizes;
+  for (int64_t d : *order) memory_sizes.push_back(base.sizes()[size_t(d)]);
+  Tensor in_memory_order = zeros(memory_sizes, kBool);
+  Tensor positions = empty({view.numel()}, kInt64);
+  bool *marks = in_memory_order.data_ptr<bool>();
+  int64_t *pos = positions.data_ptr<int64_t>();
+  const int64_t rank = view.dim(), n = view.numel();
+  std::vector<int64_t> index(size_t(rank), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t at = view.storage_offset() - base.storage_offset();
+    for (int64_t d = 0; d < rank; ++d) at += index[size_t(d)] * view.strides()[size_t(d)];
+    KILN_CHECK(at >= 0 && at < base.numel(), "internal: in-place update of a view (", autograd::describe(view),
+               ") reaches outside the tensor it views");
+    pos[e] = at;
+    marks[at] = true;
+    for (int64_t d = rank; d-- > 0;) {
+      if (++index[size_t(d)] < view.sizes()[size_t(d)]) break;
+      index[size_t(d)] = 0;
+    }
+  }
+  Dims inverse;
+  for (size_t i = 0; i < order->size(); ++i) inverse.push_back(0);
+  for (size_t i = 0; i < order->size(); ++i) inverse[size_t((*order)[i])] = int64_t(i);
+  Tensor region = permute(in_memory_order, inverse);
+  auto node = std::make_shared<autograd::CopySlices>(Dims(view.sizes()), *order, region, positions);
+  node->next_.resize(2);
+  if (requires_grad_impl(base)) node->next_[0] = autograd::gradient_edge(base);
+  if (requires_grad_impl(result)) node->next_[1] = autograd::gradient_edge(result);
+  auto m = std::make_shared<AutogradMeta>();
+  m->grad_fn = std::move(node);
+  base.impl().autograd_meta = std::move(m);
 }
 
 } // namespace detail

@@ -179,11 +179,16 @@ void record_op(OpId id, const std::vector<Tensor> &inputs, const Attrs &attrs, s
                const Tensor *inplace_self = nullptr);
 
 // torch's checks before an in-place op with autograd: a leaf that requires grad
-// cannot be written in place, nor (in kiln, for now) a view of one that does.
+// cannot be written in place, nor a view of one.
 void check_inplace(const Tensor &self, OpId id);
 // After `self` was overwritten in place with `result`'s values: self's history
 // becomes result's (torch's rebase_history).
 void rebase_history(Tensor &self, const Tensor &result);
+// After `view` (a view op's result) was overwritten in place with `result`'s
+// values: the tensor it views (TensorImpl::view_base) takes the history
+// "its old values with the view's elements replaced by result" (torch's
+// CopySlices), when it or result requires grad.
+void copy_slices(const Tensor &view, const Tensor &result);
 
 } // namespace detail
 } // namespace kiln

@@ -213,6 +213,13 @@ Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int
   return Tensor(std::move(ref));
 }
 
+Tensor make_view_of(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  Tensor v = make_view(base, sizes, strides, storage_offset);
+  const TensorImpl &b = base.impl();
+  v.impl().view_base = b.view_base ? b.view_base : base.impl_ref();
+  return v;
+}
+
 bool any_meta(std::initializer_list<const Tensor *> inputs) {
   for (const Tensor *t : inputs)
     if (t && t->defined() && t->is_meta()) return true;
@@ -540,14 +547,14 @@ Tensor view(const Tensor &x, IntArrayRef shape) {
   KILN_CHECK(st, "view: size ", shape_str(s), " is not compatible with input of shape ", shape_str(x.sizes()),
              " and strides ", shape_str(x.strides()), " (use reshape instead)");
   KILN_TRACE(View, {x}, .shape = IntArrayRef(s)); // after the stride check, so tracing reports what eager does
-  return detail::make_view(x, s, *st, x.storage_offset());
+  return detail::make_view_of(x, s, *st, x.storage_offset());
 }
 
 Tensor reshape(const Tensor &x, IntArrayRef shape) {
   detail::check_defined(x, "reshape", "self");
   Dims s = infer_shape(shape, x.numel(), "reshape", x.sizes());
   KILN_TRACE(Reshape, {x}, .shape = IntArrayRef(s));
-  if (auto st = view_strides(x.sizes(), x.strides(), s)) return detail::make_view(x, s, *st, x.storage_offset());
+  if (auto st = view_strides(x.sizes(), x.strides(), s)) return detail::make_view_of(x, s, *st, x.storage_offset());
   Tensor c = contiguous(x);
   return detail::make_view(c, s, detail::contiguous_strides(s), c.storage_offset());
 }
@@ -557,11 +564,11 @@ Tensor transpose(const Tensor &x, int64_t dim0, int64_t dim1) {
   int64_t n = x.dim();
   int64_t a = detail::wrap_dim(dim0, n, "transpose", "dim0"), b = detail::wrap_dim(dim1, n, "transpose", "dim1");
   KILN_TRACE(Transpose, {x}, .dim0 = a, .dim1 = b);
-  if (n == 0) return detail::make_view(x, x.sizes(), x.strides(), x.storage_offset());
+  if (n == 0) return detail::make_view_of(x, x.sizes(), x.strides(), x.storage_offset());
   Dims sz(x.sizes()), st(x.strides());
   std::swap(sz[a], sz[b]);
   std::swap(st[a], st[b]);
-  return detail::make_view(x, sz, st, x.storage_offset());
+  return detail::make_view_of(x, sz, st, x.storage_offset());
 }
 
 Tensor t(const Tensor &x) {
@@ -588,7 +595,7 @@ Tensor permute(const Tensor &x, IntArrayRef dims) {
     st.push_back(x.strides()[w]);
   }
   KILN_TRACE(Permute, {x}, .dims = IntArrayRef(d));
-  return detail::make_view(x, sz, st, x.storage_offset());
+  return detail::make_view_of(x, sz, st, x.storage_offset());
 }
 
 Tensor slice(const Tensor &x, int64_t dim, std::optional<int64_t> start_opt, std::optional<int64_t> end_opt,
@@ -607,7 +614,7 @@ Tensor slice(const Tensor &x, int64_t dim, std::optional<int64_t> start_opt, std
   Dims sz(x.sizes()), st(x.strides());
   sz[d] = end == start ? 0 : (end - start - 1) / step + 1; // no overflow for a huge step
   if (sz[d] > 1) st[d] *= step;                             // step < len here
-  return detail::make_view(x, sz, st, x.storage_offset() + start * x.strides()[d]);
+  return detail::make_view_of(x, sz, st, x.storage_offset() + start * x.strides()[d]);
 }
 
 Tensor narrow(const Tensor &x, int64_t dim, int64_t start, int64_t length) {
@@ -634,7 +641,7 @@ Tensor select(const Tensor &x, int64_t dim, int64_t index) {
   int64_t off = x.storage_offset() + index * x.strides()[size_t(d)];
   sz.erase(d);
   st.erase(d);
-  return detail::make_view(x, sz, st, off);
+  return detail::make_view_of(x, sz, st, off);
 }
 
 Tensor unsqueeze(const Tensor &x, int64_t dim) {
@@ -645,7 +652,7 @@ Tensor unsqueeze(const Tensor &x, int64_t dim) {
   int64_t stride = d < x.dim() ? sz[d] * st[d] : 1;
   sz.insert(d, 1);
   st.insert(d, stride);
-  return detail::make_view(x, sz, st, x.storage_offset());
+  return detail::make_view_of(x, sz, st, x.storage_offset());
 }
 
 namespace {
@@ -657,7 +664,7 @@ Tensor squeeze_dims(const Tensor &x, const Dims &dims) {
     sz.push_back(x.sizes()[i]);
     st.push_back(x.strides()[i]);
   }
-  return detail::make_view(x, sz, st, x.storage_offset());
+  return detail::make_view_of(x, sz, st, x.storage_offset());
 }
 } // namespace
 
@@ -720,7 +727,7 @@ Tensor expand(const Tensor &x, IntArrayRef size) {
   // must be caught here (numel would wrap and later copies read out of bounds).
   detail::checked_numel(sz, "expand");
   KILN_TRACE(Expand, {x}, .shape = IntArrayRef(sz));
-  return detail::make_view(x, sz, st, x.storage_offset());
+  return detail::make_view_of(x, sz, st, x.storage_offset());
 }
 
 Tensor flatten(const Tensor &x, int64_t start_dim, int64_t end_dim) {
@@ -772,7 +779,7 @@ Tensor as_strided(const Tensor &x, IntArrayRef size, IntArrayRef stride, std::op
                " and storage_offset ", off, " reach element ", last, " but the storage holds only ", capacity);
   }
   KILN_TRACE(AsStrided, {x}, .size = size, .stride = stride, .storage_offset = off);
-  return detail::make_view(x, size, stride, off);
+  return detail::make_view_of(x, size, stride, off);
 }
 
 // ---------------------------------------------------------------- Tensor methods that are views

@@ -190,6 +190,10 @@ public:
   Ref<Storage> storage;
   std::shared_ptr<TraceInfo> trace;           // set while a tracer follows this tensor
   std::shared_ptr<AutogradMeta> autograd_meta; // runtime/autograd.h
+  // Set on a view op's result: the tensor it views, the first of a chain of
+  // views. An in-place update of the view with autograd gives that tensor its
+  // new history (CopySlices, runtime/autograd.cpp), as torch's _base.
+  Ref<TensorImpl> view_base;
 
   void refresh_numel();
 
@@ -679,6 +683,9 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta = false);
 Tensor make_checked_tensor(const Dims &sizes, const Dims &strides, int64_t numel, DType dtype);
 // A view sharing `base`'s storage with new metadata (meta if base is meta).
 Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+// The same for a view op's result (view, slice, select, ...): it also
+// remembers the tensor it views (TensorImpl::view_base).
+Tensor make_view_of(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 // The result tensor of an op: meta if any input is meta. Kernels return it
 // straight away when it is meta (that is the op's shape rule at work).
 Tensor make_result(IntArrayRef sizes, DType dtype, std::initializer_list<const Tensor *> inputs);

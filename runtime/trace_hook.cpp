@@ -87,6 +87,7 @@ Tensor &inplace_with_autograd(Tensor &self, OpId id, const std::vector<Tensor> &
     copy_(self, out.at(0));
   }
   rebase_history(self, out.at(0));
+  copy_slices(self, out.at(0));
   return self;
 }
 } // namespace

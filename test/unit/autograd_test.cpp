@@ -204,6 +204,85 @@ TEST(Autograd, InPlaceOnANonLeafRebasesHistory) {
   EXPECT_TRUE(r.requires_grad());
 }
 
+// An in-place op on a view gives the tensor it views torch's CopySlices
+// history: its old values outside the view, the op's result inside. Values
+// worked out by hand.
+TEST(Autograd, InPlaceOnAViewRewritesTheViewedTensorsHistory) {
+  Tensor a = full({4, 3}, 0.5f).requires_grad_();
+  Tensor b = a * 2.0;
+  b.select(0, 1).mul_(3.0); // row 1 is 6a
+  EXPECT_EQ(b.grad_fn()->name(), "CopySlices");
+  sum(b).backward();
+  expect_values(a.grad(), {2, 2, 2, 6, 6, 6, 2, 2, 2, 2, 2, 2});
+
+  // A slice updated from other columns of the same leaf.
+  Tensor c = full({2, 3}, 1.f).requires_grad_();
+  Tensor d = c.clone();
+  d.slice(1, 0, 2).add_(c.slice(1, 1, 3) * 2.0); // d[:, j] = c[:, j] + 2 c[:, j + 1] for j < 2
+  sum(d).backward();
+  expect_values(c.grad(), {1, 3, 3, 1, 3, 3});
+
+  // A tensor that needs no grad, filled from one that does (torch: B now requires grad).
+  Tensor x = tensor({1.f, 2.f, 3.f}).requires_grad_();
+  Tensor big = zeros({4, 3});
+  big.select(0, 2).copy_(x * 2.0);
+  ASSERT_TRUE(big.requires_grad());
+  sum(big * big).backward(); // sum over row 2 of (2x)^2: d/dx = 8x
+  expect_values(x.grad(), {8, 16, 24});
+
+  // A view of a view (a column, through a transpose), updated twice.
+  Tensor e = full({3, 2}, 1.f).requires_grad_();
+  Tensor y = tensor({1.f, 2.f, 3.f}).requires_grad_();
+  Tensor f = e * 1.0;
+  Tensor col = f.t().select(0, 1); // f[:, 1]
+  col.mul_(y);
+  col.add_(y);                      // f[:, 1] = e[:, 1] * y + y
+  Tensor w = tensor({1.f, 10.f, 2.f, 20.f, 3.f, 30.f}).reshape({3, 2});
+  sum(f * w).backward();
+  expect_values(e.grad(), {1, 10 * 1, 2, 20 * 2, 3, 30 * 3});
+  expect_values(y.grad(), {10 * 2, 20 * 2, 30 * 2}); // w[:, 1] * (e[:, 1] + 1)
+}
+
+// The same updates against central differences in float64, on a viewed tensor
+// whose memory is not row-major (a transposed result) and on views with
+// steps: d/d(inputs) of sum(B * W) for B built by in-place updates of views.
+TEST(Autograd, InPlaceOnViewsMatchesFiniteDifferences) {
+  manual_seed(5);
+  const Tensor a0 = randn({5, 4}, TensorOptions(kFloat64)), x0 = randn({3}, TensorOptions(kFloat64)),
+               wt = randn({4, 5}, TensorOptions(kFloat64));
+  auto f = [&](const Tensor &a, const Tensor &x) {
+    // [4, 5], strided as a.t() or not; add saves nothing the updates overwrite
+    // (exp would save b, and its backward would then fail as in torch).
+    Tensor b = sin(a.t()) + 1.0;
+    b.select(1, 2).slice(0, 0, 3).mul_(x);              // column 2, rows 0..2
+    b.slice(1, 0, 5, 2).select(0, 3).add_(sum(sin(x))); // row 3, even columns
+    b.select(0, 0).copy_(b.select(0, 1).clone() * sum(x)); // row 0 from row 1 (a copy: mul saves it)
+    return sum(b * wt);
+  };
+  Tensor a = a0.clone().requires_grad_(), x = x0.clone().requires_grad_();
+  f(a, x).backward();
+  auto numeric = [&](const Tensor &of, bool wrt_a) {
+    NoGradGuard g;
+    Tensor out = zeros(of.sizes(), TensorOptions(kFloat64));
+    for (int64_t i = 0; i < of.numel(); ++i) {
+      Tensor pa = a0.clone(), px = x0.clone();
+      Tensor &p = wrt_a ? pa : px;
+      const double h = 1e-6, v = p.reshape({-1})[i].item<double>();
+      p.reshape({-1})[i].fill_(v + h);
+      const double up = f(pa, px).item<double>();
+      p.reshape({-1})[i].fill_(v - h);
+      const double down = f(pa, px).item<double>();
+      out.reshape({-1})[i].fill_((up - down) / (2 * h));
+    }
+    return out;
+  };
+  Tensor na = numeric(a0, true), nx = numeric(x0, false);
+  for (int64_t i = 0; i < a0.numel(); ++i)
+    EXPECT_NEAR(a.grad().reshape({-1})[i].item<double>(), na.reshape({-1})[i].item<double>(), 1e-6) << "a " << i;
+  for (int64_t i = 0; i < x0.numel(); ++i)
+    EXPECT_NEAR(x.grad().reshape({-1})[i].item<double>(), nx.reshape({-1})[i].item<double>(), 1e-6) << "x " << i;
+}
+
 // Compiled code records no backward: with grad mode on, a call that reads a
 // tensor requiring grad (an input, or a captured weight) runs eagerly, so its
 // results carry history and backward gives eager's gradients. Under NoGradGuard
@@ -359,6 +438,16 @@ TEST(AutogradErrors, InPlaceOnALeafThatRequiresGrad) {
   expect_values(x, {2.f, 3.f});
   Tensor y = x * 2.0;
   EXPECT_KILN_ERROR(y.requires_grad_(false), "you can only change requires_grad flags of leaf variables");
+  // A view of such a leaf, as torch.
+  EXPECT_KILN_ERROR(x.select(0, 1).mul_(2.0),
+                    "a view of a leaf Variable that requires grad is being used in an in-place operation");
+  EXPECT_KILN_ERROR(x.slice(0, 0, 1).zero_(), "a view of a leaf Variable that requires grad");
+  expect_values(x, {2.f, 3.f}); // untouched by the refused updates
+  {
+    NoGradGuard g;
+    x.select(0, 1).mul_(2.0);
+  }
+  expect_values(x, {2.f, 6.f});
 }
 
 // scatter_reduce's derivatives where finite differences do not reach: zeros in

@@ -324,3 +324,35 @@ TEST(CompiledTraining, TransposedParameterIsUpdatedLikeEager) {
   for (size_t i = 0; i < pe.size(); ++i) EXPECT_LT(max_abs_diff(pe[i], pc[i]), 1e-5) << "parameter " << i;
   EXPECT_FALSE(pc[0].is_contiguous());
 }
+
+// A step whose forward updates a view of an activation in place (torch's
+// CopySlices in the backward) compiles, and trains as eager does.
+TEST(CompiledTraining, InPlaceUpdateOfAViewMatchesEager) {
+  const std::vector<Tensor> pe = mlp_params(11, 4, 16, 3), pc = copies(pe);
+  optim::SGD oe(pe, optim::SGDOptions(0.1).momentum(0.9)), oc(pc, optim::SGDOptions(0.1).momentum(0.9));
+  auto step = [](const std::vector<Tensor> &p, optim::SGD &o) {
+    return [p, &o](const std::vector<Tensor> &in) {
+      o.zero_grad();
+      Tensor h = linear(in[0], p[0], p[1]);
+      h.slice(1, 0, 8).mul_(in[2]);     // half the hidden units scaled by an input
+      h.select(1, 9).add_(p[1][0]);     // one more shifted by a parameter's element
+      Tensor loss = cross_entropy(linear(relu(h), p[2], p[3]), in[1]);
+      loss.backward();
+      o.step();
+      return std::vector<Tensor>{loss.detach()};
+    };
+  };
+  ModelFn eager = step(pe, oe);
+  CompiledFunction compiled = compile(step(pc, oc), CompileOptions{.fallback = Fallback::Off});
+  for (int s = 0; s < 10; ++s) {
+    Data d = blobs(200 + uint64_t(s), 32, 4, 3);
+    Tensor scale = full({8}, 0.5f + 0.1f * float(s));
+    Tensor le = eager({d.x, d.y, scale}).at(0), lc = compiled({d.x, d.y, scale}).at(0);
+    EXPECT_LT(max_abs_diff(le, lc), 1e-5) << "step " << s;
+  }
+  for (size_t i = 0; i < pe.size(); ++i) {
+    EXPECT_LT(max_abs_diff(pe[i], pc[i]), 1e-5 * (1 + max_abs(pe[i]))) << "parameter " << i;
+    EXPECT_LT(max_abs_diff(pe[i].grad(), pc[i].grad()), 1e-5 * (1 + max_abs(pe[i].grad()))) << "grad " << i;
+  }
+  EXPECT_EQ(compiled.stats().eager_calls, 0) << compiled.stats().last_fallback_reason;
+}
