@@ -210,6 +210,26 @@ void gemm_blas(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars
   });
 }
 
+// Floating products of at most this many multiply-adds whose B rows are
+// contiguous run as i-p-j loops: a BLAS call packs its operands first, which
+// for W6's backward ([64, 1] x [1, 64] weight gradients, [1, 64] x [64, 64])
+// costs more than the arithmetic.
+constexpr int64_t kLoopMacs = 8192;
+
+template <class T>
+void gemm_small(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int64_t acs, const T *B,
+                int64_t brs, T beta, T *C, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    T *c = C + i * ldc;
+    for (int64_t j = 0; j < n; ++j) c[j] = beta == T(0) ? T(0) : beta * c[j];
+    for (int64_t p = 0; p < k; ++p) {
+      const T a = alpha * A[i * ars + p * acs];
+      const T *b = B + p * brs;
+      for (int64_t j = 0; j < n; ++j) c[j] += a * b[j];
+    }
+  }
+}
+
 // Integer (and any non-BLAS) product: i-p-j loops, unsigned arithmetic so that
 // overflow wraps as in torch instead of being undefined.
 template <class T>
@@ -236,8 +256,11 @@ void gemm(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t ars, int
     scale_c(m, n, beta, C, ldc);
     return;
   }
-  if constexpr (std::is_floating_point_v<T>)
+  if constexpr (std::is_floating_point_v<T>) {
+    if (m * n * k <= kLoopMacs && (bcs == 1 || n == 1))
+      return gemm_small(m, n, k, alpha, A, ars, acs, B, brs, beta, C, ldc);
     gemm_blas(m, n, k, alpha, A, ars, acs, B, brs, bcs, beta, C, ldc);
+  }
   else
     gemm_loops(m, n, k, alpha, A, ars, acs, B, brs, bcs, beta, C, ldc);
 }
