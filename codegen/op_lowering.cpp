@@ -651,10 +651,77 @@ KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int6
   return d;
 }
 
+std::vector<int64_t> &strides_of(KernelDesc &k, size_t b) {
+  return b < k.inputs.size() ? k.inputs[b].strides : k.outputs[b - k.inputs.size()].buffer.strides;
+}
+
+// Dims [0, j) of k walked as one dim 0 of their product's extent. Each
+// buffer must walk them as one: a dim's stride is the next (inner) dim's
+// stride times that dim's size, size-1 dims aside, as in a row-major
+// [s0, s1, 64] buffer or one broadcast over all of them. Otherwise "" is
+// not returned: the reason is.
+std::string fold_leading_dims(KernelDesc &k, size_t j) {
+  int64_t extent = 1;
+  for (size_t d = 0; d < j; ++d) extent *= k.shape[d];
+  for (size_t b = 0; b < k.num_buffers(); ++b) {
+    std::vector<int64_t> &st = strides_of(k, b);
+    int64_t inner = -1, step = 0; // the inner neighbour of size > 1 among the folded dims; the innermost's stride
+    for (size_t d = j; d-- > 0;) {
+      if (k.shape[d] == 1) continue;
+      if (inner >= 0 && st[d] != st[size_t(inner)] * k.shape[size_t(inner)])
+        return "buffer " + std::to_string(b) + " (strides " + shape_str(st) + ") does not walk dims 0.." +
+               std::to_string(j - 1) + " of kernel shape " + shape_str(k.shape) + " as one";
+      if (inner < 0) step = st[d];
+      inner = int64_t(d);
+    }
+    st.erase(st.begin(), st.begin() + int64_t(j));
+    st.insert(st.begin(), step);
+  }
+  k.shape.erase(k.shape.begin(), k.shape.begin() + int64_t(j));
+  k.shape.insert(k.shape.begin(), extent);
+  return "";
+}
+
+std::string symbol_name(int s) {
+  std::string sym = "s";
+  sym += std::to_string(s); // (not "s" + ...: GCC 12 warns -Wrestrict on that)
+  return sym;
+}
+
+// The extent of dim 0 folded from the kernel dims the symbols size: a
+// constant times the product of the symbolic dims of a result of the group
+// (each result holds every outer dim of the kernel, and the symbols size
+// only outer dims), checked at `values` against `extent`.
+RuntimeExtent extent_formula(const ir::Node &group, std::span<const int64_t> values, int64_t extent,
+                             const std::string &name) {
+  RuntimeExtent f;
+  const ir::Value *r = nullptr;
+  for (const ir::Value *v : group.results())
+    if (v->type().symbolic()) {
+      r = v;
+      break;
+    }
+  KILN_CHECK(r, "codegen: ", name, ": no result of it has a symbolic size");
+  for (const ir::SymExpr &e : r->type().sym)
+    if (!e.is_constant()) f.dims.push_back(e);
+  const int64_t p = f.at(values);
+  KILN_CHECK(p > 0 && extent % p == 0, "codegen: ", name, ": its kernel's dim 0 (", extent,
+             ") is not a multiple of the symbolic sizes of ", r->type().str(), " (", p, ")");
+  f.factor = extent / p;
+  return f;
+}
+
 } // namespace
 
+int64_t RuntimeExtent::at(std::span<const int64_t> values) const {
+  int64_t n = factor;
+  for (const ir::SymExpr &e : dims) n *= e.evaluate(values);
+  return n;
+}
+
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands) {
+                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands,
+                                RuntimeExtent *extent) {
   const std::vector<ir::Node *> nodes = g.nodes();
   const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
   KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
@@ -664,34 +731,76 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
              " is a contraction with its epilogue: an epilogue step runs it (codegen/epilogue.h), not a kernel");
   const std::vector<int> ids = group_symbols(group);
   KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
-  KILN_CHECK(ids.size() == 1, "codegen: ", name, " has ", ids.size(),
-             " symbols; a kernel reads one size per call (its dim 0)");
-  const int s = ids[0];
-  std::vector<int64_t> moved(values.begin(), values.end());
-  moved.at(size_t(s)) += 1;
-  std::vector<size_t> moved_operands;
-  KernelDesc a = lower_group_at(g, index, values, buffer_operands, operands);
-  KernelDesc b = lower_group_at(g, index, moved, moved_operands);
-  std::string sym = "s";
-  sym += std::to_string(s); // (not "s" + ...: GCC 12 warns -Wrestrict on that)
-  KILN_CHECK(!a.shape.empty() && a.shape[0] == values[size_t(s)] && b.shape[0] == moved[size_t(s)], "codegen: ", name,
-             ": its kernel's outermost dim is not ", sym, " (kernel shape ", shape_str(a.shape), " at ", sym, " = ",
-             values[size_t(s)], ", ", shape_str(b.shape), " at ", sym, " = ", moved[size_t(s)], ")");
-  b.shape[0] = a.shape[0];
-  KILN_CHECK(a.key() == b.key() && buffer_operands == moved_operands, "codegen: ", name, ": its kernel changes with ",
-             sym, " beyond its outermost dim (an inner size or a stride)");
+  std::vector<Tensor> metas;
+  KernelDesc a = lower_group_at(g, index, values, buffer_operands, &metas);
+  // The kernel at each symbol moved by one: the dims that change are the ones
+  // the symbols size, and they must be outer dims, leading the kernel's.
+  struct Probe {
+    int symbol;
+    std::vector<int64_t> values;
+    KernelDesc desc;
+    std::vector<size_t> buffers;
+    std::vector<Tensor> metas;
+  };
+  std::vector<Probe> probes;
+  size_t j = 0; // dims [0, j) are sized by symbols (or lie between such dims)
+  for (int s : ids) {
+    Probe p{s, std::vector<int64_t>(values.begin(), values.end()), {}, {}, {}};
+    p.values.at(size_t(s)) += 1;
+    p.desc = lower_group_at(g, index, p.values, p.buffers, &p.metas);
+    KILN_CHECK(p.desc.shape.size() == a.shape.size(), "codegen: ", name, ": its kernel's rank changes with ",
+               symbol_name(s), " (kernel shape ", shape_str(a.shape), " at ", symbol_name(s), " = ",
+               values[size_t(s)], ", ", shape_str(p.desc.shape), " at ", p.values[size_t(s)], ")");
+    for (size_t d = 0; d < a.shape.size(); ++d)
+      if (p.desc.shape[d] != a.shape[d]) j = std::max(j, d + 1);
+    probes.push_back(std::move(p));
+  }
+  const std::string syms = [&] {
+    std::string out;
+    for (int s : ids) out += (out.empty() ? "" : ", ") + symbol_name(s);
+    return out;
+  }();
+  KILN_CHECK(j > 0, "codegen: ", name, ": its kernel's outermost dim is not sized by ", syms, " (kernel shape ",
+             shape_str(a.shape), ")");
+  const size_t outer = a.has_reductions() ? a.shape.size() - size_t(a.row_rank) : a.shape.size();
+  KILN_CHECK(j <= outer, "codegen: ", name, ": its kernel's outermost dim is not ", syms,
+             ": the symbols size its row (kernel shape ", shape_str(a.shape), ", rows of ", a.row_rank,
+             " dims; a kernel reads only its outer extent per call)");
+  if (std::string why = fold_leading_dims(a, j); !why.empty())
+    KILN_FAIL("codegen: ", name, ": its kernel changes with ", syms, " beyond its outermost dim: ", why);
   a.runtime_dim0 = true;
+  for (Probe &p : probes) {
+    const std::string sym = symbol_name(p.symbol);
+    if (std::string why = fold_leading_dims(p.desc, j); !why.empty())
+      KILN_FAIL("codegen: ", name, ": its kernel changes with ", sym, " beyond its outermost dim: ", why);
+    p.desc.runtime_dim0 = true;
+    KILN_CHECK(p.desc.key() == a.key() && p.buffers == buffer_operands, "codegen: ", name,
+               ": its kernel changes with ", sym, " beyond its outermost dim (an inner size or a stride)");
+    // The kernel reads a strided operand (an eager op's result) in its traced
+    // layout at every size; a contiguous one is contiguous at each.
+    for (size_t i : buffer_operands)
+      KILN_CHECK(metas[i].is_contiguous() || metas[i].strides() == p.metas[i].strides(), "codegen: ", name,
+                 ": the layout of operand ", i, " changes with ", sym, " (strides ", shape_str(metas[i].strides()),
+                 ", then ", shape_str(p.metas[i].strides()), ")");
+  }
+  RuntimeExtent f = extent_formula(group, values, a.shape[0], name);
+  for (const Probe &p : probes)
+    KILN_CHECK(f.at(p.values) == p.desc.shape[0], "codegen: ", name, ": its kernel's dim 0 is ", p.desc.shape[0],
+               " at ", symbol_name(p.symbol), " = ", p.values[size_t(p.symbol)], ", not ", f.at(p.values));
   a.validate();
+  if (operands) *operands = std::move(metas);
+  if (extent) *extent = std::move(f);
   return a;
 }
 
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, int &symbol,
+                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtent> &extent,
                                       std::vector<Tensor> &operands) {
-  symbol = -1;
+  extent.reset();
   if (!group_symbols(group).empty() || is_epilogue_group(group)) {
-    KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands, &operands);
-    symbol = group_symbols(group).front();
+    RuntimeExtent f;
+    KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands, &operands, &f);
+    extent = std::move(f);
     return d;
   }
   const std::vector<ir::Node *> nodes = g.nodes();

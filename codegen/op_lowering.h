@@ -2,10 +2,12 @@
 // lowering-rule table in op_lowering.cpp.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "codegen/kernel.h"
+#include "ir/sym.h"
 #include "runtime/op_registry.h"
 
 namespace kiln::ir {
@@ -35,27 +37,40 @@ KernelDesc lower_group(const ir::Node &group, const std::vector<Tensor> &operand
 // Every op runs on META tensors.
 std::vector<Tensor> operand_metas(const ir::Graph &at, size_t index);
 
+// Dim 0's extent of a kernel over runtime sizes (KernelDesc::runtime_dim0):
+// `factor` times the product of `dims` at a call's symbol values.
+struct RuntimeExtent {
+  std::vector<ir::SymExpr> dims;
+  int64_t factor = 1;
+  int64_t at(std::span<const int64_t> values) const;
+};
+
 // A fusion group of symbolic graph g (issue 17) as one kernel for every value
-// of the one symbol its types mention (KernelDesc::runtime_dim0), which must be
-// what the kernel's outermost dim walks: the batch of a [s0, 1024] softmax, not
-// the rows a batch-norm reduction folds. Lowered with the symbols at `values`
-// and again with that symbol moved by one, with its operands as the symbolic
-// executor passes them: graph inputs and fusion groups' results contiguous,
-// params and consts as they are, eager ops' results with eager's layouts (a
-// permute's result strided; returned in `operands`, at `values`, when given).
-// The two descriptions must differ only in dim 0, which
-// holds at every value since sizes are multilinear in the symbols (the
-// verifier checks each). Otherwise a kiln::Error says why: another symbol, the
-// symbol in an inner dim or in the row, a stride that grows with it.
+// of the symbols its types mention. The symbols must size only the kernel's
+// outer dims (the batch and sequence of a [s0, s1, 768] layer norm, not its
+// row), and every buffer must walk the leading dims up to the last such dim as
+// one, as row-major ones do: those dims become one dim 0 whose extent
+// (`extent`, a product of the symbols) the kernel reads per call
+// (KernelDesc::runtime_dim0). Lowered with the symbols at `values` and again
+// with each symbol moved by one, with its operands as the symbolic executor
+// passes them: graph inputs and fusion groups' results contiguous, params and
+// consts as they are, eager ops' results with eager's layouts (a permute's
+// result strided; returned in `operands`, at `values`, when given). The
+// descriptions must differ only in dim 0, which holds at every value since
+// sizes are multilinear in the symbols (the verifier checks each); a strided
+// operand must keep its strides. Otherwise a kiln::Error says why: a symbol in
+// the row, a buffer that does not walk the outer dims as one, a stride that
+// grows with a symbol.
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr);
+                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr,
+                                RuntimeExtent *extent = nullptr);
 
 // A kernel for `group` of symbolic graph g that serves every call: the static
-// kernel of a group whose types mention no symbol (`symbol` = -1), else
-// lower_symbolic_group's (`symbol` = the one it reads as dim 0's extent).
+// kernel of a group whose types mention no symbol (`extent` empty), else
+// lower_symbolic_group's (`extent`: its dim 0's per call).
 // Operands as lower_symbolic_group takes them (returned in `operands`).
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, int &symbol,
+                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtent> &extent,
                                       std::vector<Tensor> &operands);
 
 } // namespace kiln::codegen

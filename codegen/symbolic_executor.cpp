@@ -1,7 +1,8 @@
 // A compiled program over a symbolic graph (issue 17, codegen/executable.h's
 // make_symbolic_executable): built once, it serves every call whose sizes bind
 // the graph's symbols. Each call binds them (ir::bind_symbols); a fusion group
-// runs as one kernel that reads its batch per call (KernelDesc::runtime_dim0)
+// runs as one kernel that reads its outer extent per call, the product of the
+// symbols that size its outer dims (KernelDesc::runtime_dim0, RuntimeExtent),
 // or, when it has no symbol, as its static kernel; a group codegen cannot
 // lower for every size runs its body eagerly, and every other node runs its
 // eager op with the sizes of the call (ir::attrs_at).
@@ -17,6 +18,7 @@
 // spatial sizes (they run eagerly), and in-place kernels.
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -130,7 +132,8 @@ private:
     std::shared_ptr<const CompiledKernel> kernel;
     std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
     std::vector<Dims> buffer_strides;    // Kernel: per input buffer, the strides it was lowered for
-    int symbol = -1;                     // Kernel: the symbol dim 0 reads per call; -1: a static kernel
+    std::vector<bool> contiguous_at_every_size; // Kernel: per input buffer, lowered contiguous (else strided)
+    std::optional<RuntimeExtent> extent;        // Kernel: dim 0's extent per call; empty: a static kernel
     std::shared_ptr<const EpilogueStep> contraction; // Contraction: (buffer_* for its operands too)
     bool rows_per_call = false;                      // Contraction: M read per call
     std::vector<bool> contiguous;                    // Contraction: per buffer operand, symbolic: made contiguous
@@ -202,19 +205,25 @@ private:
       KILN_CHECK(!is_epilogue_group(n), "a contraction with its epilogue, whose M is not read per call yet");
       KILN_CHECK(n.operands().size() + n.results().size() <= 64, "more than 64 buffers");
       std::vector<Tensor> operands;
-      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.symbol, operands);
-      // Lowering checked that these do not change with the symbol.
-      for (size_t i : s.buffer_operands) s.buffer_strides.emplace_back(operands[i].strides());
+      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.extent, operands);
+      // Lowering checked that a strided operand's strides do not change with the symbols.
+      for (size_t i : s.buffer_operands) {
+        s.buffer_strides.emplace_back(operands[i].strides());
+        s.contiguous_at_every_size.push_back(s.extent && operands[i].is_contiguous());
+      }
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
-      s.how = "kernel: fusion group %" + name + (s.symbol >= 0 ? " reads its dim 0 per call" : " has static sizes");
+      s.how = "kernel: fusion group %" + name + (s.extent ? " reads its dim 0 per call" : " has static sizes");
       kiln::log()->debug("codegen: {} ({})", s.how, s.kernel->symbol());
     } catch (const Error &e) {
       s.how = "no kernel over runtime sizes: " + std::string(e.what());
       kiln::log()->debug("codegen: fusion group %{} runs eagerly: {}", name, e.what());
       s.kind = Step::Kind::EagerGroup;
       s.buffer_operands.clear();
+      s.buffer_strides.clear();
+      s.contiguous_at_every_size.clear();
+      s.extent.reset();
       ++stats_.groups_fallen_back;
       stats_.eager_steps += int64_t(n.body()->num_nodes());
     }
@@ -248,7 +257,9 @@ private:
       const int slot = s.in[s.buffer_operands[k]];
       Tensor &t = env[size_t(slot)];
       check_sizes(s, slot, t, values);
-      if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
+      // A contiguous operand's strides change with the sizes: contiguous at each.
+      if (s.contiguous_at_every_size[k]) t = t.is_contiguous() ? t : t.contiguous();
+      else if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
       buffers[b++] = t.raw_data();
     }
     for (int o : s.out) {
@@ -258,7 +269,7 @@ private:
       buffers[b++] = r.raw_data();
       env[size_t(o)] = std::move(r);
     }
-    int64_t extent = s.symbol >= 0 ? values[size_t(s.symbol)] : 0;
+    int64_t extent = s.extent ? s.extent->at(values) : 0;
     buffers[b] = &extent;
     s.kernel->fn()(buffers);
   }

@@ -12,7 +12,9 @@
 #include <kiln/kiln.h>
 
 #include "expect_error.h"
+#include "codegen/executable.h"
 #include "ir/graph.h"
+#include "ir/printer.h"
 
 using namespace kiln;
 using kiln::testing::expect_error;
@@ -269,3 +271,36 @@ TEST(CompileDynamic, ConcurrentCallersWithChangingBatches) {
 }
 
 } // namespace
+
+// A language model's batch and sequence length both change (Auto: the second
+// call makes both symbolic). The layer norm with its residual and gelu runs as
+// one kernel over rows s0 * s1 that reads that product per call, and the two
+// products read their M per call: nothing runs eagerly at any size.
+TEST(CompileDynamic, BatchAndSequenceBothChange) {
+  manual_seed(12);
+  Tensor g = randn({16}), b = randn({16}), w1 = randn({16, 32}) * 0.3, w2 = randn({32, 16}) * 0.3;
+  auto block = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor h = gelu(layer_norm(in[0] + in[1], {16}, g, b, 1e-5), "tanh");
+    return {in[0] + matmul(relu(matmul(h, w1)), w2), h};
+  };
+  CompiledFunction f = compile(block);
+  const int64_t sizes[][2] = {{2, 5}, {3, 7}, {4, 9}, {5, 3}, {2, 11}, {6, 2}, {3, 7}, {7, 40}};
+  for (const auto &bs : sizes) {
+    std::vector<Tensor> in = {randn({bs[0], bs[1], 16}), randn({bs[0], bs[1], 16})};
+    expect_equal(f(in), block(in), "batch " + std::to_string(bs[0]) + ", sequence " + std::to_string(bs[1]));
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 2);
+  EXPECT_EQ(s.dynamic_specializations, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 4, 16}), randn({3, 4, 16})});
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(graph->symbol_hints().size(), 2u) << ir::print(*graph);
+  int runtime_kernels = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph)) {
+    EXPECT_EQ(line.find("eager"), std::string::npos) << line;
+    EXPECT_EQ(line.find("no kernel"), std::string::npos) << line;
+    runtime_kernels += line.find("reads its dim 0 per call") != std::string::npos;
+  }
+  EXPECT_GE(runtime_kernels, 1);
+}

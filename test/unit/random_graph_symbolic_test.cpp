@@ -159,30 +159,35 @@ Tensor random_of(DType t, const std::vector<int64_t> &sizes) {
 }
 
 // Each fusion group codegen::lower_symbolic_group accepts, compiled once and
-// run at three new sizes of its symbol against the interpreter on the group
-// alone. Returns how many groups ran, or -1 after a failure.
-int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &origin) {
+// run at three new sizes of its symbols (each moved) against the interpreter
+// on the group alone. The kernel's dim 0 is the extent the lowering gave as a
+// formula; the sizes come from the graph. Returns how many groups ran (and in
+// `several`, how many of them over two or more symbols), or -1 after a failure.
+int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &origin, int &several) {
   int ran = 0;
   for (const ir::Node *n : g.nodes()) {
     if (n->kind() != ir::Node::Kind::FusionGroup) continue;
     std::vector<size_t> buffers;
     std::vector<Tensor> operands; // each operand's layout, which the kernel reads at every size
     codegen::KernelDesc desc;
+    codegen::RuntimeExtent dim0;
     try {
-      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers, &operands);
+      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers, &operands, &dim0);
     } catch (const Error &) {
       continue; // named refusals: runtime_extent_test covers them
     }
     std::unique_ptr<ir::Graph> alone = group_alone(g, *n);
     auto kernel = codegen::Jit::global().compile(desc);
-    size_t k = 0; // the one symbol the group mentions (lower_symbolic_group accepted it)
+    std::vector<int> syms; // the symbols the group's results mention
     for (const ir::Value *r : n->results())
       for (const ir::SymExpr &e : r->type().sym)
-        for (int id : e.symbols()) k = size_t(id);
+        for (int id : e.symbols())
+          if (std::find(syms.begin(), syms.end(), id) == syms.end()) syms.push_back(id);
+    several += syms.size() >= 2;
     for (int trial = 0; trial < 3; ++trial) {
       std::vector<int64_t> values = g.symbol_hints();
-      int64_t h = values[k];
-      values[k] = size_for_trial(h, trial);
+      for (size_t i = 0; i < syms.size(); ++i) // each symbol its own trial size
+        values[size_t(syms[i])] = size_for_trial(values[size_t(syms[i])], (trial + int(i)) % 3);
       manual_seed(seed * 13 + uint64_t(trial));
       std::vector<Tensor> in;
       for (const ir::Value *v : alone->inputs())
@@ -199,18 +204,21 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         size_t at = 0; // the alone graph's input for operand i
         for (size_t j = 0; j < i; ++j)
           at += n->operand(j)->kind() != ir::Value::Kind::Param && n->operand(j)->kind() != ir::Value::Kind::Const;
-        laid.push_back(with_strides(in.at(at), operands[i].strides()));
+        // As the symbolic executor passes it: contiguous at every size when
+        // it was at the traced ones, else in the traced strides.
+        const Tensor &x = in.at(at);
+        laid.push_back(operands[i].is_contiguous() ? x.contiguous() : with_strides(x, operands[i].strides()));
         ptrs.push_back(laid.back().raw_data());
       }
       for (const ir::Value *r : n->results()) {
         got.push_back(empty(sizes_at(r->type(), values), r->type().dtype));
         ptrs.push_back(got.back().raw_data());
       }
-      int64_t extent = values[k];
+      int64_t extent = dim0.at(values);
       ptrs.push_back(&extent);
       kernel->run(ptrs.data());
       if (std::string d = compare_outputs(got, want, kRtol, kAtol); !d.empty()) {
-        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at s" << k << " = " << extent
+        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at dim 0 = " << extent
                       << ": " << d << "\n" << ir::print(g);
         return -1;
       }
@@ -221,7 +229,7 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
 }
 
 TEST(RandomGraphSymbolic, RuntimeBatchKernelsEqualTheInterpreterAtNewSizes) {
-  int kernels = 0;
+  int kernels = 0, several = 0;
   for (uint64_t seed = 0; seed < kCases; ++seed) {
     RandomGraph rg = random_graph(seed);
     const std::vector<Tensor> examples = rg.make_inputs(seed);
@@ -229,13 +237,16 @@ TEST(RandomGraphSymbolic, RuntimeBatchKernelsEqualTheInterpreterAtNewSizes) {
     ir::Graph &g = *st.graph;
     if (g.symbol_hints().empty()) continue;
     passes::run_pipeline(g, "upcast,decompose,canonicalize,cse,dce,fuse,fuse-horizontal,materialize-views");
-    int r = check_runtime_kernels(seed, g, rg.origin);
+    int r = check_runtime_kernels(seed, g, rg.origin, several);
     if (r < 0) return;
     kernels += r;
   }
-  // A change that refused every group would pass the comparisons above without testing one.
+  // A change that refused every group (or every group over several symbols)
+  // would pass the comparisons above without testing one.
   EXPECT_GE(kernels, 8);
-  std::cout << kernels << " fusion groups of the random graphs ran as runtime-batch kernels\n";
+  EXPECT_GE(several, 2);
+  std::cout << kernels << " fusion groups of the random graphs ran as runtime-batch kernels, " << several
+            << " of them over two or more symbols\n";
 }
 
 TEST(RandomGraphSymbolic, OneSymbolicGraphEqualsEagerAtNewSizes) {

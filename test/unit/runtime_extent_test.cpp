@@ -288,21 +288,29 @@ const ir::Node &only_group(const ir::Graph &g) {
   return *group;
 }
 
-// One kernel lowered from the group at the traced size, run at every extent
-// against the interpreter running the symbolic graph (its group body node by node).
+// One kernel lowered from the group at the traced sizes, run at every extent
+// of each symbol (the symbols at different ones) against the interpreter
+// running the symbolic graph (its group body node by node). The kernel's
+// dim 0 is the extent the lowering gives as a formula of the symbols.
 void expect_group_serves_every_extent(const char *text) {
   auto g = fused(text);
   const ir::Node &group = only_group(*g);
   std::vector<size_t> operands;
-  KernelDesc k = codegen::lower_symbolic_group(*g, group, g->symbol_hints(), operands);
+  codegen::RuntimeExtent dim0;
+  KernelDesc k = codegen::lower_symbolic_group(*g, group, g->symbol_hints(), operands, nullptr, &dim0);
   EXPECT_TRUE(k.runtime_dim0);
   auto kernel = test_jit().compile(k);
   int64_t compiles = test_jit().stats().compiles;
   ASSERT_EQ(g->outputs().size(), group.results().size());
-  for (int64_t n : kExtents) {
-    if (n < 2) continue; // sizes 0 and 1 stay static in a traced graph (broadcasting reads them)
-    SCOPED_TRACE("s0 = " + std::to_string(n));
-    std::vector<int64_t> values = {n};
+  const size_t extents = std::size(kExtents);
+  for (size_t trial = 0; trial < extents; ++trial) {
+    std::vector<int64_t> values;
+    for (size_t s = 0; s < g->symbol_hints().size(); ++s) values.push_back(kExtents[(trial + 3 * s) % extents]);
+    // Sizes 0 and 1 stay static in a traced graph (broadcasting reads them).
+    if (std::any_of(values.begin(), values.end(), [](int64_t v) { return v < 2; })) continue;
+    SCOPED_TRACE("symbols at " + shape_str(values));
+    int64_t n = dim0.at(values);
+    if (n > (int64_t(1) << 17)) continue; // (a symbol squared at 3000 would take gigabytes)
     std::vector<Tensor> inputs;
     manual_seed(uint64_t(n));
     for (const ir::Value *in : g->inputs()) inputs.push_back(randn(ir::evaluate_dims(in->type().sym, values)));
@@ -352,6 +360,38 @@ TEST(RuntimeExtentGroups, LayerNormOverBatchAndTokens) {
 })");
 }
 
+// A language model's batch and sequence length both change (dynamic = Auto
+// after both did): one kernel over rows of s0 * s1.
+TEST(RuntimeExtentGroups, LayerNormOverBatchAndSequence) {
+  expect_group_serves_every_extent(
+      R"(graph @g(%x: f32[s0, s1, 16], %r: f32[s0, s1, 16]) symbols(s0 = 4, s1 = 6) params(%lw: f32[16], %lb: f32[16]) {
+  %0 = add(%x, %r) {alpha = 1} : f32[s0, s1, 16]
+  %1 = layer_norm(%0, %lw, %lb) {normalized_shape = [16], eps = 1e-05} : f32[s0, s1, 16]
+  %2 = gelu(%1) {approximate = "tanh"} : f32[s0, s1, 16]
+  return %2
+})");
+}
+
+// One symbol in three dims (W7 under On: the batch, and H = W), elementwise
+// and row-major: one loop over s0 * 3 * s1 * s1.
+TEST(RuntimeExtentGroups, ElementwiseOverSquareImages) {
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s1, 3, s0, s0], %y: f32[s1, 3, s0, s0]) symbols(s0 = 5, s1 = 2) {
+  %0 = add(%x, %y) {alpha = 1} : f32[s1, 3, s0, s0]
+  %1 = relu(%0) : f32[s1, 3, s0, s0]
+  return %1
+})");
+}
+
+// Per-row results over [s0, s1]: the mean of each row, with the rows' max.
+TEST(RuntimeExtentGroups, RowStatisticsOverTwoSymbols) {
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1, 12]) symbols(s0 = 3, s1 = 5) {
+  %0 = mean(%x) {dims = [2], keepdim = true, dtype = none} : f32[s0, s1, 1]
+  %1 = sub(%x, %0) {alpha = 1} : f32[s0, s1, 12]
+  %2 = amax(%1) {dims = [2], keepdim = false} : f32[s0, s1]
+  return %1, %2
+})");
+}
+
 TEST(RuntimeExtentGroups, ElementwiseOverShortRows) {
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 3], %y: f32[s0, 3]) symbols(s0 = 5) {
   %0 = add(%x, %y) {alpha = 1} : f32[s0, 3]
@@ -372,15 +412,26 @@ TEST(RuntimeExtentGroups, RefusesGroupsWhoseKernelIsNotTheSymbolOutermost) {
   %1 = sum(%0) {dims = [0], keepdim = false, dtype = none} : f32[8]
   return %1
 })"); }, {"its kernel's outermost dim is not s0", "[8, 4]"});
+  // The symbol sizes the row a softmax reduces (W2 with dynamic = On).
   expect_error([&] { lower(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
-  %0 = exp(%x) : f32[4, s0]
+  %0 = softmax(%x) {dim = 1} : f32[4, s0]
   return %0
-})"); }, {"outermost dim is not s0"});
-  // One symbol in two dims (W7's H = W): the inner one changes the kernel.
-  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s0]) symbols(s0 = 5) {
-  %0 = exp(%x) : f32[s0, s0]
+})"); }, {"outermost dim is not s0", "the symbols size its row"});
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
+  %0 = softmax(%x) {dim = 1} : f32[s0, s1]
   return %0
-})"); }, {"its kernel changes with s0 beyond its outermost dim"});
+})"); }, {"outermost dim is not s0, s1", "the symbols size its row"});
+  // x repeats over s1 but not over s0: no one stride walks [s0, s1].
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 1, 8], %y: f32[s1, 8]) symbols(s0 = 4, s1 = 6) {
+  %0 = add(%x, %y) {alpha = 1} : f32[s0, s1, 8]
+  return %0
+})"); }, {"its kernel changes with s0, s1 beyond its outermost dim", "does not walk dims 0..1"});
+  // A per-channel bias over [s1, 3, s0, s0] images (W7 under On) repeats over
+  // H and W but not over the batch.
+  expect_error([&] { lower(R"(graph @g(%x: f32[s1, 3, s0, s0]) symbols(s0 = 5, s1 = 2) params(%b: f32[3, 1, 1]) {
+  %0 = add(%x, %b) {alpha = 1} : f32[s1, 3, s0, s0]
+  return %0
+})"); }, {"does not walk dims 0..3 of kernel shape [2, 3, 5, 5] as one"});
   // A contraction over the batch heads an epilogue group when codegen reads its
   // M per call (kiln's GEMM); that group is an epilogue step, not a kernel.
   {
@@ -403,10 +454,6 @@ TEST(RuntimeExtentGroups, RefusesGroupsWhoseKernelIsNotTheSymbolOutermost) {
   %2 = sum(%1) {dims = [1], keepdim = false, dtype = none} : f32[s0]
   return %2, %0
 })"); }, {"mentions no symbol"});
-  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
-  %0 = exp(%x) : f32[s0, s1]
-  return %0
-})"); }, {"has 2 symbols"});
 }
 
 // instantiate: the static graph of one call's sizes, which runs as the symbolic one there.
