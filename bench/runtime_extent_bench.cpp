@@ -1,12 +1,14 @@
 // kiln_bench_runtime_extent: what a kernel whose batch is read per call
 // (codegen::KernelDesc::runtime_dim0, issue 17) costs against the kernel
 // specialized to the traced batch. For each example named, its input 0 dim 0
-// is traced symbolic (frontend/symbolize.h), the passes that keep symbols run,
+// is traced symbolic (frontend/symbolize.h; with --every-dim, every dim of it,
+// as dynamic = On makes them, so that W2's row length is read per call too:
+// KernelDesc::runtime_row), the passes that keep symbols run,
 // and every fusion group that codegen::lower_symbolic_group accepts is
 // compiled both ways and timed at the traced size: medians of `reps` calls
 // each, in alternating rounds, with the STREAM-like triad of the same run.
 //
-//   kiln_bench_runtime_extent [reps] [example...]   (default: w1 w2 w3, 200 reps)
+//   kiln_bench_runtime_extent [reps] [--every-dim] [example...]   (default: w1 w2 w3, 200 reps)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,14 +72,16 @@ std::vector<Tensor> buffers_for(const ir::Graph &at, const ir::Node &group, cons
   return out;
 }
 
-void run_example(const std::string &name, int reps) {
+void run_example(const std::string &name, int reps, bool every_dim) {
   const examples::Example *ex = examples::find_example(name);
   if (!ex) {
     std::printf("%-16s unknown example\n", name.c_str());
     return;
   }
   examples::Workload w = ex->make();
-  SymbolicTrace st = trace_symbolic(w.fn, w.inputs, {InputDim{0, 0}});
+  std::vector<InputDim> dims = {InputDim{0, 0}};
+  for (int64_t d = 1; every_dim && d < w.inputs.at(0).dim(); ++d) dims.push_back(InputDim{0, d});
+  SymbolicTrace st = trace_symbolic(w.fn, w.inputs, dims);
   ir::Graph &g = *st.graph;
   if (g.symbol_hints().empty()) {
     std::printf("%-16s batch stays static: %s\n", name.c_str(),
@@ -91,8 +95,9 @@ void run_example(const std::string &name, int reps) {
     if (nodes[n]->kind() != ir::Node::Kind::FusionGroup) continue;
     std::vector<size_t> ops, static_ops;
     codegen::KernelDesc dynamic;
+    codegen::RuntimeExtents sizes;
     try {
-      dynamic = codegen::lower_symbolic_group(g, *nodes[n], g.symbol_hints(), ops);
+      dynamic = codegen::lower_symbolic_group(g, *nodes[n], g.symbol_hints(), ops, nullptr, &sizes);
     } catch (const Error &e) {
       std::printf("%-16s %%%s: no runtime kernel: %s\n", name.c_str(), nodes[n]->result()->name().c_str(), e.what());
       continue;
@@ -107,14 +112,16 @@ void run_example(const std::string &name, int reps) {
     std::vector<Tensor> bufs = buffers_for(*at, *at_nodes[n], ops, w.inputs);
     std::vector<void *> ptrs;
     for (Tensor &t : bufs) ptrs.push_back(t.raw_data());
-    int64_t extent = g.symbol_hints()[0];
+    int64_t extents[2];
+    sizes.at(g.symbol_hints(), extents);
     auto kd = codegen::Jit::global().compile(dynamic), ks = codegen::Jit::global().compile(fixed);
     std::vector<void *> with_extent = ptrs;
-    with_extent.push_back(&extent);
+    with_extent.push_back(extents);
     auto [us_s, us_d] = median_us(*ks, ptrs, *kd, with_extent, reps);
     double gbps = double(codegen::footprint_bytes(fixed)) / (us_d * 1e3);
-    std::printf("%-16s %%%-4s batch %-5lld static %9.1f us%s  runtime-batch %9.1f us  %5.2fx  %6.1f GB/s\n",
-                name.c_str(), nodes[n]->result()->name().c_str(), (long long)extent, us_s,
+    std::printf("%-16s %%%-4s dim 0 %-5lld row %-5s static %9.1f us%s  runtime %9.1f us  %5.2fx  %6.1f GB/s\n",
+                name.c_str(), nodes[n]->result()->name().c_str(), (long long)extents[0],
+                sizes.row ? std::to_string(extents[1]).c_str() : "-", us_s,
                 fixed.stream_stores ? " (streamed)" : "           ", us_d, us_d / us_s, gbps);
   }
 }
@@ -124,11 +131,15 @@ void run_example(const std::string &name, int reps) {
 int main(int argc, char **argv) {
   int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 200;
   std::vector<std::string> names;
-  for (int i = 2; i < argc; ++i) names.push_back(argv[i]);
+  bool every_dim = false; // --every-dim: every dim of input 0 symbolic (dynamic = On), not only the batch
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--every-dim") every_dim = true;
+    else names.push_back(argv[i]);
+  }
   if (names.empty()) names = {"w1-gelu-chain", "w2-softmax", "w3-layernorm"};
   int threads = kiln::get_num_threads();
   std::printf("threads %d, triad %.1f GB/s; times are medians of %d calls; runtime-batch / static\n", threads,
               kiln::stream_triad_gbps(threads), reps);
-  for (const std::string &n : names) run_example(n, reps);
+  for (const std::string &n : names) run_example(n, reps, every_dim);
   return 0;
 }

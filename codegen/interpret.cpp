@@ -344,6 +344,13 @@ private:
 
 void interpret(const KernelDesc &desc, void *const *given) {
   desc.validate();
+  if (desc.runtime_row) { // this call's extent and row length, as the compiled code reads them
+    const int64_t *extents = static_cast<const int64_t *>(given[desc.num_buffers()]);
+    KILN_CHECK(extents[1] >= 0, "kernel: negative runtime row length ", extents[1]);
+    KernelDesc at = desc.at_row_length(extents[1]);
+    interpret(at, given); // (its runtime dim 0 reads extents[0])
+    return;
+  }
   if (desc.runtime_dim0) { // this call's extent, as the compiled code reads it
     KernelDesc at = desc;
     at.runtime_dim0 = false;

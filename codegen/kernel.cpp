@@ -319,7 +319,33 @@ void check_alias(const KernelDesc &k, size_t o, int32_t input) {
 
 } // namespace
 
+KernelDesc KernelDesc::at_row_length(int64_t length) const {
+  KernelDesc at = *this;
+  at.runtime_row = false;
+  at.row_strided.clear();
+  at.shape.at(1) = length;
+  for (size_t b = 0; b < at.num_buffers(); ++b)
+    if (row_strided.at(b))
+      (b < at.inputs.size() ? at.inputs[b].strides : at.outputs[b - at.inputs.size()].buffer.strides).at(0) = length;
+  return at;
+}
+
 void KernelDesc::validate() const {
+  if (runtime_row) {
+    KILN_CHECK(runtime_dim0 && shape.size() == 2 && row_rank == 1 && has_reductions(), "kernel: a runtime row needs ",
+               "a runtime dim 0, rank 2, a row of one dim and reductions (rank ", shape.size(), ", row rank ", row_rank,
+               runtime_dim0 ? ")" : ", dim 0 static)");
+    KILN_CHECK(row_strided.size() == num_buffers(), "kernel: ", row_strided.size(), " row_strided flags for ",
+               num_buffers(), " buffers");
+    for (size_t b = 0; b < num_buffers(); ++b) {
+      const std::vector<int64_t> &st = b < inputs.size() ? inputs[b].strides : outputs[b - inputs.size()].buffer.strides;
+      KILN_CHECK(!row_strided[b] || (st.size() == 2 && st[0] == shape[1]), "kernel: buffer ", b,
+                 " steps dim 0 by the row length, but its stride ", st.empty() ? 0 : st[0], " is not the traced ",
+                 shape[1]);
+    }
+    at_row_length(kRuntimeRowAssumed).validate(); // strides and aliases must hold at every length
+    return;
+  }
   if (runtime_dim0) {
     KILN_CHECK(!shape.empty(), "kernel: a runtime dim 0 needs rank >= 1");
     KILN_CHECK(!has_reductions() || size_t(row_rank) < shape.size(), "kernel: a runtime dim 0 must be an outer dim, ",
@@ -352,6 +378,11 @@ void KernelDesc::validate() const {
 }
 
 std::string KernelDesc::key() const {
+  if (runtime_row) { // the traced length picks no code
+    std::string flags;
+    for (uint8_t f : row_strided) flags += f ? '1' : '0';
+    return "runtime-row:" + flags + ":" + at_row_length(-1).key();
+  }
   KeyWriter w;
   // key format version (2: Reduce nodes and their combine; 3: stream_stores; 4: ops by name,
   // so that the KOp enumeration may grow anywhere: vector-math ops follow KILN_KERNEL_OPS)
@@ -425,6 +456,7 @@ std::string KernelDesc::to_string() const {
   if (row_rank != 1) os << " row_rank=" << row_rank;
   if (stream_stores) os << " stream_stores";
   if (runtime_dim0) os << " runtime_dim0";
+  if (runtime_row) os << " runtime_row";
   os << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";

@@ -16,7 +16,8 @@
 // - Shape and strides are compile-time constants of the kernel (kiln's compiled programs are
 //   specialised per shape; constant trip counts and strides give the best code), except
 //   dim 0's extent when KernelDesc::runtime_dim0 is set: then it is read per call from
-//   buffers[num_buffers()] (a pointer to an int64_t), after the inputs and outputs.
+//   buffers[num_buffers()] (a pointer to an int64_t), after the inputs and outputs; and
+//   with KernelDesc::runtime_row, the row's length too (the int64_t after it).
 // - Types are explicit: binary ops need equal dtypes; promotion is the caller's
 //   job (insert cast()). Comparisons give bool. Integer Div truncates toward zero
 //   and a zero divisor gives 0 (never traps). Float Min/Max propagate NaN (torch).
@@ -101,6 +102,9 @@ inline constexpr int kMaxKernelRank = 4;
 // The dim-0 extent that validation and codegen's choices assume for a kernel
 // whose dim 0 is read per call (KernelDesc::runtime_dim0).
 inline constexpr int64_t kRuntimeExtentAssumed = 4096;
+// The row length that validation and codegen's choices assume for a kernel
+// whose row length is read per call (KernelDesc::runtime_row).
+inline constexpr int64_t kRuntimeRowAssumed = 1024;
 
 // X(name, arity, traits): the kernel ops other than vector math. Their order is
 // free (KernelDesc::key names the ops). Traits (KOpTrait): Lane = its lowering
@@ -236,6 +240,18 @@ struct KernelDesc {
   // is the product of the other dims, which do not change. These kernels
   // never stream their stores (stream_stores is ignored).
   bool runtime_dim0 = false;
+  // The row's length is read per call too (a softmax over [s0, s1], issue 17):
+  // buffers[num_buffers()] then points at two int64_t, dim 0's extent and the
+  // row length. It needs runtime_dim0, reductions, rank 2 and a row of one dim.
+  // shape[1] is the length it was traced at, which key() leaves out. A buffer
+  // whose row_strided entry (inputs, then outputs) is 1 steps dim 0 by the
+  // row length, as a row-major [s0, s1] buffer does (its strides[0] holds the
+  // traced length); every other stride holds at every length. These kernels
+  // keep no scratch rows (each pass recomputes what it needs) and take no row
+  // blocks or tiles: codegen chooses its loops as if the row were
+  // kRuntimeRowAssumed long, with runtime trip counts.
+  bool runtime_row = false;
+  std::vector<uint8_t> row_strided;
 
   int64_t numel() const;
   // Elements in one row: the product of the last row_rank dims (1 for rank 0).
@@ -259,6 +275,8 @@ struct KernelDesc {
 
   // Throws kiln::Error naming the first problem (bad operand, type mismatch...).
   void validate() const;
+  // This kernel at one row length (runtime_row off): the flagged dim-0 strides follow it.
+  KernelDesc at_row_length(int64_t length) const;
 
   // Human-readable listing for logs and KILN_DUMP=kernels.
   std::string to_string() const;

@@ -64,10 +64,17 @@ bool Lowering::rows_stay_aligned(size_t o) const {
 // call's extent times the dims collapse_dims merged into it.
 Value *Lowering::dim0_extent(IRBuilder<> &b, Value *buffers) {
   if (!k_.runtime_dim0) return b.getInt64(shape_[0]);
+  Value *n = runtime_extent(b, buffers, 0);
+  return dim0_scale_ == 1 ? n : b.CreateMul(n, b.getInt64(dim0_scale_), "dim0", true, true);
+}
+
+// Entry `which` of the call's extents (0: dim 0's, 1: a runtime row's length).
+Value *Lowering::runtime_extent(IRBuilder<> &b, Value *buffers, int64_t which) {
   auto *ptr = llvm::PointerType::getUnqual(c_);
   Value *slot = b.CreateConstInBoundsGEP1_64(ptr, buffers, k_.num_buffers());
-  Value *n = b.CreateLoad(b.getInt64Ty(), b.CreateLoad(ptr, slot, "extent.ptr"), "extent");
-  return dim0_scale_ == 1 ? n : b.CreateMul(n, b.getInt64(dim0_scale_), "dim0", true, true);
+  Value *extents = b.CreateLoad(ptr, slot, "extents");
+  return b.CreateLoad(b.getInt64Ty(), b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), extents, uint64_t(which)),
+                      which == 0 ? "extent" : "row.length");
 }
 
 // Iterations of the parallel loop, given dim 0's extent n0.
@@ -179,8 +186,12 @@ std::vector<Value *> Lowering::offset_bases(IRBuilder<> &b, const std::vector<Va
     }
     std::vector<int64_t> st = strides_of(buf);
     Value *base = bases[buf];
-    for (size_t d = from; d < to; ++d)
-      if (st[d] != 0) base = b.CreateAdd(base, b.CreateMul(idx[d - from], b.getInt64(st[d])));
+    for (size_t d = from; d < to; ++d) {
+      if (st[d] == 0) continue;
+      // A runtime row: a row-major buffer steps dim 0 by the call's row length.
+      const bool by_row = d == 0 && row_len_ && k_.row_strided.at(buf);
+      base = b.CreateAdd(base, b.CreateMul(idx[d - from], by_row ? row_len_ : b.getInt64(st[d])));
+    }
     out.push_back(base);
   }
   return out;
@@ -336,8 +347,14 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   m->setDataLayout(target.data_layout);
   KernelDesc shared = share_alias_strides(desc);
   // The code is the same for every traced extent; and at this size dim 0 is
-  // never dropped as a size-1 dim.
+  // never dropped as a size-1 dim. So for a runtime row's traced length.
   if (shared.runtime_dim0) shared.shape[0] = kRuntimeExtentAssumed;
+  if (shared.runtime_row) {
+    KernelDesc assumed = shared.at_row_length(kRuntimeRowAssumed);
+    assumed.runtime_row = true; // (at_row_length turned it off; the flags stay for the lowering)
+    assumed.row_strided = shared.row_strided;
+    shared = std::move(assumed);
+  }
   KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;

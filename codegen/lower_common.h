@@ -94,6 +94,9 @@ private:
   std::vector<int64_t> strides_of(size_t buf) const;
   bool rows_stay_aligned(size_t o) const;
   Value *dim0_extent(IRBuilder<> &b, Value *buffers);
+  Value *runtime_extent(IRBuilder<> &b, Value *buffers, int64_t which);
+  // The row's length: a constant, or the call's (KernelDesc::runtime_row).
+  Value *row_length_value(IRBuilder<> &b) { return row_len_ ? row_len_ : b.getInt64(row_length()); }
   Value *outer_count(IRBuilder<> &b, Value *n0) const;
   int64_t outer_grain() const;
   void stamp(llvm::Function *f);
@@ -157,6 +160,34 @@ private:
     values = next;
   }
 
+  // emit_carried_loop for a count that may be 0 (a runtime row's): `values`
+  // pass through unchanged when it is.
+  template <class Body>
+  void emit_carried_loop_from_zero(IRBuilder<> &b, Value *count, const std::string &name, std::vector<Value *> &values,
+                                   Body &&body, LoopMD md = LoopMD::None) {
+    if (auto *c = llvm::dyn_cast<llvm::ConstantInt>(count)) {
+      if (c->getSExtValue() > 0) emit_carried_loop(b, count, name, values, body, md);
+      return;
+    }
+    llvm::Function *f = b.GetInsertBlock()->getParent();
+    llvm::BasicBlock *pre = b.GetInsertBlock();
+    auto *run = llvm::BasicBlock::Create(c_, name + ".run", f);
+    auto *join = llvm::BasicBlock::Create(c_, name + ".join", f);
+    b.CreateCondBr(b.CreateICmpSGT(count, b.getInt64(0)), run, join);
+    b.SetInsertPoint(run);
+    const std::vector<Value *> before = values;
+    emit_carried_loop(b, count, name, values, body, md);
+    llvm::BasicBlock *after = b.GetInsertBlock();
+    b.CreateBr(join);
+    b.SetInsertPoint(join);
+    for (size_t a = 0; a < values.size(); ++a) {
+      llvm::PHINode *phi = b.CreatePHI(values[a]->getType(), 2, "acc.join");
+      phi->addIncoming(before[a], pre);
+      phi->addIncoming(values[a], after);
+      values[a] = phi;
+    }
+  }
+
   // ---- scalar expressions (lower_expr.cpp): one node at one element.
   Value *reduce_identity(const Node &r);
   Value *combine(IRBuilder<> &b, const Node &r, Value *acc, Value *x);
@@ -207,6 +238,7 @@ private:
   llvm::Function *build_row_body(const std::string &name);
   void allocate_scratch(IRBuilder<> &b, llvm::Function *f);
   void emit_row(IRBuilder<> &b, Value *o);
+  void emit_runtime_rows(IRBuilder<> &b, llvm::Function *f);
   void prefetch_next_row(IRBuilder<> &b, Value *o, bool outputs);
   void emit_stage(IRBuilder<> &b, int s, const std::vector<Value *> &bases, std::vector<Value *> &row);
   void emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &bases, std::vector<Value *> &row);
@@ -217,7 +249,7 @@ private:
                                            const std::vector<int32_t> &reductions, const std::vector<int> &nan_flag,
                                            std::vector<Value *> acc, const std::vector<Value *> &row);
   std::vector<Value *> emit_sum_block(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
-                                      Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                      Value *lo, Value *count, const std::vector<int32_t> &reductions,
                                       const std::vector<int> &nan_flag, const std::vector<Value *> &acc,
                                       const std::vector<Value *> &row);
   Value *exact_mean(IRBuilder<> &b, const Node &n, const std::vector<Value *> &wide);
@@ -229,7 +261,7 @@ private:
   void finish_pass(IRBuilder<> &b, const std::vector<int32_t> &reductions, const std::vector<int> &nan_flag,
                    const std::vector<Value *> &acc, std::vector<Value *> &row);
   std::vector<Value *> emit_sub_row(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
-                                    Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                    Value *lo, Value *count, const std::vector<int32_t> &reductions,
                                     const std::vector<int> &nan_flag, std::vector<Value *> acc,
                                     const std::vector<Value *> &row);
   Value *element_value(IRBuilder<> &b, int32_t id, int p, const std::vector<Value *> &bases, Value *j, Value *slot,
@@ -290,6 +322,7 @@ private:
   std::vector<uint8_t> centering_; // per node: reductions_used_by_reductions()
   std::vector<Value *> tile_wide_; // tiles: per float32 sum, its double accumulator per row of the tile
   int64_t dim0_scale_ = 1;         // runtime dim 0: elements of collapsed dim 0 per unit of the call's extent
+  Value *row_len_ = nullptr;       // runtime row: the call's row length, loaded in the body's entry
   int64_t block_ = 0;              // rows per row block (see choose_row_block), 0 = row by row
   std::vector<uint8_t> invariant_; // row blocks: per node, the same in every row
 };

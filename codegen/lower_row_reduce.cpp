@@ -20,13 +20,21 @@ constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch
 // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
 // and passes of the schedule.
 llvm::Function *Lowering::build_row_body(const std::string &name) {
-  tiled_ = wants_tiles();
+  // A runtime row takes no tiles or row blocks (their sizes are the row's);
+  // its passes loop to the call's length (emit_runtime_rows).
+  tiled_ = !k_.runtime_row && wants_tiles();
   sched_ = schedule_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
   centering_ = reductions_used_by_reductions();
   auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
   stamp(f);
   IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
   load_buffers(b, f);
+  if (k_.runtime_row) {
+    row_len_ = runtime_extent(b, f->getArg(0), 1);
+    emit_runtime_rows(b, f);
+    b.CreateRetVoid();
+    return f;
+  }
   if (tiled_) {
     allocate_tile(b);
     emit_tiles(b, f->getArg(1), f->getArg(2));
@@ -35,7 +43,7 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
     return f;
   }
   allocate_scratch(b, f);
-  block_ = choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
+  block_ = k_.runtime_row ? 0 : choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
   if (block_ > 0) {
     emit_row_blocks(b, f->getArg(1), f->getArg(2), dim0_extent(b, f->getArg(0)));
   } else {
@@ -44,6 +52,42 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
   fence_streamed_stores(b);
   b.CreateRetVoid();
   return f;
+}
+
+// The rows of a runtime row's chunk, row by row. The schedule chosen at the
+// assumed length keeps scratch rows (softmax's exps, computed once instead of
+// twice) when the call's rows fit the scratch budget: then they are allocas of
+// the call's length. Longer rows run the schedule that keeps none.
+void Lowering::emit_runtime_rows(IRBuilder<> &b, llvm::Function *f) {
+  auto rows = [&](IRBuilder<> &lb) {
+    emit_loop(lb, f->getArg(1), f->getArg(2), "o", [&](IRBuilder<> &rb, Value *o) { emit_row(rb, o); }, LoopMD::Nest);
+  };
+  const RowSchedule with = sched_, without = schedule_rows(k_, 0);
+  scratch_.assign(k_.nodes.size(), nullptr);
+  if (with.scratch_bytes == 0) {
+    rows(b);
+    return;
+  }
+  const int64_t per_element = with.scratch_bytes / row_length(); // (row_length() is the assumed length here)
+  auto *fits = llvm::BasicBlock::Create(c_, "scratch.fits", f), *long_rows = llvm::BasicBlock::Create(c_, "scratch.none", f),
+       *done = llvm::BasicBlock::Create(c_, "rows.done", f);
+  b.CreateCondBr(b.CreateICmpULE(row_len_, b.getInt64(kMaxScratchBytes / per_element)), fits, long_rows);
+  b.SetInsertPoint(fits);
+  f->addFnAttr("probe-stack", "inline-asm");
+  for (size_t i = 0; i < k_.nodes.size(); ++i) {
+    if (!sched_.materialized(int32_t(i))) continue;
+    auto *a = b.CreateAlloca(value_type(c_, k_.nodes[i].dtype), row_len_, "scratch");
+    a->setAlignment(llvm::Align(64));
+    scratch_[i] = a;
+  }
+  rows(b);
+  b.CreateBr(done);
+  b.SetInsertPoint(long_rows);
+  sched_ = without;
+  scratch_.assign(k_.nodes.size(), nullptr);
+  rows(b);
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
 }
 
 // Static allocas in the entry block: one row per materialized node, reused by
@@ -95,7 +139,8 @@ void Lowering::prefetch_next_row(IRBuilder<> &b, Value *o, bool outputs) {
     // and drops it: the prefetch would only add traffic.
     bool nt = i >= k_.inputs.size() && streamed_[i - k_.inputs.size()];
     bool in_place = i >= k_.inputs.size() && k_.aliased_input(i - k_.inputs.size()) >= 0; // its input's lines
-    if (st.back() == 1 && moves && bytes <= kMaxPrefetchBytes && !in_place && !nt)
+    // (A runtime row's first kMaxPrefetchBytes are prefetched, whatever its length.)
+    if (st.back() == 1 && moves && (row_len_ || bytes <= kMaxPrefetchBytes) && !in_place && !nt)
       streamed.emplace_back(i, i >= k_.inputs.size());
   }
   if (streamed.empty()) return;
@@ -104,8 +149,13 @@ void Lowering::prefetch_next_row(IRBuilder<> &b, Value *o, bool outputs) {
   std::vector<Value *> next = row_bases(b, b.CreateAdd(o, b.getInt64(1)));
   for (auto [i, write] : streamed) {
     Value *start = b.CreateGEP(memory_type(c_, buffer_dtype(i)), bufs_[i], next[i]);
-    int64_t lines = inner_size() * int64_t(itemsize(buffer_dtype(i))) / 64 + 1; // +1: unaligned rows
-    emit_loop(b, b.getInt64(0), b.getInt64(lines), "prefetch", [&](IRBuilder<> &lb, Value *line) {
+    const int64_t size = int64_t(itemsize(buffer_dtype(i)));
+    Value *lines = b.getInt64(inner_size() * size / 64 + 1); // +1: unaligned rows
+    if (row_len_) {
+      Value *n = b.CreateAdd(b.CreateUDiv(b.CreateMul(row_len_, b.getInt64(size)), b.getInt64(64)), b.getInt64(1));
+      lines = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, n, b.getInt64(kMaxPrefetchBytes / 64));
+    }
+    emit_loop(b, b.getInt64(0), lines, "prefetch", [&](IRBuilder<> &lb, Value *line) {
       Value *p = lb.CreateGEP(lb.getInt8Ty(), start, lb.CreateMul(line, lb.getInt64(64)));
       lb.CreateIntrinsic(llvm::Intrinsic::prefetch, {p->getType()},
                          {p, lb.getInt32(write), lb.getInt32(2), lb.getInt32(1)}); // L2, data
@@ -142,10 +192,11 @@ void Lowering::emit_pass(IRBuilder<> &b, int p, const std::vector<Value *> &base
   for (int32_t r : reductions) {
     const Node &red = k_.nodes[size_t(r)];
     acc.push_back(accum_of(red) == Accum::Plain ? reduce_identity(red) : wide_identity());
-    if (accum_of(red) == Accum::Shifted && row_length() > 0) shift_[size_t(r)] = row_shift(b, red, bases);
+    // (A runtime row has at least one element: size 0 specializes.)
+    if (accum_of(red) == Accum::Shifted && (row_len_ || row_length() > 0)) shift_[size_t(r)] = row_shift(b, red, bases);
   }
   std::vector<int> nan_flag = add_nan_flags(b, reductions, acc);
-  if (row_length() == 0) {
+  if (!row_len_ && row_length() == 0) {
     finish_pass(b, reductions, nan_flag, acc, row);
     return;
   }
@@ -206,26 +257,38 @@ std::vector<Value *> Lowering::emit_sub_row_blocks(IRBuilder<> &b, int p, const 
                                                    std::vector<Value *> acc, const std::vector<Value *> &row) {
   bool blocked = std::any_of(reductions.begin(), reductions.end(),
                              [&](int32_t r) { return accum_of(k_.nodes[size_t(r)]) != Accum::Plain; });
+  if (row_len_) { // row_rank 1: the run is the row
+    if (!blocked) return emit_sub_row(b, p, bases, first, b.getInt64(0), row_len_, reductions, nan_flag, acc, row);
+    Value *full = b.CreateUDiv(row_len_, b.getInt64(kSumBlock), "sumblocks");
+    Value *done = b.CreateMul(full, b.getInt64(kSumBlock), "sumblocks.end", true, true);
+    emit_carried_loop_from_zero(b, full, "sumblock", acc, [&](IRBuilder<> &lb, Value *c, std::vector<Value *> &a) {
+      Value *lo = lb.CreateMul(c, lb.getInt64(kSumBlock), "sumblock.lo", true, true);
+      a = emit_sum_block(lb, p, bases, first, lo, lb.getInt64(kSumBlock), reductions, nan_flag, a, row);
+    }, LoopMD::Nest);
+    return emit_sum_block(b, p, bases, first, done, b.CreateSub(row_len_, done, "sumblock.rest", true, true), reductions,
+                          nan_flag, acc, row);
+  }
   int64_t n = inner_size();
-  if (!blocked) return emit_sub_row(b, p, bases, first, b.getInt64(0), n, reductions, nan_flag, acc, row);
+  if (!blocked) return emit_sub_row(b, p, bases, first, b.getInt64(0), b.getInt64(n), reductions, nan_flag, acc, row);
   int64_t full = n / kSumBlock, rest = n % kSumBlock;
   if (full == 1) {
-    acc = emit_sum_block(b, p, bases, first, b.getInt64(0), kSumBlock, reductions, nan_flag, acc, row);
+    acc = emit_sum_block(b, p, bases, first, b.getInt64(0), b.getInt64(kSumBlock), reductions, nan_flag, acc, row);
   } else if (full > 1) {
     emit_carried_loop(b, b.getInt64(full), "sumblock", acc, [&](IRBuilder<> &lb, Value *c, std::vector<Value *> &a) {
       Value *lo = lb.CreateMul(c, lb.getInt64(kSumBlock), "sumblock.lo", true, true);
-      a = emit_sum_block(lb, p, bases, first, lo, kSumBlock, reductions, nan_flag, a, row);
+      a = emit_sum_block(lb, p, bases, first, lo, lb.getInt64(kSumBlock), reductions, nan_flag, a, row);
     }, LoopMD::Nest);
   }
   if (rest > 0)
-    acc = emit_sum_block(b, p, bases, first, b.getInt64(full * kSumBlock), rest, reductions, nan_flag, acc, row);
+    acc = emit_sum_block(b, p, bases, first, b.getInt64(full * kSumBlock), b.getInt64(rest), reductions, nan_flag, acc,
+                         row);
   return acc;
 }
 
 // Elements [lo, lo + count) of the run: Shifted and Blocked sums start from
 // their identity and their block total is added to the double in `acc`.
 std::vector<Value *> Lowering::emit_sum_block(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
-                                              Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                              Value *lo, Value *count, const std::vector<int32_t> &reductions,
                                               const std::vector<int> &nan_flag, const std::vector<Value *> &acc,
                                               const std::vector<Value *> &row) {
   std::vector<Value *> part = acc;
@@ -241,7 +304,8 @@ std::vector<Value *> Lowering::emit_sum_block(IRBuilder<> &b, int p, const std::
 // before rounding to float32 (one rounding, as eager's mean), or null when `n` is not sum * constant of a
 // sum held in double (`wide`: per node, its double sum or null).
 Value *Lowering::exact_mean(IRBuilder<> &b, const Node &n, const std::vector<Value *> &wide) {
-  if (n.op != KOp::Mul || n.dtype != DType::Float32 || wide.empty()) return nullptr;
+  // (A runtime row's mean scales by no constant: the kernel would change with the length.)
+  if (n.op != KOp::Mul || n.dtype != DType::Float32 || wide.empty() || row_len_) return nullptr;
   for (int s = 0; s < 2; ++s) {
     int32_t sum = n.args[s], scale = n.args[1 - s];
     if (!wide[size_t(sum)] || k_.nodes[size_t(scale)].op != KOp::Const) continue;
@@ -309,7 +373,8 @@ void Lowering::finish_pass(IRBuilder<> &b, const std::vector<int32_t> &reduction
     const Node &r = k_.nodes[reductions[a]];
     Value *sum = acc[a];
     if (Value *k = shift_[size_t(reductions[a])]) // + L * K (exact in double, see Accum)
-      sum = b.CreateFAdd(sum, b.CreateFMul(widen(b, k), llvm::ConstantFP::get(b_double(), double(row_length()))));
+      sum = b.CreateFAdd(sum, b.CreateFMul(widen(b, k), row_len_ ? b.CreateSIToFP(row_len_, b_double())
+                                                               : llvm::ConstantFP::get(b_double(), double(row_length()))));
     if (accum_of(r) != Accum::Plain) {
       wide_[size_t(reductions[a])] = sum;
       if (r.dtype != DType::Float64) sum = b.CreateFPTrunc(sum, value_type(c_, r.dtype));
@@ -326,10 +391,10 @@ void Lowering::finish_pass(IRBuilder<> &b, const std::vector<int32_t> &reduction
 // (its scratch index; null = 0). Returns the accumulators of `reductions`
 // after it (not finished).
 std::vector<Value *> Lowering::emit_sub_row(IRBuilder<> &b, int p, const std::vector<Value *> &bases, Value *first,
-                                            Value *lo, int64_t count, const std::vector<int32_t> &reductions,
+                                            Value *lo, Value *count, const std::vector<int32_t> &reductions,
                                             const std::vector<int> &nan_flag, std::vector<Value *> acc,
                                             const std::vector<Value *> &row) {
-  emit_carried_loop(b, b.getInt64(count), "pass" + std::to_string(p), acc,
+  emit_carried_loop_from_zero(b, count, "pass" + std::to_string(p), acc,
                     [&](IRBuilder<> &lb, Value *jj, std::vector<Value *> &a) {
                       Value *j = llvm::isa<llvm::Constant>(lo) && llvm::cast<llvm::Constant>(lo)->isNullValue()
                                      ? jj

@@ -682,33 +682,65 @@ std::string fold_leading_dims(KernelDesc &k, size_t j) {
   return "";
 }
 
+// k with an outer dim of 1 in front (stride 0 in every buffer).
+void prepend_unit_dim(KernelDesc &k) {
+  k.shape.insert(k.shape.begin(), 1);
+  for (size_t b = 0; b < k.num_buffers(); ++b) strides_of(k, b).insert(strides_of(k, b).begin(), 0);
+}
+
 std::string symbol_name(int s) {
   std::string sym = "s";
   sym += std::to_string(s); // (not "s" + ...: GCC 12 warns -Wrestrict on that)
   return sym;
 }
 
-// The extent of dim 0 folded from the kernel dims the symbols size: a
-// constant times the product of the symbolic dims of a result of the group
-// (each result holds every outer dim of the kernel, and the symbols size
-// only outer dims), checked at `values` against `extent`.
-RuntimeExtent extent_formula(const ir::Node &group, std::span<const int64_t> values, int64_t extent,
-                             const std::string &name) {
-  RuntimeExtent f;
-  const ir::Value *r = nullptr;
-  for (const ir::Value *v : group.results())
-    if (v->type().symbolic()) {
-      r = v;
-      break;
+// Which candidate product of symbolic sizes (times a constant) gives
+// `extent(values)` at `values` and at each probe's values, for sizes of the
+// kernel the probes moved: a monomial that agrees at a point and after each
+// symbol moved by one agrees everywhere. The candidates are dims of the
+// group's operand and result types: all symbolic dims of one type, all but
+// its last, or single dims; and last, no dim (a constant).
+template <class Extent>
+RuntimeExtent fit_extent(const ir::Node &group, bool single_dims, bool all_but_last, std::span<const int64_t> values,
+                         const std::vector<std::vector<int64_t>> &probe_values, Extent &&extent, const std::string &name,
+                         const char *what) {
+  std::vector<std::vector<ir::SymExpr>> candidates;
+  auto add = [&](const ir::TensorType &t) {
+    if (!t.symbolic()) return;
+    std::vector<ir::SymExpr> all;
+    for (const ir::SymExpr &e : t.sym)
+      if (!e.is_constant()) all.push_back(e);
+    if (single_dims) {
+      for (const ir::SymExpr &e : all) candidates.push_back({e});
+      return;
     }
-  KILN_CHECK(r, "codegen: ", name, ": no result of it has a symbolic size");
-  for (const ir::SymExpr &e : r->type().sym)
-    if (!e.is_constant()) f.dims.push_back(e);
-  const int64_t p = f.at(values);
-  KILN_CHECK(p > 0 && extent % p == 0, "codegen: ", name, ": its kernel's dim 0 (", extent,
-             ") is not a multiple of the symbolic sizes of ", r->type().str(), " (", p, ")");
-  f.factor = extent / p;
-  return f;
+    candidates.push_back(all);
+    if (all_but_last && !t.sym.empty() && !t.sym.back().is_constant())
+      candidates.push_back(std::vector<ir::SymExpr>(all.begin(), all.end() - 1));
+  };
+  for (const ir::Value *r : group.results()) add(r->type());
+  for (const ir::Value *v : group.operands())
+    if (v) add(v->type());
+  candidates.emplace_back(); // a constant (the 8 columns whose sums over a symbolic batch a kernel's rows are)
+  for (std::vector<ir::SymExpr> &c : candidates) {
+    RuntimeExtent f{std::move(c), 1};
+    const int64_t p = f.at(values), want = extent(size_t(0));
+    if (p <= 0 || want % p != 0) continue;
+    f.factor = want / p;
+    bool fits = true;
+    for (size_t i = 0; i < probe_values.size() && fits; ++i) fits = f.at(probe_values[i]) == extent(i + 1);
+    if (fits) return f;
+  }
+  KILN_FAIL("codegen: ", name, ": its kernel's ", what, " (", extent(size_t(0)),
+            ") is no product of the symbolic sizes of its operands and results");
+}
+
+// A runtime row (KernelDesc::runtime_row): which buffers step dim 0 by the
+// row length at the traced sizes.
+std::vector<uint8_t> row_strided_buffers(KernelDesc &k) {
+  std::vector<uint8_t> flags(k.num_buffers(), 0);
+  for (size_t b = 0; b < k.num_buffers(); ++b) flags[b] = strides_of(k, b).at(0) == k.shape.at(1);
+  return flags;
 }
 
 } // namespace
@@ -719,9 +751,14 @@ int64_t RuntimeExtent::at(std::span<const int64_t> values) const {
   return n;
 }
 
+void RuntimeExtents::at(std::span<const int64_t> values, int64_t (&out)[2]) const {
+  out[0] = dim0.at(values);
+  out[1] = row ? row->at(values) : 0;
+}
+
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                 std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands,
-                                RuntimeExtent *extent) {
+                                RuntimeExtents *extents) {
   const std::vector<ir::Node *> nodes = g.nodes();
   const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
   KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
@@ -734,7 +771,8 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   std::vector<Tensor> metas;
   KernelDesc a = lower_group_at(g, index, values, buffer_operands, &metas);
   // The kernel at each symbol moved by one: the dims that change are the ones
-  // the symbols size, and they must be outer dims, leading the kernel's.
+  // the symbols size. They must be outer dims, leading the kernel's, or those
+  // and the row of a row reduction.
   struct Probe {
     int symbol;
     std::vector<int64_t> values;
@@ -762,20 +800,39 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   }();
   KILN_CHECK(j > 0, "codegen: ", name, ": its kernel's outermost dim is not sized by ", syms, " (kernel shape ",
              shape_str(a.shape), ")");
-  const size_t outer = a.has_reductions() ? a.shape.size() - size_t(a.row_rank) : a.shape.size();
-  KILN_CHECK(j <= outer, "codegen: ", name, ": its kernel's outermost dim is not ", syms,
-             ": the symbols size its row (kernel shape ", shape_str(a.shape), ", rows of ", a.row_rank,
-             " dims; a kernel reads only its outer extent per call)");
+  size_t outer = a.has_reductions() ? a.shape.size() - size_t(a.row_rank) : a.shape.size();
+  // Symbols in the row: every outer dim folds into dim 0, and the row's
+  // length is read per call too. A whole-tensor reduction gets an outer dim of 1.
+  const bool runtime_row = j > outer;
+  if (runtime_row && outer == 0 && a.row_rank == 1) {
+    prepend_unit_dim(a);
+    for (Probe &p : probes) prepend_unit_dim(p.desc);
+    outer = 1;
+  }
+  KILN_CHECK(!runtime_row || (a.row_rank == 1 && outer >= 1), "codegen: ", name, ": the symbols ", syms,
+             " size its row of ", a.row_rank, " dims (kernel shape ", shape_str(a.shape),
+             "); a kernel reads its outer extent per call, and the length of a row of one dim");
+  if (runtime_row) j = outer;
   if (std::string why = fold_leading_dims(a, j); !why.empty())
     KILN_FAIL("codegen: ", name, ": its kernel changes with ", syms, " beyond its outermost dim: ", why);
   a.runtime_dim0 = true;
+  if (runtime_row) {
+    a.runtime_row = true;
+    a.row_strided = row_strided_buffers(a);
+  }
   for (Probe &p : probes) {
     const std::string sym = symbol_name(p.symbol);
     if (std::string why = fold_leading_dims(p.desc, j); !why.empty())
       KILN_FAIL("codegen: ", name, ": its kernel changes with ", sym, " beyond its outermost dim: ", why);
     p.desc.runtime_dim0 = true;
+    if (runtime_row) {
+      p.desc.runtime_row = true;
+      p.desc.row_strided = row_strided_buffers(p.desc);
+    }
     KILN_CHECK(p.desc.key() == a.key() && p.buffers == buffer_operands, "codegen: ", name,
-               ": its kernel changes with ", sym, " beyond its outermost dim (an inner size or a stride)");
+               ": its kernel changes with ", sym,
+               runtime_row ? " beyond its outer extent and row length (a constant or a stride)"
+                           : " beyond its outermost dim (an inner size or a stride)");
     // The kernel reads a strided operand (an eager op's result) in its traced
     // layout at every size; a contiguous one is contiguous at each.
     for (size_t i : buffer_operands)
@@ -783,24 +840,29 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
                  ": the layout of operand ", i, " changes with ", sym, " (strides ", shape_str(metas[i].strides()),
                  ", then ", shape_str(p.metas[i].strides()), ")");
   }
-  RuntimeExtent f = extent_formula(group, values, a.shape[0], name);
-  for (const Probe &p : probes)
-    KILN_CHECK(f.at(p.values) == p.desc.shape[0], "codegen: ", name, ": its kernel's dim 0 is ", p.desc.shape[0],
-               " at ", symbol_name(p.symbol), " = ", p.values[size_t(p.symbol)], ", not ", f.at(p.values));
+  std::vector<std::vector<int64_t>> probe_values;
+  for (const Probe &p : probes) probe_values.push_back(p.values);
+  RuntimeExtents f;
+  f.dim0 = fit_extent(group, false, runtime_row, values, probe_values,
+                      [&](size_t i) { return i == 0 ? a.shape[0] : probes[i - 1].desc.shape[0]; }, name, "dim 0");
+  if (runtime_row)
+    f.row = fit_extent(group, true, false, values, probe_values,
+                       [&](size_t i) { return i == 0 ? a.shape[1] : probes[i - 1].desc.shape[1]; }, name,
+                       "row length");
   a.validate();
   if (operands) *operands = std::move(metas);
-  if (extent) *extent = std::move(f);
+  if (extents) *extents = std::move(f);
   return a;
 }
 
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtent> &extent,
+                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtents> &extents,
                                       std::vector<Tensor> &operands) {
-  extent.reset();
+  extents.reset();
   if (!group_symbols(group).empty() || is_epilogue_group(group)) {
-    RuntimeExtent f;
+    RuntimeExtents f;
     KernelDesc d = lower_symbolic_group(g, group, values, buffer_operands, &operands, &f);
-    extent = std::move(f);
+    extents = std::move(f);
     return d;
   }
   const std::vector<ir::Node *> nodes = g.nodes();

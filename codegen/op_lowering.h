@@ -45,13 +45,24 @@ struct RuntimeExtent {
   int64_t at(std::span<const int64_t> values) const;
 };
 
+// What a kernel over runtime sizes reads per call (buffers[num_buffers()]):
+// dim 0's extent, and a runtime row's length (KernelDesc::runtime_row).
+struct RuntimeExtents {
+  RuntimeExtent dim0;
+  std::optional<RuntimeExtent> row;
+  void at(std::span<const int64_t> values, int64_t (&out)[2]) const;
+};
+
 // A fusion group of symbolic graph g (issue 17) as one kernel for every value
-// of the symbols its types mention. The symbols must size only the kernel's
-// outer dims (the batch and sequence of a [s0, s1, 768] layer norm, not its
-// row), and every buffer must walk the leading dims up to the last such dim as
-// one, as row-major ones do: those dims become one dim 0 whose extent
-// (`extent`, a product of the symbols) the kernel reads per call
-// (KernelDesc::runtime_dim0). Lowered with the symbols at `values` and again
+// of the symbols its types mention. The symbols may size the kernel's outer
+// dims (the batch and sequence of a [s0, s1, 768] layer norm): every buffer
+// must walk the leading dims up to the last such dim as one, as row-major
+// ones do, and those dims become one dim 0 whose extent (a product of the
+// symbols) the kernel reads per call (KernelDesc::runtime_dim0). They may also
+// size the row of a row reduction whose row is one dim (W2's [s0, s1] softmax
+// under dynamic = On): then every outer dim folds into dim 0 and the kernel
+// reads the row's length per call too (KernelDesc::runtime_row). `extents`
+// gives both as formulas of the symbols. Lowered with the symbols at `values` and again
 // with each symbol moved by one, with its operands as the symbolic executor
 // passes them: graph inputs and fusion groups' results contiguous, params and
 // consts as they are, eager ops' results with eager's layouts (a permute's
@@ -59,18 +70,18 @@ struct RuntimeExtent {
 // descriptions must differ only in dim 0, which holds at every value since
 // sizes are multilinear in the symbols (the verifier checks each); a strided
 // operand must keep its strides. Otherwise a kiln::Error says why: a symbol in
-// the row, a buffer that does not walk the outer dims as one, a stride that
-// grows with a symbol.
+// a row of several dims, a buffer that does not walk the outer dims as one, a
+// stride or a constant (a mean's 1 / length) that changes with a symbol.
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                 std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr,
-                                RuntimeExtent *extent = nullptr);
+                                RuntimeExtents *extents = nullptr);
 
 // A kernel for `group` of symbolic graph g that serves every call: the static
-// kernel of a group whose types mention no symbol (`extent` empty), else
-// lower_symbolic_group's (`extent`: its dim 0's per call).
+// kernel of a group whose types mention no symbol (`extents` empty), else
+// lower_symbolic_group's (`extents`: what it reads per call).
 // Operands as lower_symbolic_group takes them (returned in `operands`).
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtent> &extent,
+                                      std::vector<size_t> &buffer_operands, std::optional<RuntimeExtents> &extents,
                                       std::vector<Tensor> &operands);
 
 } // namespace kiln::codegen

@@ -2,7 +2,8 @@
 // make_symbolic_executable): built once, it serves every call whose sizes bind
 // the graph's symbols. Each call binds them (ir::bind_symbols); a fusion group
 // runs as one kernel that reads its outer extent per call, the product of the
-// symbols that size its outer dims (KernelDesc::runtime_dim0, RuntimeExtent),
+// symbols that size its outer dims (KernelDesc::runtime_dim0, RuntimeExtents),
+// and the length of its row when symbols size that too (KernelDesc::runtime_row),
 // or, when it has no symbol, as its static kernel; a group codegen cannot
 // lower for every size runs its body eagerly, and every other node runs its
 // eager op with the sizes of the call (ir::attrs_at).
@@ -133,7 +134,7 @@ private:
     std::vector<size_t> buffer_operands; // Kernel: which of `in` are input buffers
     std::vector<Dims> buffer_strides;    // Kernel: per input buffer, the strides it was lowered for
     std::vector<bool> contiguous_at_every_size; // Kernel: per input buffer, lowered contiguous (else strided)
-    std::optional<RuntimeExtent> extent;        // Kernel: dim 0's extent per call; empty: a static kernel
+    std::optional<RuntimeExtents> extents;      // Kernel: its runtime sizes per call; empty: a static kernel
     std::shared_ptr<const EpilogueStep> contraction; // Contraction: (buffer_* for its operands too)
     bool rows_per_call = false;                      // Contraction: M read per call
     std::vector<bool> contiguous;                    // Contraction: per buffer operand, symbolic: made contiguous
@@ -205,16 +206,18 @@ private:
       KILN_CHECK(!is_epilogue_group(n), "a contraction with its epilogue, whose M is not read per call yet");
       KILN_CHECK(n.operands().size() + n.results().size() <= 64, "more than 64 buffers");
       std::vector<Tensor> operands;
-      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.extent, operands);
+      KernelDesc desc = lower_group_for_every_size(*g_, n, g_->symbol_hints(), s.buffer_operands, s.extents, operands);
       // Lowering checked that a strided operand's strides do not change with the symbols.
       for (size_t i : s.buffer_operands) {
         s.buffer_strides.emplace_back(operands[i].strides());
-        s.contiguous_at_every_size.push_back(s.extent && operands[i].is_contiguous());
+        s.contiguous_at_every_size.push_back(s.extents && operands[i].is_contiguous());
       }
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
-      s.how = "kernel: fusion group %" + name + (s.extent ? " reads its dim 0 per call" : " has static sizes");
+      s.how = "kernel: fusion group %" + name + (!s.extents        ? " has static sizes"
+                                                 : s.extents->row ? " reads its dim 0 and row length per call"
+                                                                  : " reads its dim 0 per call");
       kiln::log()->debug("codegen: {} ({})", s.how, s.kernel->symbol());
     } catch (const Error &e) {
       s.how = "no kernel over runtime sizes: " + std::string(e.what());
@@ -223,7 +226,7 @@ private:
       s.buffer_operands.clear();
       s.buffer_strides.clear();
       s.contiguous_at_every_size.clear();
-      s.extent.reset();
+      s.extents.reset();
       ++stats_.groups_fallen_back;
       stats_.eager_steps += int64_t(n.body()->num_nodes());
     }
@@ -269,8 +272,9 @@ private:
       buffers[b++] = r.raw_data();
       env[size_t(o)] = std::move(r);
     }
-    int64_t extent = s.extent ? s.extent->at(values) : 0;
-    buffers[b] = &extent;
+    int64_t extents[2] = {0, 0};
+    if (s.extents) s.extents->at(values, extents);
+    buffers[b] = extents;
     s.kernel->fn()(buffers);
   }
 

@@ -304,3 +304,40 @@ TEST(CompileDynamic, BatchAndSequenceBothChange) {
   }
   EXPECT_GE(runtime_kernels, 1);
 }
+
+// W2 under dynamic = On: the softmax's row length is a symbol, and one kernel
+// reads it per call (KernelDesc::runtime_row), at lengths across the vector
+// tails and the float sums' blocks of 1024; rows holding NaN or inf give
+// eager's values.
+TEST(CompileDynamic, SoftmaxRowsOfEveryLength) {
+  manual_seed(13);
+  auto fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> { return {softmax(in[0] * 1.5, -1)}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{4, 33}, {3, 7}, {2, 1025}, {5, 16}, {1, 2049}, {6, 1}, {2, 3000}};
+  for (const auto &bs : sizes) {
+    Tensor x = randn({bs[0], bs[1]});
+    float *p = x.data_ptr<float>();
+    p[0] = NAN;                                            // row 0 all NaN
+    if (bs[0] > 1) p[bs[1] + bs[1] / 2] = INFINITY;        // row 1: one inf (NaN after inf - inf)
+    if (bs[0] > 2) p[2 * bs[1]] = -INFINITY;               // row 2: one -inf (its element 0)
+    std::vector<Tensor> got = f({x}), want = fn({x});
+    const std::string at = "[" + std::to_string(bs[0]) + ", " + std::to_string(bs[1]) + "]";
+    ASSERT_EQ(got[0].sizes().vec(), want[0].sizes().vec()) << at;
+    EXPECT_TRUE(equal(isnan(got[0]), isnan(want[0]))) << at;
+    Tensor finite = logical_not(isnan(want[0]));
+    EXPECT_LE(amax(kiln::where(finite, abs(got[0] - want[0]), 0.0)).item<double>(), 1e-6) << at;
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 9})});
+  ASSERT_TRUE(graph);
+  int runtime_rows = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph)) {
+    EXPECT_EQ(line.find("no kernel"), std::string::npos) << line;
+    runtime_rows += line.find("reads its dim 0 and row length per call") != std::string::npos;
+  }
+  EXPECT_EQ(runtime_rows, 1);
+}

@@ -162,17 +162,19 @@ Tensor random_of(DType t, const std::vector<int64_t> &sizes) {
 // run at three new sizes of its symbols (each moved) against the interpreter
 // on the group alone. The kernel's dim 0 is the extent the lowering gave as a
 // formula; the sizes come from the graph. Returns how many groups ran (and in
-// `several`, how many of them over two or more symbols), or -1 after a failure.
-int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &origin, int &several) {
+// `several`, how many of them over two or more symbols, and in `runtime_rows`,
+// how many read their row's length per call), or -1 after a failure.
+int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &origin, int &several,
+                          int &runtime_rows) {
   int ran = 0;
   for (const ir::Node *n : g.nodes()) {
     if (n->kind() != ir::Node::Kind::FusionGroup) continue;
     std::vector<size_t> buffers;
     std::vector<Tensor> operands; // each operand's layout, which the kernel reads at every size
     codegen::KernelDesc desc;
-    codegen::RuntimeExtent dim0;
+    codegen::RuntimeExtents sizes;
     try {
-      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers, &operands, &dim0);
+      desc = codegen::lower_symbolic_group(g, *n, g.symbol_hints(), buffers, &operands, &sizes);
     } catch (const Error &) {
       continue; // named refusals: runtime_extent_test covers them
     }
@@ -184,6 +186,7 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         for (int id : e.symbols())
           if (std::find(syms.begin(), syms.end(), id) == syms.end()) syms.push_back(id);
     several += syms.size() >= 2;
+    runtime_rows += sizes.row.has_value();
     for (int trial = 0; trial < 3; ++trial) {
       std::vector<int64_t> values = g.symbol_hints();
       for (size_t i = 0; i < syms.size(); ++i) // each symbol its own trial size
@@ -214,11 +217,12 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         got.push_back(empty(sizes_at(r->type(), values), r->type().dtype));
         ptrs.push_back(got.back().raw_data());
       }
-      int64_t extent = dim0.at(values);
-      ptrs.push_back(&extent);
+      int64_t extents[2];
+      sizes.at(values, extents);
+      ptrs.push_back(extents);
       kernel->run(ptrs.data());
       if (std::string d = compare_outputs(got, want, kRtol, kAtol); !d.empty()) {
-        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at dim 0 = " << extent
+        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at dim 0 = " << extents[0] << ", row " << extents[1]
                       << ": " << d << "\n" << ir::print(g);
         return -1;
       }
@@ -229,7 +233,7 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
 }
 
 TEST(RandomGraphSymbolic, RuntimeBatchKernelsEqualTheInterpreterAtNewSizes) {
-  int kernels = 0, several = 0;
+  int kernels = 0, several = 0, runtime_rows = 0;
   for (uint64_t seed = 0; seed < kCases; ++seed) {
     RandomGraph rg = random_graph(seed);
     const std::vector<Tensor> examples = rg.make_inputs(seed);
@@ -237,7 +241,7 @@ TEST(RandomGraphSymbolic, RuntimeBatchKernelsEqualTheInterpreterAtNewSizes) {
     ir::Graph &g = *st.graph;
     if (g.symbol_hints().empty()) continue;
     passes::run_pipeline(g, "upcast,decompose,canonicalize,cse,dce,fuse,fuse-horizontal,materialize-views");
-    int r = check_runtime_kernels(seed, g, rg.origin, several);
+    int r = check_runtime_kernels(seed, g, rg.origin, several, runtime_rows);
     if (r < 0) return;
     kernels += r;
   }
@@ -245,8 +249,9 @@ TEST(RandomGraphSymbolic, RuntimeBatchKernelsEqualTheInterpreterAtNewSizes) {
   // would pass the comparisons above without testing one.
   EXPECT_GE(kernels, 8);
   EXPECT_GE(several, 2);
+  EXPECT_GE(runtime_rows, 1);
   std::cout << kernels << " fusion groups of the random graphs ran as runtime-batch kernels, " << several
-            << " of them over two or more symbols\n";
+            << " of them over two or more symbols, " << runtime_rows << " reading their row's length per call\n";
 }
 
 TEST(RandomGraphSymbolic, OneSymbolicGraphEqualsEagerAtNewSizes) {
