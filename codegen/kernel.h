@@ -247,8 +247,8 @@ struct KernelDesc {
   // whose row_strided entry (inputs, then outputs) is 1 steps dim 0 by the
   // row length, as a row-major [s0, s1] buffer does (its strides[0] holds the
   // traced length); every other stride holds at every length. These kernels
-  // keep no scratch rows (each pass recomputes what it needs) and take no row
-  // blocks or tiles: codegen chooses its loops as if the row were
+  // take no row blocks or tiles, and keep scratch rows only for rows that fit
+  // the scratch budget: codegen chooses its loops as if the row were
   // kRuntimeRowAssumed long, with runtime trip counts.
   bool runtime_row = false;
   std::vector<uint8_t> row_strided;

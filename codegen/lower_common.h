@@ -95,8 +95,6 @@ private:
   bool rows_stay_aligned(size_t o) const;
   Value *dim0_extent(IRBuilder<> &b, Value *buffers);
   Value *runtime_extent(IRBuilder<> &b, Value *buffers, int64_t which);
-  // The row's length: a constant, or the call's (KernelDesc::runtime_row).
-  Value *row_length_value(IRBuilder<> &b) { return row_len_ ? row_len_ : b.getInt64(row_length()); }
   Value *outer_count(IRBuilder<> &b, Value *n0) const;
   int64_t outer_grain() const;
   void stamp(llvm::Function *f);

@@ -43,7 +43,7 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
     return f;
   }
   allocate_scratch(b, f);
-  block_ = k_.runtime_row ? 0 : choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
+  block_ = choose_row_block(k_, sched_, f32_lanes()); // (never with tiles: their rows are strided)
   if (block_ > 0) {
     emit_row_blocks(b, f->getArg(1), f->getArg(2), dim0_extent(b, f->getArg(0)));
   } else {

@@ -658,8 +658,8 @@ std::vector<int64_t> &strides_of(KernelDesc &k, size_t b) {
 // Dims [0, j) of k walked as one dim 0 of their product's extent. Each
 // buffer must walk them as one: a dim's stride is the next (inner) dim's
 // stride times that dim's size, size-1 dims aside, as in a row-major
-// [s0, s1, 64] buffer or one broadcast over all of them. Otherwise "" is
-// not returned: the reason is.
+// [s0, s1, 64] buffer or one broadcast over all of them. Returns "", or why
+// a buffer does not (k is then left half folded).
 std::string fold_leading_dims(KernelDesc &k, size_t j) {
   int64_t extent = 1;
   for (size_t d = 0; d < j; ++d) extent *= k.shape[d];
