@@ -315,6 +315,13 @@ struct Specialization {
   // size binds, or -1 for a dim guarded by inputs[i].sizes. Empty: static.
   std::vector<std::vector<int>> dim_symbols;
   std::vector<std::vector<int>> output_orders; // symbolic: per output, eager's dim order (dim_order)
+  // Symbolic: per input, the dim order of the dense layout it must have, for
+  // an input the graph reads contiguous (traced so) but calls pass laid out
+  // otherwise (a transposed batch); empty for an input that must be
+  // contiguous. Such an input is copied contiguous per call (relaid_inputs).
+  std::vector<std::vector<int>> input_orders;
+  bool any_input_order = false;
+  static inline const std::vector<int> no_order;
   // Symbolic: a symbol may be 1 in a call (holds_at_one); else 1 specializes.
   bool one_ok = false;
   // When this was used last, on the function's clock (Impl::clock): the least
@@ -344,6 +351,7 @@ struct Specialization {
     any_input_view = false;
     for (const TracedOutput &o : traced_outputs) any_input_view |= o.input >= 0;
     any_fresh = std::find(fresh.begin(), fresh.end(), true) != fresh.end();
+    any_input_order = std::any_of(input_orders.begin(), input_orders.end(), [](const auto &o) { return !o.empty(); });
   }
 
   // Copies each result that eager returns as a tensor of its own but the plan
@@ -428,13 +436,34 @@ struct Specialization {
 
   std::vector<Tensor> run_plan(const std::vector<Tensor> &in) const {
     if (fold) fold->refresh();
-    std::vector<Tensor> out = executable->run_matched(in);
+    std::vector<Tensor> out = any_input_order ? executable->run_matched(relaid_inputs(in)) : executable->run_matched(in);
     own_outputs(out, in);
     for (const detail::TracedGrad &g : grads)
       if (!g.leaf->grad.is_same(g.grad)) [[unlikely]]
         g.leaf->grad = g.grad;
     return out;
   }
+  // The inputs as the graph reads them: contiguous where input_orders holds
+  // another layout. The graph neither writes such an input nor returns a view
+  // of it (trace_for), so the copy is invisible to the caller.
+  std::vector<Tensor> relaid_inputs(const std::vector<Tensor> &in) const {
+    std::vector<Tensor> dense = in;
+    for (size_t i = 0; i < dense.size(); ++i)
+      if (!input_orders[i].empty() && !dense[i].is_contiguous()) dense[i] = dense[i].contiguous();
+    return dense;
+  }
+
+  // Whether t is laid out densely in dim order `order` (dims of size 1 aside).
+  static bool dense_in(const Tensor &t, const std::vector<int> &order) {
+    int64_t next = 1;
+    for (auto d = order.rbegin(); d != order.rend(); ++d) {
+      const int64_t size = t.size(*d);
+      if (size > 1 && t.stride(*d) != next) return false;
+      next *= std::max<int64_t>(size, 1);
+    }
+    return true;
+  }
+
   std::string eager_reason;
 
   // Whether the traced function ran a backward that accumulated into leaves (a
@@ -474,7 +503,8 @@ struct Specialization {
 
   // A symbolic specialization's guard: "" when `in` binds its symbols (every
   // static dim equal, each symbol's dims equal and at least 2, inputs with a
-  // symbolic dim contiguous, the others with their strides), else why not.
+  // symbolic dim contiguous or dense in their input_orders, the others with
+  // their strides), else why not.
   std::string bind_symbols(const std::vector<Tensor> &in) const {
     std::array<int64_t, kMaxGuardSymbols> value;
     value.fill(-1);
@@ -504,9 +534,15 @@ struct Specialization {
                                 " bound s", s, " to ", value[size_t(s)]);
         }
       }
-      if (symbolic ? !t.is_contiguous() : !same_dims(t.strides(), g.strides))
+      const std::vector<int> &order = input_orders.empty() ? no_order : input_orders[i];
+      const bool laid_out = !symbolic               ? same_dims(t.strides(), g.strides)
+                            : order.empty() ? t.is_contiguous()
+                                            : dense_in(t, order);
+      if (!laid_out)
         return detail::concat("input ", i, " strides ", shape_str(t.strides()), " are not ",
-                              symbolic ? std::string("contiguous") : shape_str(g.strides));
+                              !symbolic       ? shape_str(g.strides)
+                              : order.empty() ? std::string("contiguous")
+                                              : shape_str(dense_strides(t.sizes(), order)));
     }
     return "";
   }
@@ -639,7 +675,62 @@ struct CompiledFunction::Impl {
   std::shared_ptr<ir::Graph> trace_for(Specialization &spec, const std::vector<Tensor> &in,
                                        const std::vector<InputDim> &dims) {
     if (dims.empty()) return trace(fn, in, options.name, &spec.traced_outputs);
+    if (std::shared_ptr<ir::Graph> g = trace_relaid(spec, in, dims)) return g;
     SymbolicTrace st = trace_symbolic(fn, in, dims, options.name, &spec.traced_outputs);
+    return finish_symbolic(spec, in, st);
+  }
+
+  // An input laid out densely but not row-major (a transposed batch) has no
+  // symbolic type: the IR's symbolic types have no strides. Such an input is
+  // traced contiguous instead, and each call copies it contiguous, when the
+  // copy cannot be seen: the function updates nothing in place and returns
+  // no view of it. Eager's output layouts follow the input's, so they come
+  // from a trace with the input as given. Null when this does not apply (no
+  // such input, or no symbol kept): trace_for traces as usual.
+  std::shared_ptr<ir::Graph> trace_relaid(Specialization &spec, const std::vector<Tensor> &in,
+                                          const std::vector<InputDim> &dims) {
+    std::vector<Tensor> dense = in;
+    std::vector<std::vector<int>> orders(in.size());
+    for (const InputDim &d : dims) {
+      const Tensor &t = in[d.input];
+      if (!orders[d.input].empty() || t.is_contiguous() || !detail::is_non_overlapping_and_dense(t.impl())) continue;
+      orders[d.input] = dim_order(t.strides());
+      dense[d.input] = t.contiguous();
+    }
+    if (std::all_of(orders.begin(), orders.end(), [](const auto &o) { return o.empty(); })) return nullptr;
+    std::vector<TracedOutput> outputs;
+    SymbolicTrace st = trace_symbolic(fn, dense, dims, options.name, &outputs);
+    std::string why;
+    if (st.graph->symbol_hints().empty()) why = "no size turned symbolic";
+    else if (!st.graph->write_backs().empty()) why = "the function updates tensors in place";
+    for (const TracedOutput &o : outputs)
+      if (o.input >= 0 && !orders[size_t(o.input)].empty()) why = "an output is (a view of) the input";
+    if (!why.empty()) {
+      log()->info("compile @{}: a strided input keeps its strides: {}", options.name, why);
+      detail::take_traced_grads(); // the retrace records its own
+      return nullptr;
+    }
+    std::vector<TracedOutput> eager_outputs; // the layouts eager returns for `in` as given
+    trace(fn, in, options.name, &eager_outputs);
+    KILN_CHECK(eager_outputs.size() == outputs.size(), "internal: compile @", options.name,
+               ": the function returns ", eager_outputs.size(), " outputs for a strided input but ", outputs.size(),
+               " for a contiguous one");
+    for (size_t i = 0; i < outputs.size(); ++i) outputs[i].strides = eager_outputs[i].strides;
+    spec.traced_outputs = std::move(outputs);
+    spec.input_orders = std::move(orders);
+    std::shared_ptr<ir::Graph> g = finish_symbolic(spec, dense, st);
+    if (g->symbol_hints().empty()) { // a static graph of the contiguous inputs: trace them as given
+      spec.input_orders.clear();
+      detail::take_traced_grads();
+      return nullptr;
+    }
+    log()->info("compile @{}: strided inputs are copied contiguous in each call", options.name);
+    return g;
+  }
+
+  // The graph of a symbolic trace, and what `spec` keeps of it; a static trace
+  // of `in` where the symbols cannot hold for the whole function.
+  std::shared_ptr<ir::Graph> finish_symbolic(Specialization &spec, const std::vector<Tensor> &in, SymbolicTrace &st) {
     for (const std::string &why : st.static_reasons) log()->info("compile @{}: stays static: {}", options.name, why);
     std::shared_ptr<ir::Graph> g = st.graph;
     if (g->symbol_hints().empty()) return g;
@@ -698,9 +789,12 @@ struct CompiledFunction::Impl {
     return checked_dims(in, dims);
   }
 
-  // With compile_mu held: the dims of the first compiled specialization that
-  // `in` differs from in sizes alone.
+  // With compile_mu held: the dims in which `in` differs in sizes alone from
+  // a compiled specialization, or which are symbolic in one, over them all (a
+  // dim that took two sizes stays dynamic, even where another layout of the
+  // inputs specializes anew).
   std::vector<InputDim> differing_dims(const std::vector<Tensor> &in) const {
+    std::vector<InputDim> all;
     std::shared_lock lock(mu);
     for (const auto &sp : specs) {
       if (!sp->executable || sp->inputs.size() != in.size()) continue;
@@ -714,9 +808,9 @@ struct CompiledFunction::Impl {
           if (symbolic || in[i].size(int64_t(d)) != g.sizes[d]) dims.push_back({i, int64_t(d)});
         }
       }
-      if (comparable && !dims.empty()) return dims;
+      if (comparable) all.insert(all.end(), dims.begin(), dims.end());
     }
-    return {};
+    return all; // checked_dims drops the repeats
   }
 
   // The specialization for `in`, with `dims` symbolic where the graph allows

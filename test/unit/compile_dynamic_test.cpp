@@ -203,8 +203,9 @@ TEST(CompileDynamic, ACallBreakingARelationRecompilesOrErrorsAsEager) {
 }
 
 // A view whose sizes follow the batch (view with -1) and a slice inside the
-// graph; a transposed (not contiguous) input never runs on the symbolic
-// specialization (its guard asks for contiguous inputs) and specializes.
+// graph; a transposed (not contiguous) input does not run on the symbolic
+// specialization (its guard asks for contiguous inputs): it specializes once
+// more, symbolic again, and that one serves every transposed batch.
 TEST(CompileDynamic, ViewsInsideTheGraphAndStridedInputs) {
   ModelFn fn = [](const std::vector<Tensor> &in) {
     Tensor v = in[0].view({-1, 2, 3}); // [2b, 2, 3]
@@ -220,9 +221,70 @@ TEST(CompileDynamic, ViewsInsideTheGraphAndStridedInputs) {
   }
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().dynamic_specializations, 1);
-  std::vector<Tensor> strided = {randn({6, 7}).t()};
-  expect_equal(f(strided), fn(strided), "transposed input");
+  for (int64_t b : {7, 4, 11}) {
+    std::vector<Tensor> strided = {randn({6, b}).t()};
+    expect_equal(f(strided), fn(strided), "transposed input, batch " + std::to_string(b));
+  }
   EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().dynamic_specializations, 2);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
+
+// Inputs laid out in another dense order than row-major (a sequence-major
+// batch, transposed): under Auto, one more specialization serves every size
+// of them. Its outputs take eager's layouts, which follow the input's.
+TEST(CompileDynamic, TransposedInputsOfEverySizeShareOneSpecialization) {
+  Tensor w = randn({16});
+  ModelFn fn = [&](const std::vector<Tensor> &in) {
+    Tensor x = in[0]; // [b, s, 16]
+    Tensor y = x * w + 1.0;
+    return std::vector<Tensor>{y, softmax(y.sum({-1}), -1), layer_norm(x, {16})};
+  };
+  CompiledFunction f = compile(fn);
+  int call = 0;
+  for (auto [b, s] : {std::pair{2, 5}, {3, 7}, {4, 9}, {5, 3}, {2, 12}, {6, 4}, {3, 3}, {7, 8}}) {
+    for (bool transposed : {false, true}) {
+      std::vector<Tensor> in = {transposed ? randn({s, b, 16}).transpose(0, 1) : randn({b, s, 16})};
+      const std::string where = detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : "");
+      std::vector<Tensor> got = f(in), want = fn(in);
+      expect_equal(got, want, where);
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_EQ(got[k].strides().vec(), want[k].strides().vec()) << where << ", output " << k;
+    }
+  }
+  // Static specializations for the first call and the first transposed one
+  // (same sizes); then the batch and length turn symbolic, contiguous and
+  // transposed: no later call compiles.
+  EXPECT_EQ(f.stats().compiles, 4);
+  EXPECT_EQ(f.stats().dynamic_specializations, 2);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
+
+// A transposed input the function updates in place, or returns a view of,
+// cannot be copied contiguous unseen: it keeps its strides and specializes
+// per size as before, and every call still does what eager does.
+TEST(CompileDynamic, TransposedInputsUpdatedOrReturnedKeepTheirStrides) {
+  ModelFn update = [](const std::vector<Tensor> &in) {
+    Tensor x = in[0];
+    x.mul_(2.0);
+    return std::vector<Tensor>{x.relu()};
+  };
+  ModelFn view = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].relu(), in[0].t()}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction fu = compile(update, o), fv = compile(view, o);
+  for (int64_t b : {3, 6, 4}) {
+    Tensor a = randn({5, b}).t(), c = a.clone();
+    std::vector<Tensor> got = fu({a}), want = update({c});
+    expect_equal(got, want, "update, batch " + std::to_string(b));
+    expect_equal({a}, {c}, "the input updated in place, batch " + std::to_string(b));
+    Tensor x = randn({5, b}).t();
+    std::vector<Tensor> out = fv({x});
+    expect_equal(out, view({x}), "view, batch " + std::to_string(b));
+    EXPECT_TRUE(out[1].is_alias_of(x)) << "batch " << b << ": eager returns a view of the input";
+  }
+  EXPECT_EQ(fu.stats().eager_calls, 0);
+  EXPECT_EQ(fv.stats().eager_calls, 0);
 }
 
 // In-place updates (write-backs) and an output that is an input itself.

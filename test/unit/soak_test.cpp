@@ -117,11 +117,13 @@ TEST(Soak, TenThousandCallsFromEightThreadsWithMixedShapes) {
 }
 
 // Issue 17: the batch sizes 3..64 share one symbolic specialization (built
-// when a call first differs from the first one); batch 1 and the transposed
-// input specialize. Nothing is evicted, so nothing compiles twice.
+// when a call first differs from the first one); batch 1 specializes, and so
+// does the transposed input: symbolic too (copied contiguous per call) unless
+// it came first. Nothing is evicted, so nothing compiles twice.
 TEST(Soak, TenThousandCallsWithChangingBatchShareOneDynamicSpecialization) {
   CompileStats s = soak_mixed_shapes(Dynamic::Auto);
-  EXPECT_EQ(s.dynamic_specializations, 1);
+  EXPECT_GE(s.dynamic_specializations, 1);
+  EXPECT_LE(s.dynamic_specializations, 2);
   EXPECT_LE(s.compiles, 4);
   EXPECT_LE(s.specializations, 4);
 }
