@@ -212,6 +212,8 @@ void check_node(const KernelDesc &k, size_t i) {
   int arity = op_arity(n.op);
   if (n.op == KOp::Reduce) check_reduce(k, i);
   else KILN_CHECK(n.combine == KOp::Const, "kernel: node ", i, " (", op_name(n.op), ") has a combine op");
+  KILN_CHECK(!n.inverse_row_length || (n.op == KOp::Const && is_floating(n.dtype)), "kernel: node ", i, " (",
+             op_name(n.op), ".", n.dtype, ") is marked 1 / the row length; only a floating constant can be");
   for (int a = 0; a < 3; ++a) {
     bool used = a < arity;
     int32_t arg = n.args[a];
@@ -324,6 +326,8 @@ KernelDesc KernelDesc::at_row_length(int64_t length) const {
   at.runtime_row = false;
   at.row_strided.clear();
   at.shape.at(1) = length;
+  for (Node &n : at.nodes)
+    if (n.inverse_row_length) n.fvalue = n.dtype == DType::Float32 ? double(float(1.0 / double(length))) : 1.0 / double(length);
   for (size_t b = 0; b < at.num_buffers(); ++b)
     if (row_strided.at(b))
       (b < at.inputs.size() ? at.inputs[b].strides : at.outputs[b - at.inputs.size()].buffer.strides).at(0) = length;
@@ -385,8 +389,9 @@ std::string KernelDesc::key() const {
   }
   KeyWriter w;
   // key format version (2: Reduce nodes and their combine; 3: stream_stores; 4: ops by name,
-  // so that the KOp enumeration may grow anywhere: vector-math ops follow KILN_KERNEL_OPS)
-  w.put<uint32_t>(4);
+  // so that the KOp enumeration may grow anywhere: vector-math ops follow KILN_KERNEL_OPS;
+  // 5: Node::inverse_row_length)
+  w.put<uint32_t>(5);
   if (runtime_dim0) { // the traced extent picks no code
     std::vector<int64_t> dims = shape;
     dims[0] = -1;
@@ -410,6 +415,7 @@ std::string KernelDesc::key() const {
     w.put(n.fvalue);
     w.put(n.ivalue);
     w.put_name(op_name(n.combine));
+    w.put(n.inverse_row_length);
   }
   w.put<uint64_t>(outputs.size());
   for (const auto &o : outputs) {
@@ -469,7 +475,7 @@ std::string KernelDesc::to_string() const {
     if (n.op == KOp::Load) os << " in" << n.input;
     if (n.op == KOp::Reduce) os << ' ' << op_name(n.combine);
     if (n.op == KOp::Const) {
-      if (is_floating(n.dtype)) os << ' ' << n.fvalue;
+      if (is_floating(n.dtype)) os << ' ' << n.fvalue << (n.inverse_row_length ? " (1/L)" : "");
       else os << ' ' << n.ivalue;
     }
     for (int a = 0; a < op_arity(n.op); ++a) os << (a ? ", %" : " %") << n.args[a];
@@ -555,6 +561,15 @@ Expr KernelBuilder::constant(double value, DType dtype) {
   if (value <= lo) n.ivalue = dtype == DType::Int32 ? INT32_MIN : INT64_MIN;
   else if (value >= hi) n.ivalue = dtype == DType::Int32 ? INT32_MAX : INT64_MAX;
   else n.ivalue = int64_t(value);
+  return add_node(n);
+}
+
+Expr KernelBuilder::inverse_row_length(DType dtype) {
+  Node n;
+  n.op = KOp::Const;
+  n.dtype = dtype;
+  n.fvalue = dtype == DType::Float32 ? double(float(1.0 / double(row_length()))) : 1.0 / double(row_length());
+  n.inverse_row_length = true;
   return add_node(n);
 }
 
@@ -694,7 +709,7 @@ Expr reduce_mean(Expr a) {
   KILN_CHECK(is_floating(a.dtype()), "kernel: reduce_mean of ", a.dtype(), "; cast to a float first");
   KILN_CHECK(!k.shape().empty(), "kernel: reduce_mean needs rank >= 1");
   // An empty row gives 0 * inf = NaN, as torch.mean of nothing.
-  return reduce_sum(a) * (1.0 / double(k.row_length()));
+  return reduce_sum(a) * k.inverse_row_length(a.dtype());
 }
 
 // The composed pointwise functions: their definitions are the list's last column.

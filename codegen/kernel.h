@@ -195,6 +195,9 @@ struct Node {
   double fvalue = 0;            // Const of a floating type
   int64_t ivalue = 0;           // Const of an integer or bool type
   KOp combine = KOp::Const;     // Reduce: Add, Mul, Max or Min; Const otherwise
+  // Const: fvalue is 1 / the row length (reduce_mean's scale), which a
+  // runtime row (KernelDesc::runtime_row) computes from the call's length.
+  bool inverse_row_length = false;
 };
 
 // True for the combines KernelBuilder::reduce accepts.
@@ -317,6 +320,8 @@ public:
   Expr input(DType dtype, std::vector<int64_t> strides = {});
   // A constant of `dtype`; integer dtypes truncate toward zero and saturate.
   Expr constant(double value, DType dtype);
+  // 1 / the row length, in a floating dtype (Node::inverse_row_length).
+  Expr inverse_row_length(DType dtype);
   // An exact integer constant (int64 values beyond 2^53 need this), wrapped to dtype.
   Expr constant_int(int64_t value, DType dtype);
 

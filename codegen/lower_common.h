@@ -321,6 +321,8 @@ private:
   std::vector<Value *> tile_wide_; // tiles: per float32 sum, its double accumulator per row of the tile
   int64_t dim0_scale_ = 1;         // runtime dim 0: elements of collapsed dim 0 per unit of the call's extent
   Value *row_len_ = nullptr;       // runtime row: the call's row length, loaded in the body's entry
+  Value *inverse_len_f64_ = nullptr; // runtime row: 1.0 / row_len_ in double (a mean's exact scale)
+  std::vector<Value *> inverse_len_; // runtime row: per Node::inverse_row_length node, 1 / L in its type
   int64_t block_ = 0;              // rows per row block (see choose_row_block), 0 = row by row
   std::vector<uint8_t> invariant_; // row blocks: per node, the same in every row
 };

@@ -180,6 +180,7 @@ Value *Lowering::transcendental(IRBuilder<> &b, KOp op, DType t, Value *x, Value
 
 Value *Lowering::constant(const Node &n) {
   llvm::Type *ty = value_type(c_, n.dtype);
+  if (n.inverse_row_length && row_len_) return inverse_len_.at(size_t(&n - k_.nodes.data())); // see build_row_body
   if (is_floating(n.dtype)) return llvm::ConstantFP::get(ty, n.fvalue);
   return llvm::ConstantInt::get(ty, uint64_t(n.ivalue), true);
 }

@@ -31,6 +31,13 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
   load_buffers(b, f);
   if (k_.runtime_row) {
     row_len_ = runtime_extent(b, f->getArg(0), 1);
+    // A mean's 1 / L: once per chunk, rounded to each constant's type as the
+    // static kernel's constant is (exact_mean scales the double sum by the double).
+    inverse_len_f64_ = b.CreateFDiv(llvm::ConstantFP::get(b_double(), 1.0), b.CreateUIToFP(row_len_, b_double()), "inv.len");
+    inverse_len_.assign(k_.nodes.size(), nullptr);
+    for (size_t i = 0; i < k_.nodes.size(); ++i)
+      if (k_.nodes[i].inverse_row_length)
+        inverse_len_[i] = b.CreateFPTrunc(inverse_len_f64_, value_type(c_, k_.nodes[i].dtype));
     emit_runtime_rows(b, f);
     b.CreateRetVoid();
     return f;
@@ -317,17 +324,23 @@ std::vector<Value *> Lowering::emit_sum_block(IRBuilder<> &b, int p, const std::
 // before rounding to float32 (one rounding, as eager's mean), or null when `n` is not sum * constant of a
 // sum held in double (`wide`: per node, its double sum or null).
 Value *Lowering::exact_mean(IRBuilder<> &b, const Node &n, const std::vector<Value *> &wide) {
-  // (A runtime row's mean scales by no constant: the kernel would change with the length.)
-  if (n.op != KOp::Mul || n.dtype != DType::Float32 || wide.empty() || row_len_) return nullptr;
+  if (n.op != KOp::Mul || n.dtype != DType::Float32 || wide.empty()) return nullptr;
   for (int s = 0; s < 2; ++s) {
     int32_t sum = n.args[s], scale = n.args[1 - s];
-    if (!wide[size_t(sum)] || k_.nodes[size_t(scale)].op != KOp::Const) continue;
+    const Node &c = k_.nodes[size_t(scale)];
+    if (!wide[size_t(sum)] || c.op != KOp::Const) continue;
     // The kernel holds 1 / L rounded to float32 (2.5e-8 off for L = 1000,
-    // enough to move the mean of a constant row by an ulp): use 1 / L itself.
-    double factor = k_.nodes[size_t(scale)].fvalue, inverse = 1.0 / double(k_.row_length());
-    if (factor == double(float(inverse))) factor = inverse;
+    // enough to move the mean of a constant row by an ulp): use 1 / L itself,
+    // the call's in a runtime row.
+    Value *factor = nullptr;
+    if (row_len_) {
+      factor = c.inverse_row_length ? inverse_len_f64_ : llvm::ConstantFP::get(b_double(), c.fvalue);
+    } else {
+      double f = c.fvalue, inverse = 1.0 / double(k_.row_length());
+      factor = llvm::ConstantFP::get(b_double(), f == double(float(inverse)) ? inverse : f);
+    }
     Value *total = b.CreateFAdd(wide[size_t(sum)], llvm::ConstantFP::get(b_double(), 0.0)); // -0 -> +0, see finish
-    Value *m = b.CreateFMul(total, llvm::ConstantFP::get(b_double(), factor));
+    Value *m = b.CreateFMul(total, factor);
     return b.CreateFPTrunc(m, value_type(c_, n.dtype));
   }
   return nullptr;

@@ -403,3 +403,54 @@ TEST(CompileDynamic, SoftmaxRowsOfEveryLength) {
   }
   EXPECT_EQ(runtime_rows, 1);
 }
+
+// Means over rows of every length (dynamic = On): the row mean and a
+// normalization by the rows' standard deviation run as one runtime-row kernel
+// that scales by the call's 1 / L. A constant row's mean is that constant
+// exactly, as eager's; NaN and inf rows give eager's NaN and inf.
+TEST(CompileDynamic, MeansOverRowsOfEveryLength) {
+  manual_seed(17);
+  auto fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor m = in[0].mean({-1}, true);
+    Tensor d = in[0] - m;
+    return {m, d * rsqrt((d * d).mean({-1}, true) + 1e-5)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{4, 33}, {3, 7}, {2, 1025}, {5, 16}, {1, 2049}, {6, 1000}, {4, 3}};
+  for (const auto &bs : sizes) {
+    Tensor x = randn({bs[0], bs[1]});
+    float *p = x.data_ptr<float>();
+    for (int64_t j = 0; j < bs[1]; ++j) p[j] = 0.1f; // row 0: constant
+    if (bs[0] > 1) p[bs[1] + bs[1] / 2] = INFINITY;  // row 1: one inf
+    if (bs[0] > 2) p[2 * bs[1]] = NAN;              // row 2: one NaN
+    std::vector<Tensor> got = f({x}), want = fn({x});
+    const std::string at = "[" + std::to_string(bs[0]) + ", " + std::to_string(bs[1]) + "]";
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].data_ptr<float>()[0], 0.1f) << at << ": the mean of a constant row";
+    // Its deviations are then 0 exactly; eager's mean is an ulp off at some
+    // lengths, which the division by sqrt(eps) magnifies to ~1e-5.
+    EXPECT_EQ(amax(abs(got[1].select(0, 0))).item<double>(), 0.0) << at;
+    for (Tensor *t : {&got[1], &want[1]}) t->select(0, 0).zero_();
+    for (size_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(got[k].sizes().vec(), want[k].sizes().vec()) << at;
+      EXPECT_TRUE(equal(isnan(got[k]), isnan(want[k]))) << at << ", output " << k;
+      EXPECT_TRUE(equal(isinf(got[k]), isinf(want[k]))) << at << ", output " << k;
+      Tensor finite = logical_not(logical_or(isnan(want[k]), isinf(want[k])));
+      Tensor err = abs(got[k] - want[k]) - abs(want[k]) * 1e-5;
+      EXPECT_LE(amax(kiln::where(finite, err, 0.0)).item<double>(), 1e-5) << at << ", output " << k;
+    }
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 9})});
+  ASSERT_TRUE(graph);
+  int runtime_rows = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph)) {
+    EXPECT_EQ(line.find("no kernel"), std::string::npos) << line;
+    runtime_rows += line.find("reads its dim 0 and row length per call") != std::string::npos;
+  }
+  EXPECT_GE(runtime_rows, 1);
+}

@@ -503,6 +503,30 @@ TEST(RuntimeExtentGroups, RowStatisticsOverASymbolicRow) {
 })", true, 1e-3); // (x + y) * S: S is a sum of up to 257 values of either sign, as exact as eager's only to ~1e-5
 }
 
+// Means over a symbolic row scale by the call's 1 / L (Node::inverse_row_length):
+// a row mean, a variance as the mean of squared deviations (the mean's sum
+// Shifted, the scale applied to the double sum) with its rsqrt, and column
+// means over a symbolic batch.
+TEST(RuntimeExtentGroups, MeansOverASymbolicRow) {
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
+  %0 = mean(%x) {dims = [1], keepdim = false, dtype = none} : f32[4]
+  return %0
+})", true);
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 3, s1 = 6) {
+  %0 = mean(%x) {dims = [1], keepdim = true, dtype = none} : f32[s0, 1]
+  %1 = sub(%x, %0) {alpha = 1} : f32[s0, s1]
+  %2 = mul(%1, %1) : f32[s0, s1]
+  %3 = mean(%2) {dims = [1], keepdim = true, dtype = none} : f32[s0, 1]
+  %4 = rsqrt(%3) : f32[s0, 1]
+  %5 = mul(%1, %4) : f32[s0, s1]
+  return %5
+})", true, 1e-5);
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 8]) symbols(s0 = 4) {
+  %0 = mean(%x) {dims = [0], keepdim = false, dtype = none} : f32[8]
+  return %0
+})", true);
+}
+
 // Per-row results over [s0, s1]: the mean of each row, with the rows' max.
 TEST(RuntimeExtentGroups, RowStatisticsOverTwoSymbols) {
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1, 12]) symbols(s0 = 3, s1 = 5) {
@@ -527,11 +551,6 @@ TEST(RuntimeExtentGroups, RefusesGroupsNoOneKernelServesAtEverySize) {
     auto g = fused(text);
     return codegen::lower_symbolic_group(*g, first_group(*g), g->symbol_hints(), operands);
   };
-  // A mean over a symbolic row scales by 1 / its length, a constant of the kernel.
-  expect_error([&] { lower(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
-  %0 = mean(%x) {dims = [1], keepdim = false, dtype = none} : f32[4]
-  return %0
-})"); }, {"its kernel changes with s0 beyond its outer extent and row length"});
   // A row of two dims, one of them symbolic.
   expect_error([&] { lower(R"(graph @g(%x: f32[4, s0, 3]) symbols(s0 = 6) {
   %0 = exp(%x) : f32[4, s0, 3]
