@@ -699,10 +699,15 @@ struct CompiledFunction::Impl {
     }
     if (std::all_of(orders.begin(), orders.end(), [](const auto &o) { return o.empty(); })) return nullptr;
     std::vector<TracedOutput> outputs;
-    SymbolicTrace st = trace_symbolic(fn, dense, dims, options.name, &outputs);
+    SymbolicTrace st;
     std::string why;
-    if (st.graph->symbol_hints().empty()) why = "no size turned symbolic";
-    else if (!st.graph->write_backs().empty()) why = "the function updates tensors in place";
+    try {
+      st = trace_symbolic(fn, dense, dims, options.name, &outputs);
+      if (st.graph->symbol_hints().empty()) why = "no size turned symbolic";
+      else if (!st.graph->write_backs().empty()) why = "the function updates tensors in place";
+    } catch (const Error &e) { // a view only the given layout allows (x.t().view(...) of a transposed x)
+      why = detail::concat("the function fails on a contiguous copy: ", e.what());
+    }
     for (const TracedOutput &o : outputs)
       if (o.input >= 0 && !orders[size_t(o.input)].empty()) why = "an output is (a view of) the input";
     if (!why.empty()) {

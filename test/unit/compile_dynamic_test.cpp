@@ -270,9 +270,11 @@ TEST(CompileDynamic, TransposedInputsUpdatedOrReturnedKeepTheirStrides) {
     return std::vector<Tensor>{x.relu()};
   };
   ModelFn view = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].relu(), in[0].t()}; };
+  // view() of x.t() holds for a transposed x, and fails for a contiguous one.
+  ModelFn flat = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].t().view({-1}) * 2.0}; };
   CompileOptions o;
   o.dynamic = Dynamic::On;
-  CompiledFunction fu = compile(update, o), fv = compile(view, o);
+  CompiledFunction fu = compile(update, o), fv = compile(view, o), ff = compile(flat, o);
   for (int64_t b : {3, 6, 4}) {
     Tensor a = randn({5, b}).t(), c = a.clone();
     std::vector<Tensor> got = fu({a}), want = update({c});
@@ -282,9 +284,11 @@ TEST(CompileDynamic, TransposedInputsUpdatedOrReturnedKeepTheirStrides) {
     std::vector<Tensor> out = fv({x});
     expect_equal(out, view({x}), "view, batch " + std::to_string(b));
     EXPECT_TRUE(out[1].is_alias_of(x)) << "batch " << b << ": eager returns a view of the input";
+    expect_equal(ff({x}), flat({x}), "flat, batch " + std::to_string(b));
   }
   EXPECT_EQ(fu.stats().eager_calls, 0);
   EXPECT_EQ(fv.stats().eager_calls, 0);
+  EXPECT_EQ(ff.stats().eager_calls, 0);
 }
 
 // In-place updates (write-backs) and an output that is an input itself.
