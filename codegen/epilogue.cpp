@@ -848,7 +848,7 @@ private:
     KernelDesc &k = epi.expr;
     if (k.has_reductions()) return "it has a reduction";
     for (size_t b = 0; b < k.num_buffers(); ++b) {
-      const DType t = b < k.inputs.size() ? k.inputs[b].dtype : k.outputs[b - k.inputs.size()].buffer.dtype;
+      const DType t = k.buffer(b).dtype;
       if (!lowered_dtype(t)) return std::string("a ") + std::string(kiln::name(t)) + " buffer";
     }
     if (k.num_buffers() > kMaxEpilogueBuffers) return "too many buffers";

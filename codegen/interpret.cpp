@@ -273,7 +273,7 @@ public:
 
 private:
   const std::vector<int64_t> &strides(size_t buf) const {
-    return buf < k_.inputs.size() ? k_.inputs[buf].strides : k_.outputs[buf - k_.inputs.size()].buffer.strides;
+    return k_.buffer(buf).strides;
   }
 
   // Per-row nodes are evaluated once (row_), the others at every j (vals_).
@@ -372,7 +372,7 @@ void interpret(const KernelDesc &desc, void *const *given) {
   if (k.numel() == 0) return;
   size_t rank = k.shape.size(), nbuf = k.num_buffers();
   auto strides = [&](size_t buf) -> const std::vector<int64_t> & {
-    return buf < k.inputs.size() ? k.inputs[buf].strides : k.outputs[buf - k.inputs.size()].buffer.strides;
+    return k.buffer(buf).strides;
   };
   std::vector<int64_t> idx(rank, 0), off(nbuf, 0);
   std::vector<Val> vals(k.nodes.size());

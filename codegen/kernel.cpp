@@ -330,7 +330,7 @@ KernelDesc KernelDesc::at_row_length(int64_t length) const {
     if (n.inverse_row_length) n.fvalue = n.dtype == DType::Float32 ? double(float(1.0 / double(length))) : 1.0 / double(length);
   for (size_t b = 0; b < at.num_buffers(); ++b)
     if (row_strided.at(b))
-      (b < at.inputs.size() ? at.inputs[b].strides : at.outputs[b - at.inputs.size()].buffer.strides).at(0) = length;
+      at.buffer(b).strides.at(0) = length;
   return at;
 }
 
@@ -342,7 +342,7 @@ void KernelDesc::validate() const {
     KILN_CHECK(row_strided.size() == num_buffers(), "kernel: ", row_strided.size(), " row_strided flags for ",
                num_buffers(), " buffers");
     for (size_t b = 0; b < num_buffers(); ++b) {
-      const std::vector<int64_t> &st = b < inputs.size() ? inputs[b].strides : outputs[b - inputs.size()].buffer.strides;
+      const std::vector<int64_t> &st = buffer(b).strides;
       KILN_CHECK(!row_strided[b] || (st.size() == 2 && st[0] == shape[1]), "kernel: buffer ", b,
                  " steps dim 0 by the row length, but its stride ", st.empty() ? 0 : st[0], " is not the traced ",
                  shape[1]);

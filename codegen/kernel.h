@@ -262,6 +262,11 @@ struct KernelDesc {
   // Whether `strides` (one per dim) are 0 along every row dim.
   bool constant_along_row(const std::vector<int64_t> &strides) const;
   size_t num_buffers() const { return inputs.size() + outputs.size(); }
+  // Buffer b of the kernel's argument list: the inputs, then the outputs.
+  BufferSpec &buffer(size_t b) { return b < inputs.size() ? inputs[b] : outputs.at(b - inputs.size()).buffer; }
+  const BufferSpec &buffer(size_t b) const {
+    return b < inputs.size() ? inputs[b] : outputs.at(b - inputs.size()).buffer;
+  }
   bool has_reductions() const;
   // Per node: 1 if its value is the same for every element of a row (see the
   // file comment: reductions, constants, loads with last-dim stride 0...).

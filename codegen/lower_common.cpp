@@ -44,9 +44,7 @@ int64_t Lowering::row_length() const {
 }
 
 std::vector<int64_t> Lowering::strides_of(size_t buf) const {
-  const BufferSpec &s =
-      buf < k_.inputs.size() ? k_.inputs[buf] : k_.outputs[buf - k_.inputs.size()].buffer;
-  return k_.shape.empty() ? std::vector<int64_t>{0} : s.strides;
+  return k_.shape.empty() ? std::vector<int64_t>{0} : k_.buffer(buf).strides;
 }
 
 // Whether output o's rows start where its element 0 does, modulo 64 bytes
@@ -204,7 +202,7 @@ Value *Lowering::element_ptr(IRBuilder<> &b, size_t buf, DType t, Value *base, V
 }
 
 DType Lowering::buffer_dtype(size_t buf) const {
-  return buf < k_.inputs.size() ? k_.inputs[buf].dtype : k_.outputs[buf - k_.inputs.size()].buffer.dtype;
+  return k_.buffer(buf).dtype;
 }
 
 // Loop metadata on a loop's latch (LoopMD).
@@ -259,7 +257,7 @@ KernelDesc collapse_dims(const KernelDesc &in) {
   KernelDesc k = in;
   size_t nbuf = k.num_buffers();
   auto strides = [&](KernelDesc &d, size_t b) -> std::vector<int64_t> & {
-    return b < d.inputs.size() ? d.inputs[b].strides : d.outputs[b - d.inputs.size()].buffer.strides;
+    return d.buffer(b).strides;
   };
   std::vector<int64_t> shape;                      // innermost first while building
   std::vector<std::vector<int64_t>> st(nbuf);      // per buffer, innermost first

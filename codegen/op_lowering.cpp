@@ -652,7 +652,7 @@ KernelDesc lower_group_at(const ir::Graph &g, size_t index, std::span<const int6
 }
 
 std::vector<int64_t> &strides_of(KernelDesc &k, size_t b) {
-  return b < k.inputs.size() ? k.inputs[b].strides : k.outputs[b - k.inputs.size()].buffer.strides;
+  return k.buffer(b).strides;
 }
 
 // Dims [0, j) of k walked as one dim 0 of their product's extent. Each

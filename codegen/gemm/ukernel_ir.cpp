@@ -289,7 +289,7 @@ private:
 
   DType buffer_dtype(size_t q) const {
     const KernelDesc &k = epi_->expr;
-    return q < k.inputs.size() ? k.inputs[q].dtype : k.outputs[q - k.inputs.size()].buffer.dtype;
+    return k.buffer(q).dtype;
   }
 
   // As codegen/lower_expr.cpp's memory_type: bool is one byte in memory (0 or 1).
