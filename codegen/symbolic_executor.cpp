@@ -14,14 +14,23 @@
 // build_rows_per_call); a contraction without symbols runs as in the static
 // executor.
 //
-// Not yet here, unlike the static executor: a memory plan (each intermediate
-// is allocated per call), bmm over a symbolic batch and conv2d over symbolic
-// spatial sizes (they run eagerly), and in-place kernels.
+// The graph's symbolic memory plan (passes/plan_memory.cpp) places the results
+// of kernels and of contractions that read M per call in one arena: each call
+// evaluates the plan's offsets and peak at its sizes and takes an arena of at
+// least that size from the executor's pool, so a steady-state call allocates
+// only its outputs and the results of the steps it runs eagerly (those keep
+// fresh memory; their slots go unused).
+//
+// Not yet here, unlike the static executor: bmm over a symbolic batch and
+// conv2d over symbolic spatial sizes (they run eagerly), and in-place kernels.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -29,7 +38,9 @@
 #include "codegen/op_lowering.h"
 #include "codegen/program.h"
 #include "ir/interpreter.h"
+#include "ir/memory_plan.h"
 #include "ir/sym_infer.h"
+#include "runtime/allocator.h"
 #include "runtime/log.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
@@ -66,6 +77,12 @@ public:
       steps_.push_back(std::move(s));
       ++index;
     }
+    if (const ir::MemoryPlan *plan = graph.memory_plan() ? &*graph.memory_plan() : nullptr) {
+      KILN_CHECK(plan->symbolic, "compile @", graph.name(), ": a symbolic graph needs a symbolic memory plan");
+      peak_ = plan->sym_peak;
+      for (const auto &[v, a] : plan->entries) planned_.push_back({slot_.at(v), a.sym_offset});
+      planned_at_hints_ = plan->peak_bytes;
+    }
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
     for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
     stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -90,6 +107,7 @@ public:
     sizes.reserve(inputs.size());
     for (const Tensor &t : inputs) sizes.push_back(t.sizes());
     const std::vector<int64_t> values = ir::bind_symbols(*g_, sizes);
+    Arena arena = take_arena(values);
     std::vector<Tensor> env(types_.size());
     for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
     size_t k = inputs.size();
@@ -100,7 +118,7 @@ public:
     const StepObserver *observer = current_step_observer();
     for (const Step &s : steps_) {
       const auto t0 = observer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-      run_step(s, values, env);
+      run_step(s, values, arena, env);
       if (observer) report(*observer, s, t0);
     }
     for (auto [target, value] : write_backs_) {
@@ -109,7 +127,12 @@ public:
     }
     std::vector<Tensor> out;
     out.reserve(outputs_.size());
-    for (int o : outputs_) out.push_back(is_constant(env[size_t(o)]) ? env[size_t(o)].clone() : env[size_t(o)]);
+    // The plan keeps outputs out of the arena; should an eager op have returned
+    // a view of an arena value anyway, the caller gets a copy.
+    for (int o : outputs_) {
+      const Tensor &t = env[size_t(o)];
+      out.push_back(is_constant(t) || arena.holds(t) ? t.clone() : t);
+    }
     return out;
   }
 
@@ -118,6 +141,11 @@ public:
     std::vector<std::string> lines;
     for (const Step &s : steps_)
       if (!s.how.empty()) lines.push_back(s.how);
+    if (!g_->memory_plan()) lines.push_back("arena: none (no memory plan: each intermediate is allocated per call)");
+    else if (planned_.empty()) lines.push_back("arena: none (no intermediate to plan: each value is an input, a view or an output)");
+    else
+      lines.push_back(kiln::detail::concat("arena: ", planned_.size(), " planned intermediates in [", peak_.str(),
+                                           "] bytes (", planned_at_hints_, " at the traced sizes), taken per call"));
     return lines;
   }
   int64_t calls() const override { return calls_.load(std::memory_order_relaxed); }
@@ -125,7 +153,84 @@ public:
   // eager result: the caller's ownership checks decide.
   std::vector<bool> outputs_allocated_per_call() const override { return std::vector<bool>(outputs_.size(), false); }
 
+  ~SymbolicExecutor() override {
+    for (auto [p, n] : pool_) cached_free(p, n);
+  }
+
 private:
+  // One call's arena (from the pool, returned when the call ends) and the
+  // addresses of the planned values at the call's sizes, per slot.
+  class Arena {
+  public:
+    Arena(const SymbolicExecutor *owner, void *p, size_t bytes) : owner_(owner), p_(p), bytes_(bytes) {}
+    Arena(Arena &&o) noexcept : owner_(o.owner_), p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_), where_(std::move(o.where_)) {}
+    Arena(const Arena &) = delete;
+    Arena &operator=(const Arena &) = delete;
+    ~Arena() {
+      if (p_) owner_->give_back(p_, bytes_);
+    }
+    void *at(int slot) const { return slot < int(where_.size()) ? where_[size_t(slot)] : nullptr; }
+    bool holds(const Tensor &t) const {
+      if (!p_ || !t.defined() || t.is_meta() || t.numel() == 0) return false;
+      auto *q = static_cast<const char *>(t.raw_data()), *a = static_cast<const char *>(p_);
+      return q >= a && q < a + bytes_;
+    }
+
+  private:
+    friend class SymbolicExecutor;
+    const SymbolicExecutor *owner_;
+    void *p_;
+    size_t bytes_;
+    std::vector<void *> where_; // per slot; nullptr: not planned
+  };
+
+  // Evaluates the plan at the call's sizes (once per call) and takes an arena
+  // that holds it: a pooled one when one is large enough, else a new one with
+  // a quarter to spare, so that sizes growing call by call reallocate rarely.
+  Arena take_arena(std::span<const int64_t> values) const {
+    if (planned_.empty()) return Arena(this, nullptr, 0);
+    const int64_t peak = peak_.evaluate(values);
+    KILN_CHECK(peak >= 0, "internal: @", g_->name(), ": the memory plan's peak is negative at these sizes");
+    void *p = nullptr;
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      for (size_t i = 0; i < pool_.size(); ++i) {
+        if (pool_[i].second < size_t(peak)) continue;
+        std::tie(p, bytes) = pool_[i];
+        pool_.erase(pool_.begin() + std::ptrdiff_t(i));
+        break;
+      }
+    }
+    if (!p) {
+      bytes = ir::align_arena(std::max<int64_t>(peak + peak / 4, ir::kArenaAlignment));
+      p = cached_alloc(bytes);
+    }
+    Arena a(this, p, bytes);
+    a.where_.assign(types_.size(), nullptr);
+    for (const auto &[slot, offset] : planned_) a.where_[size_t(slot)] = static_cast<char *>(p) + offset.evaluate(values);
+    return a;
+  }
+
+  // Keeps the larger arenas (as many as calls ran at once); frees a smaller one.
+  void give_back(void *p, size_t bytes) const {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    pool_.emplace_back(p, bytes);
+    if (pool_.size() <= kMaxPooledArenas) return;
+    auto smallest = std::min_element(pool_.begin(), pool_.end(),
+                                     [](const auto &a, const auto &b) { return a.second < b.second; });
+    cached_free(smallest->first, smallest->second);
+    pool_.erase(smallest);
+  }
+
+  // A planned slot's value over the call's arena; else a fresh tensor.
+  Tensor result_tensor(const Arena &arena, int slot, std::span<const int64_t> values) const {
+    const ir::TensorType &type = types_[size_t(slot)];
+    const Dims sizes = type.symbolic() ? Dims(IntArrayRef(ir::evaluate_dims(type.sym, values))) : type.shape;
+    if (void *p = arena.at(slot)) return from_blob(p, IntArrayRef(sizes), TensorOptions(type.dtype));
+    return kiln::detail::make_tensor(IntArrayRef(sizes), type.dtype);
+  }
+
   struct Step {
     enum class Kind { Eager, Kernel, EagerGroup, Contraction } kind = Kind::Eager;
     const ir::Node *node = nullptr;
@@ -232,13 +337,13 @@ private:
     }
   }
 
-  void run_step(const Step &s, const std::vector<int64_t> &values, std::vector<Tensor> &env) const {
+  void run_step(const Step &s, const std::vector<int64_t> &values, const Arena &arena, std::vector<Tensor> &env) const {
     if (s.kind == Step::Kind::Kernel) {
-      run_kernel(s, values, env);
+      run_kernel(s, values, arena, env);
       return;
     }
     if (s.kind == Step::Kind::Contraction) {
-      run_contraction(s, values, env);
+      run_contraction(s, values, arena, env);
       return;
     }
     std::vector<Tensor> ins;
@@ -253,7 +358,7 @@ private:
   // (lower_group_for_every_size), which hold at every size; an operand in
   // another layout (an input with a static dim and other strides, an eager
   // group's result) is copied into that one first.
-  void run_kernel(const Step &s, std::span<const int64_t> values, std::vector<Tensor> &env) const {
+  void run_kernel(const Step &s, std::span<const int64_t> values, const Arena &arena, std::vector<Tensor> &env) const {
     void *buffers[65];
     size_t b = 0;
     for (size_t k = 0; k < s.buffer_operands.size(); ++k) {
@@ -266,9 +371,7 @@ private:
       buffers[b++] = t.raw_data();
     }
     for (int o : s.out) {
-      const ir::TensorType &type = types_[size_t(o)];
-      Tensor r = type.symbolic() ? kiln::detail::make_tensor(IntArrayRef(ir::evaluate_dims(type.sym, values)), type.dtype)
-                                 : kiln::detail::make_tensor(type.shape, type.dtype);
+      Tensor r = result_tensor(arena, o, values);
       buffers[b++] = r.raw_data();
       env[size_t(o)] = std::move(r);
     }
@@ -280,7 +383,8 @@ private:
 
   // Operands in the layouts the step was built for; results contiguous at the
   // call's sizes (M read per call) or as the step gives them.
-  void run_contraction(const Step &s, std::span<const int64_t> values, std::vector<Tensor> &env) const {
+  void run_contraction(const Step &s, std::span<const int64_t> values, const Arena &arena,
+                       std::vector<Tensor> &env) const {
     std::vector<Tensor> ins;
     ins.reserve(s.in.size());
     for (int i : s.in)
@@ -298,10 +402,7 @@ private:
     if (!s.rows_per_call) {
       outs = s.contraction->run(ins);
     } else {
-      for (int o : s.out) {
-        const ir::TensorType &type = types_[size_t(o)];
-        outs.push_back(kiln::detail::make_tensor(IntArrayRef(ir::evaluate_dims(type.sym, values)), type.dtype));
-      }
+      for (int o : s.out) outs.push_back(result_tensor(arena, o, values));
       s.contraction->run_into(ins, outs);
     }
     for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
@@ -365,6 +466,12 @@ private:
   std::vector<Step> steps_;
   std::vector<int> outputs_;
   std::vector<std::pair<int, int>> write_backs_;
+  std::vector<std::pair<int, ir::SymMax>> planned_; // slot, offset in the arena
+  ir::SymMax peak_;                                 // the arena's bytes
+  int64_t planned_at_hints_ = 0;                    // peak_ at the traced sizes
+  static constexpr size_t kMaxPooledArenas = 8;
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::pair<void *, size_t>> pool_; // arenas no call holds, with their bytes
   ExecutableStats stats_;
   mutable std::atomic<int64_t> calls_{0};
 };
@@ -373,7 +480,6 @@ private:
 
 std::shared_ptr<Executable> make_symbolic_executable(std::shared_ptr<const ir::Graph> g) {
   KILN_CHECK(g, "make_symbolic_executable: no graph");
-  KILN_CHECK(!g->memory_plan(), "compile @", g->name(), ": a symbolic graph has no memory plan yet");
   return std::make_shared<SymbolicExecutor>(std::move(g));
 }
 

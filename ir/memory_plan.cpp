@@ -17,6 +17,18 @@ const BufferAssignment *MemoryPlan::find(const Value *v) const {
 
 int64_t value_bytes(const Value *v) { return v->type().numel() * int64_t(itemsize(v->type().dtype)); }
 
+SymExpr value_sym_bytes(const Value *v) {
+  const TensorType &t = v->type();
+  if (!t.symbolic()) return value_bytes(v);
+  SymExpr n = int64_t(itemsize(t.dtype));
+  for (const SymExpr &d : t.sym) n = n * d;
+  return n;
+}
+
+SymExpr align_arena(const SymExpr &bytes) {
+  return SymExpr::floordiv(bytes + (kArenaAlignment - 1), kArenaAlignment) * kArenaAlignment;
+}
+
 namespace {
 
 // The body input a fusion body's output shares memory with, or nullptr.
@@ -320,11 +332,56 @@ std::string slot_str(const Value *v, const BufferAssignment &s) {
 
 } // namespace
 
+namespace {
+
+// The plan's numbers where its symbols take `values` (a static plan: as given).
+struct PlanAt {
+  int64_t peak = 0;
+  std::vector<BufferAssignment> slots;
+  std::vector<int64_t> bytes; // per entry: its value's bytes
+};
+
+PlanAt plan_at(const MemoryPlan &plan, const std::vector<int64_t> *values) {
+  PlanAt at;
+  at.peak = values ? plan.sym_peak.evaluate(*values) : plan.peak_bytes;
+  for (const auto &[v, s] : plan.entries) {
+    BufferAssignment a = s;
+    if (values) {
+      a.offset = s.sym_offset.evaluate(*values);
+      a.size = s.sym_size.evaluate(*values);
+      at.bytes.push_back(value_sym_bytes(v).evaluate(*values));
+    } else {
+      at.bytes.push_back(value_bytes(v));
+    }
+    at.slots.push_back(a);
+  }
+  return at;
+}
+
+// Sizes to check a symbolic plan at besides the traced ones: its formulas
+// must hold at every size, and a wrong one shows at few.
+std::vector<std::vector<int64_t>> check_points(const std::vector<int64_t> &hints) {
+  std::vector<std::vector<int64_t>> points{hints};
+  for (int64_t k : {2, 3, 17, 1000}) {
+    std::vector<int64_t> p(hints.size(), k);
+    points.push_back(p);
+  }
+  for (size_t i = 0; i < hints.size(); ++i) { // one symbol far from the others
+    std::vector<int64_t> p = hints;
+    p[i] = hints[i] * 7 + 5;
+    points.push_back(p);
+  }
+  return points;
+}
+
+} // namespace
+
 void verify_memory_plan(const Graph &g) {
   if (!g.memory_plan()) return;
   const MemoryPlan &plan = *g.memory_plan();
   auto fail = [&](const std::string &msg) { KILN_FAIL("verify: @", g.name(), ": memory plan: ", msg); };
-  if (plan.peak_bytes < 0) fail(detail::concat("negative peak bytes ", plan.peak_bytes));
+  if (plan.symbolic && g.symbol_hints().empty()) fail("a symbolic plan in a graph without symbols");
+  if (!plan.symbolic && !g.symbol_hints().empty()) fail("a graph with symbols needs a symbolic plan");
   Liveness live(g);
   std::unordered_map<const Value *, const BufferAssignment *> seen;
   for (const auto &[v, s] : plan.entries) {
@@ -333,28 +390,65 @@ void verify_memory_plan(const Graph &g) {
                                 " (views share their base's buffer)"));
     if (r->escapes) fail(detail::concat(slot_str(v, s), ": a graph output is or views it; outputs are not in the arena"));
     if (!seen.emplace(v, &s).second) fail(detail::concat("%", v->name(), " is planned twice"));
-    if (s.offset < 0 || s.offset % kArenaAlignment)
-      fail(detail::concat(slot_str(v, s), ": offset is not a multiple of ", kArenaAlignment));
-    if (s.size < value_bytes(v))
-      fail(detail::concat(slot_str(v, s), ": ", v->type().str(), " needs ", value_bytes(v), " bytes"));
-    if (s.offset + s.size > plan.peak_bytes)
-      fail(detail::concat(slot_str(v, s), ": ends past the arena's ", plan.peak_bytes, " bytes"));
   }
-  for (size_t a = 0; a < plan.entries.size(); ++a) {
-    for (size_t b = a + 1; b < plan.entries.size(); ++b) {
-      auto [va, sa] = plan.entries[a];
-      auto [vb, sb] = plan.entries[b];
-      if (sa.offset >= sb.offset + sb.size || sb.offset >= sa.offset + sa.size) continue;
-      const LiveRange &ra = *live.range(va), &rb = *live.range(vb);
-      if (ra.last < rb.def || rb.last < ra.def) continue;
-      // In place: the later value is written over the earlier one by the node that reads it last.
-      const Value *first = ra.def <= rb.def ? va : vb, *second = first == va ? vb : va;
-      const LiveRange &rf = *live.range(first), &rs = *live.range(second);
-      const BufferAssignment &sf = first == va ? sa : sb, &ss = first == va ? sb : sa;
-      if (rf.last == rs.def && sf.offset == ss.offset && live.in_place_ok(rs.def, second->result_index(), first))
-        continue;
-      fail(detail::concat(slot_str(va, sa), " and ", slot_str(vb, sb), " overlap while both are live (nodes ", ra.def,
-                          "..", ra.last, " and ", rb.def, "..", rb.last, ")"));
+  // The numbers printed for the traced sizes are the formulas' values there.
+  if (plan.symbolic) {
+    const std::vector<int64_t> &hints = g.symbol_hints();
+    if (plan.sym_peak.evaluate(hints) != plan.peak_bytes)
+      fail(detail::concat("peak_bytes ", plan.peak_bytes, " is not sym_peak [", plan.sym_peak.str(),
+                          "] at the traced sizes"));
+    for (const auto &[v, s] : plan.entries)
+      if (s.sym_offset.evaluate(hints) != s.offset || s.sym_size.evaluate(hints) != s.size)
+        fail(detail::concat(slot_str(v, s), ": sym_offset [", s.sym_offset.str(), "] or sym_size [", s.sym_size.str(),
+                            "] differs at the traced sizes"));
+  }
+  std::vector<std::vector<int64_t>> points;
+  if (plan.symbolic) points = check_points(g.symbol_hints());
+  const size_t rounds = plan.symbolic ? points.size() : 1;
+  for (size_t round = 0; round < rounds; ++round) {
+    const std::vector<int64_t> *values = plan.symbolic ? &points[round] : nullptr;
+    PlanAt at;
+    try {
+      at = plan_at(plan, values);
+    } catch (const Error &) {
+      if (round == 0) throw;
+      continue; // a size no call can have (a division by zero there)
+    }
+    std::string where;
+    if (values) {
+      where = " (with";
+      for (size_t k = 0; k < values->size(); ++k) where += detail::concat(" s", k, " = ", (*values)[k]);
+      where += ")";
+    }
+    if (at.peak < 0) fail(detail::concat("negative peak bytes ", at.peak, where));
+    for (size_t e = 0; e < plan.entries.size(); ++e) {
+      const Value *v = plan.entries[e].first;
+      const BufferAssignment &s = at.slots[e];
+      if (s.offset < 0 || s.offset % kArenaAlignment)
+        fail(detail::concat(slot_str(v, s), ": offset is not a multiple of ", kArenaAlignment, where));
+      if (s.size < at.bytes[e])
+        fail(detail::concat(slot_str(v, s), ": ", v->type().str(), " needs ", at.bytes[e], " bytes", where));
+      if (s.offset + s.size > at.peak)
+        fail(detail::concat(slot_str(v, s), ": ends past the arena's ", at.peak, " bytes", where));
+    }
+    for (size_t a = 0; a < plan.entries.size(); ++a) {
+      for (size_t b = a + 1; b < plan.entries.size(); ++b) {
+        const Value *va = plan.entries[a].first, *vb = plan.entries[b].first;
+        const BufferAssignment &sa = at.slots[a], &sb = at.slots[b];
+        if (sa.offset >= sb.offset + sb.size || sb.offset >= sa.offset + sa.size) continue;
+        const LiveRange &ra = *live.range(va), &rb = *live.range(vb);
+        if (ra.last < rb.def || rb.last < ra.def) continue;
+        // In place: the later value is written over the earlier one by the node that reads it last.
+        const Value *first = ra.def <= rb.def ? va : vb, *second = first == va ? vb : va;
+        const LiveRange &rf = *live.range(first), &rs = *live.range(second);
+        const BufferAssignment &sf = first == va ? sa : sb, &ss = first == va ? sb : sa;
+        // (The symbolic executor gives no kernel an aliased output yet: no in place there.)
+        if (!plan.symbolic && rf.last == rs.def && sf.offset == ss.offset &&
+            live.in_place_ok(rs.def, second->result_index(), first))
+          continue;
+        fail(detail::concat(slot_str(va, sa), " and ", slot_str(vb, sb), " overlap while both are live (nodes ",
+                            ra.def, "..", ra.last, " and ", rb.def, "..", rb.last, ")", where));
+      }
     }
   }
 }

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/sym.h"
+
 namespace kiln::ir {
 
 class Graph;
@@ -29,11 +31,21 @@ struct BufferAssignment {
                       // live at different times may share bytes too (overlapping offsets)
   int64_t offset = 0; // from the arena start, a multiple of kArenaAlignment
   int64_t size = 0;   // bytes reserved (>= the value's bytes)
+  // A symbolic plan's formulas (MemoryPlan::symbolic); offset and size above
+  // are their values at the graph's symbol_hints (the traced sizes).
+  SymMax sym_offset;
+  SymExpr sym_size;
 };
 
+// A graph with symbols (issue 17) gets a symbolic plan: each buffer's offset is
+// a formula (the largest end of the buffers live with it and placed before it),
+// which the executor evaluates once per call; peak_bytes, offset and size hold
+// the formulas' values at the traced sizes.
 struct MemoryPlan {
   int64_t peak_bytes = 0; // the arena size
   std::vector<std::pair<Value *, BufferAssignment>> entries; // in definition order
+  bool symbolic = false;
+  SymMax sym_peak;
   const BufferAssignment *find(const Value *v) const;
 };
 
@@ -81,6 +93,9 @@ struct LiveRange {
 // Bytes a value of this type occupies (dense).
 int64_t value_bytes(const Value *v);
 inline int64_t align_arena(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+// The same over the type's symbolic dims (a constant for a static type).
+SymExpr value_sym_bytes(const Value *v);
+SymExpr align_arena(const SymExpr &bytes);
 
 // Liveness of g's top level: node indices, alias roots and the live ranges of
 // the fresh results of its nodes.

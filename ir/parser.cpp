@@ -753,7 +753,11 @@ private:
     MemoryPlan plan;
     expect(Tok::LBrace, "'{' after memory_plan");
     plan.peak_bytes = plan_field("peak_bytes");
-    expect(Tok::RBrace, "'}' after peak_bytes");
+    if (accept(Tok::Comma)) { // a symbolic plan: its formulas follow the values at the traced sizes
+      plan.symbolic = true;
+      plan.sym_peak = plan_formula("sym_peak");
+    }
+    expect(Tok::RBrace, plan.symbolic ? "'}' after sym_peak" : "'}' or ',' after peak_bytes");
     expect(Tok::LBrace, "'{' and the memory plan's entries");
     while (!accept(Tok::RBrace)) {
       if (at(Tok::Eof)) fail("unterminated memory_plan: expected '}'");
@@ -766,10 +770,35 @@ private:
       a.offset = plan_field("offset");
       expect(Tok::Comma, "','");
       a.size = plan_field("size");
-      expect(Tok::RBrace, "'}' after size");
+      if (plan.symbolic) {
+        expect(Tok::Comma, "',' and sym_offset (the plan is symbolic)");
+        a.sym_offset = plan_formula("sym_offset");
+        expect(Tok::Comma, "','");
+        const Token at_size = tok_;
+        SymMax size = plan_formula("sym_size");
+        if (size.terms.size() > 1) fail_at(at_size, "sym_size is one formula, not a max");
+        if (!size.terms.empty()) a.sym_size = size.terms[0];
+      }
+      expect(Tok::RBrace, plan.symbolic ? "'}' after sym_size" : "'}' after size");
       plan.entries.emplace_back(v, a);
     }
     g.set_memory_plan(std::move(plan));
+  }
+  // name = [formula]: a size over the symbols, or max(a, b, ...).
+  SymMax plan_formula(std::string_view name) {
+    expect_ident(name);
+    expect(Tok::Equal, "'='");
+    const Token open = tok_;
+    if (!at(Tok::LBracket)) fail_at(open, std::string("expected '[' and a formula after ") + std::string(name) + " =");
+    std::optional<std::string_view> body = lex_.bracket_body();
+    if (!body) fail_at(open, std::string("unterminated ") + std::string(name) + ": expected ']' on the same line");
+    lex_.skip_bracket_body(body->size());
+    tok_ = lex_.next();
+    try {
+      return SymMax::parse(*body);
+    } catch (const Error &e) {
+      fail_at(open, std::string("bad ") + std::string(name) + ": " + e.what());
+    }
   }
   int64_t plan_field(std::string_view name) {
     expect_ident(name);

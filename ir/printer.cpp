@@ -136,12 +136,18 @@ public:
 
 private:
   // memory_plan {peak_bytes = N} { %v {buffer = b, offset = o, size = s} ... }
+  // A symbolic plan adds its formulas after the values at the traced sizes:
+  // {peak_bytes = N, sym_peak = [max(...)]} and {..., sym_offset = [..], sym_size = [..]}.
   void memory_plan(const MemoryPlan &plan, int depth) {
     indent(depth);
-    os_ << "memory_plan {peak_bytes = " << plan.peak_bytes << "} {\n";
+    os_ << "memory_plan {peak_bytes = " << plan.peak_bytes;
+    if (plan.symbolic) os_ << ", sym_peak = [" << plan.sym_peak.str() << "]";
+    os_ << "} {\n";
     for (const auto &[v, s] : plan.entries) {
       indent(depth + 1);
-      os_ << value_ref(v) << " {buffer = " << s.buffer << ", offset = " << s.offset << ", size = " << s.size << "}\n";
+      os_ << value_ref(v) << " {buffer = " << s.buffer << ", offset = " << s.offset << ", size = " << s.size;
+      if (plan.symbolic) os_ << ", sym_offset = [" << s.sym_offset.str() << "], sym_size = [" << s.sym_size.str() << "]";
+      os_ << "}\n";
     }
     indent(depth);
     os_ << "}\n";

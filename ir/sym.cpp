@@ -404,4 +404,103 @@ int compare(const SymExpr &a, const SymExpr &b) {
   return 0;
 }
 
+namespace {
+
+// Whether the atom is >= 0 wherever the symbols are: a symbol, or the floor
+// division of a sum of such terms with coefficients >= 0 by a constant > 0.
+bool nonnegative_atom(const SymExpr::Atom &a) {
+  if (a.symbol >= 0) return true;
+  std::optional<int64_t> den = a.div->den.constant();
+  if (!den || *den <= 0) return false;
+  for (const SymExpr::Term &t : a.div->num.terms()) {
+    if (t.coeff < 0) return false;
+    for (const SymExpr::Factor &f : t.factors)
+      if (!nonnegative_atom(f.atom)) return false;
+  }
+  return true;
+}
+
+} // namespace
+
+bool sym_at_least(const SymExpr &a, const SymExpr &b) {
+  const SymExpr diff = a - b; // (a range-for over (a - b).terms() would read a destroyed temporary)
+  for (const SymExpr::Term &t : diff.terms()) {
+    if (t.coeff < 0) return false;
+    for (const SymExpr::Factor &f : t.factors)
+      if (!nonnegative_atom(f.atom)) return false;
+  }
+  return true;
+}
+
+bool sym_at_most(const SymMax &a, const SymMax &b) {
+  const std::vector<SymExpr> zero{SymExpr()};
+  const std::vector<SymExpr> &bt = b.terms.empty() ? zero : b.terms;
+  for (const SymExpr &t : a.terms.empty() ? zero : a.terms)
+    if (std::none_of(bt.begin(), bt.end(), [&](const SymExpr &u) { return sym_at_least(u, t); })) return false;
+  return true;
+}
+
+void SymMax::add(const SymExpr &e) {
+  for (const SymExpr &t : terms)
+    if (sym_at_least(t, e)) return;
+  std::erase_if(terms, [&](const SymExpr &t) { return sym_at_least(e, t); });
+  terms.insert(std::lower_bound(terms.begin(), terms.end(), e,
+                                [](const SymExpr &a, const SymExpr &b) { return compare(a, b) < 0; }),
+               e);
+  if (terms.size() <= kMaxTerms) return;
+  SymExpr sum;
+  for (const SymExpr &t : terms) sum = sum + t;
+  terms = {sum};
+}
+
+SymMax SymMax::plus(const SymExpr &e) const {
+  SymMax r;
+  if (terms.empty()) r.add(e);
+  for (const SymExpr &t : terms) r.add(t + e);
+  return r;
+}
+
+int64_t SymMax::evaluate(std::span<const int64_t> values) const {
+  int64_t r = 0;
+  for (const SymExpr &t : terms) r = std::max(r, t.evaluate(values));
+  return r;
+}
+
+std::string SymMax::str() const {
+  if (terms.empty()) return "0";
+  if (terms.size() == 1) return terms[0].str();
+  std::string s = "max(";
+  for (size_t i = 0; i < terms.size(); ++i) s += (i ? ", " : "") + terms[i].str();
+  return s + ")";
+}
+
+SymMax SymMax::parse(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+  };
+  std::string_view body = trim(text);
+  SymMax r;
+  if (body.substr(0, 3) != "max") {
+    r.add(SymExpr::parse(body));
+    return r;
+  }
+  body = trim(body.substr(3));
+  KILN_CHECK(body.size() >= 2 && body.front() == '(' && body.back() == ')', "symbolic size '", text,
+             "': expected max(a, b, ...)");
+  body = body.substr(1, body.size() - 2);
+  int parens = 0;
+  size_t begin = 0;
+  for (size_t i = 0; i <= body.size(); ++i) {
+    if (i < body.size() && (body[i] != ',' || parens != 0)) {
+      parens += body[i] == '(' ? 1 : body[i] == ')' ? -1 : 0;
+      continue;
+    }
+    r.add(SymExpr::parse(body.substr(begin, i - begin)));
+    begin = i + 1;
+  }
+  return r;
+}
+
 } // namespace kiln::ir

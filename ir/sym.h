@@ -98,4 +98,36 @@ struct SymDiv {
   SymExpr num, den;
 };
 
+// The largest of some sizes, 0 when there are none: an arena offset over
+// symbols (passes/plan_memory.cpp places a buffer above every buffer live with
+// it, so its offset is the largest of their ends). Terms are kept sorted, with
+// no duplicate and none that another term bounds at every value of the
+// symbols (see add).
+struct SymMax {
+  std::vector<SymExpr> terms;
+
+  // Adds e, unless a term is >= e at every value of the symbols; drops the
+  // terms e is >= to. Bounds are shown term by term: a - b whose every
+  // coefficient is >= 0 (sizes, their products and floor divisions are >= 0).
+  // More terms than kMaxTerms fold into their sum, which bounds them all as
+  // long as every term is >= 0 (offsets are sums of sizes).
+  void add(const SymExpr &e);
+  void add_all(const SymMax &m) {
+    for (const SymExpr &t : m.terms) add(t);
+  }
+  static constexpr size_t kMaxTerms = 16;
+  // Each term plus e.
+  SymMax plus(const SymExpr &e) const;
+  int64_t evaluate(std::span<const int64_t> values) const;
+  // "0", "1024*s0" or "max(1024*s0, 4096)"; parse() reads it back (kiln::Error naming the text).
+  std::string str() const;
+  static SymMax parse(std::string_view text);
+  bool operator==(const SymMax &o) const { return terms == o.terms; }
+};
+
+// Whether a >= b at every value >= 0 of the symbols, shown coefficient by coefficient.
+bool sym_at_least(const SymExpr &a, const SymExpr &b);
+// Whether a <= b at every such value: each term of a is bounded by a term of b.
+bool sym_at_most(const SymMax &a, const SymMax &b);
+
 } // namespace kiln::ir

@@ -23,6 +23,14 @@
 // (its slot would go unused).
 // Graph outputs (and values a graph output views) stay out of the arena: the
 // caller keeps them after the call.
+//
+// Over symbols (issue 17) the same steps give formulas: a buffer's size is its
+// type's bytes over the symbols, rounded up to the alignment, and its offset
+// 0 or the end of a buffer live at the same time (a max of sums of sizes),
+// the lowest at which it provably clears every such buffer at every size
+// (see place_buffers_symbolic): a gap that holds it at the traced sizes
+// alone is not taken. No value is computed in place: the symbolic executor
+// gives a kernel no aliased output yet.
 #include "ir/memory_plan.h"
 #include "passes/rewrite.h"
 #include "passes/plan_memory.h"
@@ -41,15 +49,18 @@ using ir::BufferAssignment;
 using ir::Value;
 
 struct Buffer {
-  int64_t size = 0;
+  int64_t size = 0;              // at the traced sizes
+  ir::SymExpr sym_size;          // over the symbols (a constant in a static graph)
   int64_t first = 0, last = 0;   // node indices: first value's producer, last reader of the last value
   const Value *tail = nullptr;   // the value computed last into it
   int64_t offset = -1;
+  ir::SymMax sym_offset;
 };
 
 class Planner {
 public:
-  Planner(const ir::Graph &g, bool in_place) : live_(g), in_place_(in_place) {}
+  Planner(const ir::Graph &g, bool in_place)
+      : live_(g), symbolic_(!g.symbol_hints().empty()), in_place_(in_place && !symbolic_), hints_(g.symbol_hints()) {}
 
   ir::MemoryPlan run() {
     const auto &nodes = live_.nodes();
@@ -57,13 +68,20 @@ public:
       const ir::Node &n = *nodes[size_t(i)];
       for (size_t r = 0; r < n.results().size(); ++r) assign(i, n, r);
     }
-    place_buffers();
+    if (symbolic_) place_buffers_symbolic();
+    else place_buffers();
+    plan_.symbolic = symbolic_;
     for (auto &[v, a] : plan_.entries) {
       const Buffer &buf = buffers_[size_t(a.buffer)];
       a.offset = buf.offset;
       a.size = buf.size;
       plan_.peak_bytes = std::max(plan_.peak_bytes, buf.offset + buf.size);
+      if (!symbolic_) continue;
+      a.sym_offset = buf.sym_offset;
+      a.sym_size = buf.sym_size;
     }
+    for (const Buffer &buf : buffers_)
+      if (symbolic_) plan_.sym_peak.add_all(buf.sym_offset.plus(buf.sym_size));
     return std::move(plan_);
   }
 
@@ -71,12 +89,12 @@ private:
   void assign(int64_t i, const ir::Node &n, size_t r) {
     Value *v = n.result(r);
     const ir::LiveRange *range = live_.range(v);
-    if (!range || range->escapes || ir::value_bytes(v) == 0) return;
+    if (!range || range->escapes || ir::value_sym_bytes(v) == 0) return;
     int64_t want = ir::align_arena(ir::value_bytes(v));
     int64_t b = in_place_ ? in_place(i, n, r, want) : -1;
     if (b < 0) {
       b = int64_t(buffers_.size());
-      buffers_.push_back(Buffer{want, i, i, nullptr});
+      buffers_.push_back(Buffer{want, ir::align_arena(ir::value_sym_bytes(v)), i, i, nullptr});
     }
     Buffer &buf = buffers_[size_t(b)];
     buf.last = std::max(buf.last, range->last);
@@ -133,8 +151,61 @@ private:
     }
   }
 
+  // Over symbols, as place_buffers but with formulas: the lowest candidate
+  // offset (0, or the end of a placed buffer live at the same time) at which
+  // the buffer provably clears every such buffer at every size: it starts at
+  // or after the other's end, or ends at or before the other's start. The
+  // end of them all always qualifies; a gap that only the traced sizes leave
+  // open does not.
+  void place_buffers_symbolic() {
+    std::vector<size_t> order(buffers_.size());
+    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return buffers_[a].size > buffers_[b].size; });
+    std::vector<size_t> placed, taken;
+    for (size_t b : order) {
+      Buffer &buf = buffers_[b];
+      taken.clear();
+      for (size_t p : placed) {
+        const Buffer &o = buffers_[p];
+        if (o.first <= buf.last && buf.first <= o.last) taken.push_back(p);
+      }
+      std::vector<ir::SymMax> candidates{ir::SymMax()};
+      ir::SymMax top;
+      for (size_t p : taken) {
+        candidates.push_back(end_of(buffers_[p]));
+        top.add_all(candidates.back());
+      }
+      std::stable_sort(candidates.begin(), candidates.end(), [&](const ir::SymMax &x, const ir::SymMax &y) {
+        return x.evaluate(hints_) < y.evaluate(hints_);
+      });
+      buf.sym_offset = top;
+      for (const ir::SymMax &at : candidates) {
+        if (!clears_all(at, buf.sym_size, taken)) continue;
+        buf.sym_offset = at;
+        break;
+      }
+      buf.offset = buf.sym_offset.evaluate(hints_);
+      placed.push_back(b);
+    }
+  }
+
+  static ir::SymMax end_of(const Buffer &o) { return o.sym_offset.plus(o.sym_size); }
+
+  // Whether [at, at + size) is, at every size, after or before each taken buffer.
+  bool clears_all(const ir::SymMax &at, const ir::SymExpr &size, const std::vector<size_t> &taken) const {
+    const ir::SymMax end = at.plus(size);
+    for (size_t p : taken) {
+      const Buffer &o = buffers_[p];
+      if (!ir::sym_at_most(end_of(o), at) && !ir::sym_at_most(end, o.sym_offset)) return false;
+    }
+    return true;
+  }
+
   ir::Liveness live_;
+  bool symbolic_;
   bool in_place_;
+  std::vector<int64_t> hints_;
   std::vector<Buffer> buffers_;
   ir::MemoryPlan plan_;
 };
@@ -143,6 +214,7 @@ class PlanMemory : public Pass {
 public:
   explicit PlanMemory(bool in_place = true, std::string_view name = "plan-memory") : in_place_(in_place), name_(name) {}
   std::string_view name() const override { return name_; }
+  bool handles_symbolic() const override { return true; }
 
   bool run(ir::Graph &g) override {
     ir::MemoryPlan plan = plan_memory(g, in_place_);
@@ -151,7 +223,8 @@ public:
     for (size_t i = 0; !changed && i < plan.entries.size(); ++i) {
       const auto &[v, s] = plan.entries[i];
       const auto &[ov, os] = g.memory_plan()->entries[i];
-      changed = v != ov || s.buffer != os.buffer || s.offset != os.offset || s.size != os.size;
+      changed = v != ov || s.buffer != os.buffer || s.offset != os.offset || s.size != os.size ||
+                !(s.sym_offset == os.sym_offset) || s.sym_size != os.sym_size;
     }
     g.set_memory_plan(std::move(plan));
     return changed;
