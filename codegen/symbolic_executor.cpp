@@ -84,7 +84,15 @@ public:
       planned_at_hints_ = plan->peak_bytes;
     }
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
-    for (const ir::WriteBack &w : graph.write_backs()) write_backs_.push_back({slot_.at(w.target), slot_.at(w.value)});
+    // Each write-back runs where the memory plan ends its value's life (after
+    // that step): later steps may reuse the value's arena bytes.
+    const std::vector<int64_t> points = ir::write_back_points(graph);
+    for (size_t k = 0; k < graph.write_backs().size(); ++k) {
+      const ir::WriteBack &w = graph.write_backs()[k];
+      write_backs_.push_back({size_t(points[k]), slot_.at(w.target), slot_.at(w.value)});
+    }
+    std::stable_sort(write_backs_.begin(), write_backs_.end(),
+                     [](const WriteBackAt &a, const WriteBackAt &b) { return a.after_step < b.after_step; });
     stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
@@ -116,15 +124,21 @@ public:
     kiln::detail::TracingOff no_trace;
     NoGradGuard no_grad; // a plan records no backward; write-backs may update parameters that require grad
     const StepObserver *observer = current_step_observer();
-    for (const Step &s : steps_) {
+    size_t next_write_back = 0;
+    auto write_backs_after = [&](size_t step) {
+      for (; next_write_back < write_backs_.size() && write_backs_[next_write_back].after_step <= step; ++next_write_back) {
+        Tensor t = env[size_t(write_backs_[next_write_back].target)];
+        copy_(t, env[size_t(write_backs_[next_write_back].value)]);
+      }
+    };
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step &s = steps_[i];
       const auto t0 = observer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       run_step(s, values, arena, env);
       if (observer) report(*observer, s, t0);
+      write_backs_after(i);
     }
-    for (auto [target, value] : write_backs_) {
-      Tensor t = env[size_t(target)];
-      copy_(t, env[size_t(value)]);
-    }
+    write_backs_after(steps_.size());
     std::vector<Tensor> out;
     out.reserve(outputs_.size());
     // The plan keeps outputs out of the arena; should an eager op have returned
@@ -465,7 +479,11 @@ private:
   std::vector<ir::TensorType> types_; // per slot
   std::vector<Step> steps_;
   std::vector<int> outputs_;
-  std::vector<std::pair<int, int>> write_backs_;
+  struct WriteBackAt {
+    size_t after_step; // steps_.size(): after the last
+    int target, value; // slots
+  };
+  std::vector<WriteBackAt> write_backs_; // in the order they run
   std::vector<std::pair<int, ir::SymMax>> planned_; // slot, offset in the arena
   ir::SymMax peak_;                                 // the arena's bytes
   int64_t planned_at_hints_ = 0;                    // peak_ at the traced sizes

@@ -303,5 +303,35 @@ TEST(SymArena, GrowingSizesAndKeptOutputs) {
   EXPECT_EQ(f.stats().compiles, 1);
 }
 
+
+// An input updated in place whose new value is made first: its write-back runs
+// right after it is made (ir::write_back_points), and later intermediates may
+// take its bytes, so the copy into the input must not wait for the end.
+TEST(SymArena, AnUpdatedInputIsWrittenBeforeItsBytesAreReused) {
+  manual_seed(23);
+  Tensor w1 = randn({64, 128}) * 0.1, w2 = randn({64, 64}) * 0.1, w3 = randn({8, 64}) * 0.1;
+  auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor x = in[0];
+    x.add_(exp(x) * 0.5);                          // [b, 256]: the largest value
+    Tensor c = relu(linear(in[1], w1));            // [b, 64]
+    Tensor c2 = relu(linear(c, w2));               // [b, 64]: made after x's new value was written
+    return {linear(c2, w3)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t b : {16, 5, 40, 16}) {
+    Tensor x = randn({b, 256}), y = randn({b, 128});
+    Tensor xe = x.clone();
+    std::vector<Tensor> got = f({x, y}), want = fn({xe, y});
+    EXPECT_TRUE(allclose(x, xe, 1e-5, 1e-6)) << "the updated input, batch " << b;
+    EXPECT_TRUE(allclose(got[0], want[0], 1e-4, 1e-5)) << "batch " << b;
+  }
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  std::shared_ptr<const ir::Graph> g = f.graph_for({randn({16, 256}), randn({16, 128})});
+  ASSERT_TRUE(g && g->memory_plan());
+  EXPECT_EQ(g->write_backs().size(), 1u) << ir::print(*g);
+}
+
 } // namespace
 } // namespace kiln
