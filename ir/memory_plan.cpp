@@ -394,11 +394,19 @@ void verify_memory_plan(const Graph &g) {
   // The numbers printed for the traced sizes are the formulas' values there.
   if (plan.symbolic) {
     const std::vector<int64_t> &hints = g.symbol_hints();
-    if (plan.sym_peak.evaluate(hints) != plan.peak_bytes)
+    auto at_hints = [&](const auto &formula) -> int64_t {
+      try {
+        return formula.evaluate(hints);
+      } catch (const Error &e) {
+        KILN_FAIL("verify: @", g.name(), ": memory plan: cannot evaluate [", formula.str(), "] at the traced sizes: ",
+                  e.what());
+      }
+    };
+    if (at_hints(plan.sym_peak) != plan.peak_bytes)
       fail(detail::concat("peak_bytes ", plan.peak_bytes, " is not sym_peak [", plan.sym_peak.str(),
                           "] at the traced sizes"));
     for (const auto &[v, s] : plan.entries)
-      if (s.sym_offset.evaluate(hints) != s.offset || s.sym_size.evaluate(hints) != s.size)
+      if (at_hints(s.sym_offset) != s.offset || at_hints(s.sym_size) != s.size)
         fail(detail::concat(slot_str(v, s), ": sym_offset [", s.sym_offset.str(), "] or sym_size [", s.sym_size.str(),
                             "] differs at the traced sizes"));
   }
@@ -410,8 +418,8 @@ void verify_memory_plan(const Graph &g) {
     PlanAt at;
     try {
       at = plan_at(plan, values);
-    } catch (const Error &) {
-      if (round == 0) throw;
+    } catch (const Error &e) {
+      if (round == 0) fail(detail::concat("cannot evaluate its formulas at the traced sizes: ", e.what()));
       continue; // a size no call can have (a division by zero there)
     }
     std::string where;
