@@ -20,6 +20,7 @@
 // before (logged at debug with both sizes); otherwise it is unchanged. The
 // graph is pure (effects are write-backs, placed by ir::write_back_points from
 // whatever order results), so any topological order computes the same values.
+// Over symbols an order must also need no more bytes at any size (see run).
 #include "ir/memory_plan.h"
 #include "passes/plan_memory.h"
 #include "passes/rewrite.h"
@@ -185,11 +186,18 @@ class Schedule : public Pass {
 public:
   std::string_view name() const override { return "schedule"; }
 
+  bool handles_symbolic() const override { return true; }
+
+  // Over symbols (issue 17) the moves read sizes at the traced ones, but an
+  // order is kept only when its arena is smaller there and provably no larger
+  // at any size (its peak formula bounded term by term by the current one's).
   bool run(ir::Graph &g) override {
     const Order original = g.nodes();
     if (original.size() < 3) return false;
-    const int64_t before = plan_memory(g).peak_bytes;
+    const ir::MemoryPlan first = plan_memory(g);
+    const int64_t before = first.peak_bytes;
     int64_t best = before;
+    ir::SymMax best_formula = first.sym_peak;
     Order chosen = original;
     // Each round tries hoist and sink-then-hoist from the best order so far.
     for (int round = 0; round < kMaxRounds; ++round) {
@@ -200,8 +208,17 @@ public:
         for (bool follow_targets : {true, false}) {
           Order candidate = hoist(g, start, follow_targets);
           set_order(g, candidate);
-          const int64_t bytes = plan_memory(g).peak_bytes;
-          if (bytes < best) best = bytes, chosen = candidate;
+          const ir::MemoryPlan plan = plan_memory(g);
+          if (plan.peak_bytes >= best) continue;
+          if (plan.symbolic && !ir::sym_at_most(plan.sym_peak, best_formula)) {
+            log()->debug("schedule: an order needing {} bytes at the traced sizes, not {}, is refused: [{}] may exceed [{}] at "
+                         "other sizes",
+                         plan.peak_bytes, best, plan.sym_peak.str(), best_formula.str());
+            continue;
+          }
+          best = plan.peak_bytes;
+          best_formula = plan.sym_peak;
+          chosen = candidate;
         }
       if (best == start_bytes) break;
     }
