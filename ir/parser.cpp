@@ -439,21 +439,14 @@ private:
   TensorType parse_symbolic_dims(TensorType t, const Token &open, std::string_view dims) {
     lex_.skip_bracket_body(dims.size());
     tok_ = lex_.next();
-    int parens = 0;
-    size_t begin = 0;
-    for (size_t i = 0; i <= dims.size(); ++i) {
-      if (i < dims.size() && (dims[i] != ',' || parens != 0)) {
-        parens += dims[i] == '(' ? 1 : dims[i] == ')' ? -1 : 0;
-        continue;
-      }
+    for (std::string_view dim : split_top_level(dims)) {
       try {
-        t.sym.push_back(SymExpr::parse(dims.substr(begin, i - begin)));
+        t.sym.push_back(SymExpr::parse(dim));
       } catch (const Error &e) {
         fail_at(open, std::string("bad symbolic dim: ") + e.what());
       }
       if (t.sym.size() > size_t(kMaxDims))
         fail_at(open, "type has more than " + std::to_string(kMaxDims) + " dims");
-      begin = i + 1;
     }
     if (at(Tok::LBrace) && next_is({Tok::Int, Tok::RBrace}))
       fail("a type with symbolic dims cannot have strides (not supported yet)");

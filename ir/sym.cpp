@@ -489,18 +489,23 @@ SymMax SymMax::parse(std::string_view text) {
   body = trim(body.substr(3));
   KILN_CHECK(body.size() >= 2 && body.front() == '(' && body.back() == ')', "symbolic size '", text,
              "': expected max(a, b, ...)");
-  body = body.substr(1, body.size() - 2);
+  for (std::string_view term : split_top_level(body.substr(1, body.size() - 2))) r.add(SymExpr::parse(term));
+  return r;
+}
+
+std::vector<std::string_view> split_top_level(std::string_view text) {
+  std::vector<std::string_view> parts;
   int parens = 0;
   size_t begin = 0;
-  for (size_t i = 0; i <= body.size(); ++i) {
-    if (i < body.size() && (body[i] != ',' || parens != 0)) {
-      parens += body[i] == '(' ? 1 : body[i] == ')' ? -1 : 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && (text[i] != ',' || parens != 0)) {
+      parens += text[i] == '(' ? 1 : text[i] == ')' ? -1 : 0;
       continue;
     }
-    r.add(SymExpr::parse(body.substr(begin, i - begin)));
+    parts.push_back(text.substr(begin, i - begin));
     begin = i + 1;
   }
-  return r;
+  return parts;
 }
 
 } // namespace kiln::ir

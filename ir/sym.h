@@ -125,6 +125,10 @@ struct SymMax {
   bool operator==(const SymMax &o) const { return terms == o.terms; }
 };
 
+// The comma-separated parts of text at parenthesis depth 0 ("s0, floordiv(s1, 2)"
+// -> "s0", " floordiv(s1, 2)"), untrimmed: a symbolic type's dims, max(...)'s terms.
+std::vector<std::string_view> split_top_level(std::string_view text);
+
 // Whether a >= b at every value >= 0 of the symbols, shown coefficient by coefficient.
 bool sym_at_least(const SymExpr &a, const SymExpr &b);
 // Whether a <= b at every such value: each term of a is bounded by a term of b.

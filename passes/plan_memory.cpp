@@ -127,13 +127,9 @@ private:
   // Offsets, largest buffer first: the lowest offset where a buffer fits
   // between the placed buffers live at the same time as it.
   void place_buffers() {
-    std::vector<size_t> order(buffers_.size());
-    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return buffers_[a].size > buffers_[b].size; });
     std::vector<size_t> placed;
     std::vector<std::pair<int64_t, int64_t>> taken; // [offset, end) of the live-overlapping placed buffers
-    for (size_t b : order) {
+    for (size_t b : largest_first()) {
       Buffer &buf = buffers_[b];
       taken.clear();
       for (size_t p : placed) {
@@ -158,12 +154,8 @@ private:
   // end of them all always qualifies; a gap that only the traced sizes leave
   // open does not.
   void place_buffers_symbolic() {
-    std::vector<size_t> order(buffers_.size());
-    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return buffers_[a].size > buffers_[b].size; });
     std::vector<size_t> placed, taken;
-    for (size_t b : order) {
+    for (size_t b : largest_first()) {
       Buffer &buf = buffers_[b];
       taken.clear();
       for (size_t p : placed) {
@@ -188,6 +180,15 @@ private:
       buf.offset = buf.sym_offset.evaluate(hints_);
       placed.push_back(b);
     }
+  }
+
+  // Buffer indices, largest (at the traced sizes) first; ties in creation order.
+  std::vector<size_t> largest_first() const {
+    std::vector<size_t> order(buffers_.size());
+    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return buffers_[a].size > buffers_[b].size; });
+    return order;
   }
 
   static ir::SymMax end_of(const Buffer &o) { return o.sym_offset.plus(o.sym_size); }
