@@ -266,6 +266,21 @@ std::vector<int> dim_order(IntArrayRef strides) {
   return order;
 }
 
+// Whether t's dims nest in order `order` without overlap (dims of size 1
+// aside): each dim steps past everything its inner dims span, densely (a
+// transposed batch) or with gaps (a slice of a longer sequence). Eager lays
+// its outputs out in that order too, densely.
+bool nested_in(const Tensor &t, const std::vector<int> &order) {
+  int64_t span = 1; // elements the inner dims reach, plus one
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    const int64_t size = t.size(*d);
+    if (size <= 1) continue;
+    if (t.stride(*d) < span) return false;
+    span = t.stride(*d) * (size - 1) + span;
+  }
+  return true;
+}
+
 Dims dense_strides(IntArrayRef sizes, const std::vector<int> &order) {
   Dims strides;
   strides.resize(sizes.size());
@@ -315,10 +330,11 @@ struct Specialization {
   // size binds, or -1 for a dim guarded by inputs[i].sizes. Empty: static.
   std::vector<std::vector<int>> dim_symbols;
   std::vector<std::vector<int>> output_orders; // symbolic: per output, eager's dim order (dim_order)
-  // Symbolic: per input, the dim order of the dense layout it must have, for
+  // Symbolic: per input, the dim order its layout must have (nested_in), for
   // an input the graph reads contiguous (traced so) but calls pass laid out
-  // otherwise (a transposed batch); empty for an input that must be
-  // contiguous. Such an input is copied contiguous per call (relaid_inputs).
+  // otherwise (a transposed batch, a slice of a longer sequence); empty for an
+  // input that must be contiguous. Such an input is copied contiguous per call
+  // (relaid_inputs).
   std::vector<std::vector<int>> input_orders;
   bool any_input_order = false;
   static inline const std::vector<int> no_order;
@@ -453,16 +469,6 @@ struct Specialization {
     return dense;
   }
 
-  // Whether t is laid out densely in dim order `order` (dims of size 1 aside).
-  static bool dense_in(const Tensor &t, const std::vector<int> &order) {
-    int64_t next = 1;
-    for (auto d = order.rbegin(); d != order.rend(); ++d) {
-      const int64_t size = t.size(*d);
-      if (size > 1 && t.stride(*d) != next) return false;
-      next *= std::max<int64_t>(size, 1);
-    }
-    return true;
-  }
 
   std::string eager_reason;
 
@@ -503,7 +509,7 @@ struct Specialization {
 
   // A symbolic specialization's guard: "" when `in` binds its symbols (every
   // static dim equal, each symbol's dims equal and at least 2, inputs with a
-  // symbolic dim contiguous or dense in their input_orders, the others with
+  // symbolic dim contiguous or nested in their input_orders, the others with
   // their strides), else why not.
   std::string bind_symbols(const std::vector<Tensor> &in) const {
     std::array<int64_t, kMaxGuardSymbols> value;
@@ -537,12 +543,13 @@ struct Specialization {
       const std::vector<int> &order = input_orders.empty() ? no_order : input_orders[i];
       const bool laid_out = !symbolic               ? same_dims(t.strides(), g.strides)
                             : order.empty() ? t.is_contiguous()
-                                            : dense_in(t, order);
+                                            : nested_in(t, order);
       if (!laid_out)
-        return detail::concat("input ", i, " strides ", shape_str(t.strides()), " are not ",
-                              !symbolic       ? shape_str(g.strides)
-                              : order.empty() ? std::string("contiguous")
-                                              : shape_str(dense_strides(t.sizes(), order)));
+        return detail::concat("input ", i, " strides ", shape_str(t.strides()),
+                              !symbolic       ? " are not " + shape_str(g.strides)
+                              : order.empty() ? std::string(" are not contiguous")
+                                              : " do not nest in the dim order of " +
+                                                    shape_str(dense_strides(t.sizes(), order)));
     }
     return "";
   }
@@ -680,8 +687,9 @@ struct CompiledFunction::Impl {
     return finish_symbolic(spec, in, st);
   }
 
-  // An input laid out densely but not row-major (a transposed batch) has no
-  // symbolic type: the IR's symbolic types have no strides. Such an input is
+  // An input laid out otherwise than row-major without overlap (a transposed
+  // batch, a slice of a longer sequence) has no symbolic type: the IR's
+  // symbolic types have no strides. Such an input is
   // traced contiguous instead, and each call copies it contiguous, when the
   // copy cannot be seen: the function updates nothing in place and returns
   // no view of it. Eager's output layouts follow the input's, so they come
@@ -693,7 +701,7 @@ struct CompiledFunction::Impl {
     std::vector<std::vector<int>> orders(in.size());
     for (const InputDim &d : dims) {
       const Tensor &t = in[d.input];
-      if (!orders[d.input].empty() || t.is_contiguous() || !detail::is_non_overlapping_and_dense(t.impl())) continue;
+      if (!orders[d.input].empty() || t.is_contiguous() || !nested_in(t, dim_order(t.strides()))) continue;
       orders[d.input] = dim_order(t.strides());
       dense[d.input] = t.contiguous();
     }

@@ -260,6 +260,80 @@ TEST(CompileDynamic, TransposedInputsOfEverySizeShareOneSpecialization) {
   EXPECT_EQ(f.stats().eager_calls, 0);
 }
 
+// Inputs that are slices of longer buffers (a batch and a sequence cut from a
+// padded one, row-major or sequence-major): their dims nest without overlap
+// but with gaps. Under Auto, one specialization serves every size of them
+// (each call copies the slice contiguous), and the outputs take eager's
+// layouts. Before, each new size compiled again (30 compiles for 30 calls).
+TEST(CompileDynamic, SlicedInputsOfEverySizeShareOneSpecialization) {
+  Tensor w = randn({8});
+  ModelFn fn = [&](const std::vector<Tensor> &in) {
+    Tensor y = (in[0] * w + 1.0).relu();
+    return std::vector<Tensor>{y, layer_norm(in[0], {8}), softmax(y.sum({-1}), -1)};
+  };
+  Tensor padded = randn({16, 40, 8}), seq_major = randn({40, 16, 8});
+  CompiledFunction f = compile(fn);
+  int call = 0;
+  for (auto [b, s] : {std::pair{2, 5}, {3, 7}, {9, 30}, {5, 3}, {16, 40}, {6, 4}, {3, 3}, {7, 8}, {11, 2}}) {
+    for (bool transposed : {false, true}) {
+      Tensor x = transposed ? seq_major.slice(0, 0, s).slice(1, 0, b).transpose(0, 1)
+                            : padded.slice(0, 0, b).slice(1, 0, s);
+      const std::string where = detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : "");
+      std::vector<Tensor> got = f({x}), want = fn({x});
+      expect_equal(got, want, where);
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_EQ(got[k].strides().vec(), want[k].strides().vec()) << where << ", output " << k;
+    }
+  }
+  // Static specializations for the first slice of each order; then the batch
+  // and length turn symbolic for each: no later call compiles.
+  EXPECT_EQ(f.stats().compiles, 4);
+  EXPECT_EQ(f.stats().dynamic_specializations, 2);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
+
+// What the slice guard lets through and what it does not: a contiguous input
+// runs on the specialization traced from a slice; an expanded input (its
+// elements overlap) does not, nor a slice the function updates in place,
+// which keeps its strides and specializes per size, as eager writes it.
+TEST(CompileDynamic, OverlappingOrUpdatedSlicesKeepTheirStrides) {
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  ModelFn read = [](const std::vector<Tensor> &in) { return std::vector<Tensor>{in[0].exp() * 2.0}; };
+  CompiledFunction fr = compile(read, o);
+  Tensor padded = randn({12, 20});
+  for (int64_t b : {3, 7, 5}) {
+    std::vector<Tensor> in = {padded.slice(0, 0, b).slice(1, 0, b + 2)};
+    expect_equal(fr(in), read(in), "slice, batch " + std::to_string(b));
+  }
+  EXPECT_EQ(fr.stats().compiles, 1);
+  std::vector<Tensor> dense = {randn({4, 9})};
+  expect_equal(fr(dense), read(dense), "contiguous after slices");
+  EXPECT_EQ(fr.stats().compiles, 1) << "a contiguous input nests in the slices' order";
+  for (int64_t b : {3, 6}) {
+    std::vector<Tensor> expanded = {randn({1, 5}).expand({b, 5})};
+    std::vector<Tensor> got = fr(expanded), want = read(expanded);
+    expect_equal(got, want, "expanded, batch " + std::to_string(b));
+    EXPECT_EQ(got[0].strides().vec(), want[0].strides().vec()) << "expanded, batch " << b;
+  }
+  EXPECT_GE(fr.stats().compiles, 2) << "an expanded input is no slice to copy";
+
+  ModelFn update = [](const std::vector<Tensor> &in) {
+    Tensor x = in[0];
+    x.mul_(2.0);
+    return std::vector<Tensor>{x.relu()};
+  };
+  CompiledFunction fu = compile(update, o);
+  for (int64_t b : {3, 6, 4}) {
+    Tensor a = randn({10, 10}), c = a.clone();
+    std::vector<Tensor> got = fu({a.slice(0, 0, b).slice(1, 0, b + 1)});
+    std::vector<Tensor> want = update({c.slice(0, 0, b).slice(1, 0, b + 1)});
+    expect_equal(got, want, "update, batch " + std::to_string(b));
+    expect_equal({a}, {c}, "the padded buffer updated through the slice, batch " + std::to_string(b));
+  }
+  EXPECT_EQ(fu.stats().eager_calls, 0);
+}
+
 // A transposed input the function updates in place, or returns a view of,
 // cannot be copied contiguous unseen: it keeps its strides and specializes
 // per size as before, and every call still does what eager does.
