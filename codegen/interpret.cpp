@@ -344,6 +344,17 @@ private:
 
 void interpret(const KernelDesc &desc, void *const *given) {
   desc.validate();
+  if (desc.runtime_layout) { // this call's extents and strides, as the compiled code reads them
+    const int64_t *words = static_cast<const int64_t *>(given[desc.num_buffers()]);
+    KernelDesc at = desc.at_layout(words);
+    for (size_t b = 0; b < desc.num_buffers(); ++b)
+      KILN_CHECK(words[desc.shape.size() * (2 + b) - 1] == desc.buffer(b).strides.back(), "kernel: buffer ", b,
+                 "'s last-dim stride ", words[desc.shape.size() * (2 + b) - 1], " is not the compiled ",
+                 desc.buffer(b).strides.back());
+    for (int64_t e : at.shape) KILN_CHECK(e >= 0, "kernel: negative runtime extent ", e);
+    interpret(at, given);
+    return;
+  }
   if (desc.runtime_row) { // this call's extent and row length, as the compiled code reads them
     const int64_t *extents = static_cast<const int64_t *>(given[desc.num_buffers()]);
     KILN_CHECK(extents[1] >= 0, "kernel: negative runtime row length ", extents[1]);

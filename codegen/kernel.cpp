@@ -334,7 +334,28 @@ KernelDesc KernelDesc::at_row_length(int64_t length) const {
   return at;
 }
 
+KernelDesc KernelDesc::at_layout(const int64_t *words) const {
+  KernelDesc at = *this;
+  at.runtime_layout = false;
+  const size_t rank = shape.size();
+  for (size_t d = 0; d < rank; ++d) at.shape[d] = words[d];
+  for (size_t b = 0; b < num_buffers(); ++b)
+    for (size_t d = 0; d + 1 < rank; ++d) at.buffer(b).strides.at(d) = words[rank * (1 + b) + d];
+  return at;
+}
+
 void KernelDesc::validate() const {
+  if (runtime_layout) {
+    KILN_CHECK(!has_reductions() && !runtime_dim0 && !runtime_row && !stream_stores && shape.size() >= 2,
+               "kernel: a runtime layout needs an element-wise kernel of rank >= 2 (rank ", shape.size(),
+               has_reductions() ? ", with reductions" : "", runtime_dim0 ? ", with a runtime dim 0" : "",
+               stream_stores ? ", streamed" : "", ")");
+    for (int32_t a : output_aliases_input) KILN_CHECK(a < 0, "kernel: a runtime layout computes nothing in place");
+    KernelDesc traced = *this;
+    traced.runtime_layout = false;
+    traced.validate();
+    return;
+  }
   if (runtime_row) {
     KILN_CHECK(runtime_dim0 && shape.size() == 2 && row_rank == 1 && has_reductions(), "kernel: a runtime row needs ",
                "a runtime dim 0, rank 2, a row of one dim and reductions (rank ", shape.size(), ", row rank ", row_rank,
@@ -382,6 +403,14 @@ void KernelDesc::validate() const {
 }
 
 std::string KernelDesc::key() const {
+  if (runtime_layout) { // the traced sizes and outer strides pick no code
+    KernelDesc any = *this;
+    any.runtime_layout = false;
+    std::fill(any.shape.begin(), any.shape.end(), -1);
+    for (size_t b = 0; b < num_buffers(); ++b)
+      std::fill(any.buffer(b).strides.begin(), any.buffer(b).strides.end() - 1, -1);
+    return "runtime-layout:" + any.key();
+  }
   if (runtime_row) { // the traced length picks no code
     std::string flags;
     for (uint8_t f : row_strided) flags += f ? '1' : '0';
@@ -463,6 +492,7 @@ std::string KernelDesc::to_string() const {
   if (stream_stores) os << " stream_stores";
   if (runtime_dim0) os << " runtime_dim0";
   if (runtime_row) os << " runtime_row";
+  if (runtime_layout) os << " runtime_layout";
   os << '\n';
   for (size_t i = 0; i < inputs.size(); ++i) {
     os << "  in" << i << ": " << short_name(inputs[i].dtype) << " strides=";

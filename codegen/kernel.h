@@ -255,6 +255,18 @@ struct KernelDesc {
   // kRuntimeRowAssumed long, with runtime trip counts.
   bool runtime_row = false;
   std::vector<uint8_t> row_strided;
+  // Every dim's extent and every stride but the last dim's are read per call
+  // (issue 17): an element-wise kernel over [s0, C, s1*s1] whose per-channel
+  // operand ([C, 1, 1], strides [0, 1, 0]) walks the outer dims otherwise
+  // than the others, so they cannot fold into one runtime dim 0.
+  // buffers[num_buffers()] then points at layout_words() int64_t: the rank
+  // extents, then per buffer (inputs, then outputs) rank strides; the last
+  // dim's strides there must equal the kernel's, which are compiled in (they
+  // keep the inner loop vectorizable). shape and the other strides hold the
+  // traced values; key() leaves them out. Element-wise kernels of rank 2 or
+  // more only, without runtime_dim0, aliases or streamed stores.
+  bool runtime_layout = false;
+  size_t layout_words() const { return shape.size() * (1 + num_buffers()); }
 
   int64_t numel() const;
   // Elements in one row: the product of the last row_rank dims (1 for rank 0).
@@ -285,6 +297,9 @@ struct KernelDesc {
   void validate() const;
   // This kernel at one row length (runtime_row off): the flagged dim-0 strides follow it.
   KernelDesc at_row_length(int64_t length) const;
+  // This kernel at one call's layout (runtime_layout off): `words` as the
+  // compiled code reads them (layout_words()).
+  KernelDesc at_layout(const int64_t *words) const;
 
   // Human-readable listing for logs and KILN_DUMP=kernels.
   std::string to_string() const;

@@ -18,6 +18,10 @@ Lowering::Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t)
     : k_(k), m_(m), c_(m.getContext()), target_(t) {
   shape_ = k.shape.empty() ? std::vector<int64_t>{1} : k.shape; // rank 0 = one element
   streamed_.assign(k.outputs.size(), 0);
+  if (k.runtime_layout) { // extents and outer strides read per call; nothing streamed
+    row_rank_ = 1;
+    return;
+  }
   if (k.runtime_dim0) { // shape_[0] is kRuntimeExtentAssumed times what collapse_dims merged into dim 0
     dim0_scale_ = shape_[0] / kRuntimeExtentAssumed;
     row_rank_ = k.has_reductions() ? size_t(k.row_rank) : 1;
@@ -116,6 +120,17 @@ void Lowering::build_entry(const std::string &symbol, llvm::Function *body) {
   auto *pfty = llvm::FunctionType::get(llvm::Type::getVoidTy(c_), {i64, i64, i64, ptr, ptr}, false);
   llvm::FunctionCallee pfor = m_.getOrInsertFunction(kParallelForSymbol, pfty);
   IRBuilder<> b(llvm::BasicBlock::Create(c_, "entry", f));
+  if (k_.runtime_layout) { // rows of dims 0..rank-2; a chunk of about kDefaultGrain elements
+    const std::vector<Value *> words = load_layout(b, f->getArg(0));
+    Value *rows = words[0];
+    for (size_t d = 1; d + 1 < rank(); ++d) rows = b.CreateMul(rows, words[d]);
+    Value *inner = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, words[rank() - 1], b.getInt64(1));
+    Value *grain = b.CreateUDiv(b.getInt64(k_.grain > 0 ? k_.grain : kDefaultGrain), inner);
+    grain = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, grain, b.getInt64(1), nullptr, "grain");
+    b.CreateCall(pfor, {b.getInt64(0), rows, grain, body, f->getArg(0)});
+    b.CreateRetVoid();
+    return;
+  }
   Value *count = outer_count(b, dim0_extent(b, f->getArg(0)));
   b.CreateCall(pfor, {b.getInt64(0), count, b.getInt64(outer_grain()), body, f->getArg(0)});
   b.CreateRetVoid();
@@ -353,7 +368,11 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
     assumed.row_strided = shared.row_strided;
     shared = std::move(assumed);
   }
-  KernelDesc simple = desc.has_reductions() ? collapse_outer_dims(shared) : collapse_dims(shared);
+  // A runtime layout's dims were collapsed for every size (lower_symbolic_group);
+  // the traced sizes must not merge more.
+  KernelDesc simple = shared.runtime_layout    ? shared
+                      : desc.has_reductions() ? collapse_outer_dims(shared)
+                                              : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
   llvm::raw_string_ostream os(problems);

@@ -4,7 +4,8 @@
 // loop it is placed in. The loops around it follow one of four strategies,
 // each in its own file:
 //
-//   lower_elementwise.cpp  no reductions: one loop over the elements
+//   lower_elementwise.cpp  no reductions: one loop over the elements (or,
+//                          for a runtime layout, rows read per call)
 //   lower_row_reduce.cpp   row reductions, row by row, in passes over the row
 //                          (codegen/row_schedule.h)
 //   lower_row_block.cpp    row reductions over short contiguous rows, a block
@@ -201,6 +202,11 @@ private:
 
   // ---- element-wise kernels (lower_elementwise.cpp).
   llvm::Function *build_body(const std::string &name);
+  // A runtime layout (KernelDesc::runtime_layout): the call's extents and
+  // strides, loaded once per chunk, and each row's element offsets from them.
+  llvm::Function *build_layout_body(const std::string &name);
+  std::vector<Value *> load_layout(IRBuilder<> &b, Value *buffers);
+  std::vector<Value *> layout_row_bases(IRBuilder<> &b, const std::vector<Value *> &words, Value *o);
   void emit_element(IRBuilder<> &b, const std::vector<Value *> &bases, Value *j);
 
   // ---- row reductions, row by row (lower_row_reduce.cpp).

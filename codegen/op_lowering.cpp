@@ -13,11 +13,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <spdlog/spdlog.h>
+
 #include "codegen/epilogue.h"
 #include "ir/graph.h"
 #include "ir/sym_infer.h"
 #include "passes/group_geometry.h"
 #include "passes/lowering_check.h"
+#include "runtime/log.h"
 #include "runtime/op_attrs.h"
 #include "runtime/ops.h"
 #include "runtime/trace_hook.h"
@@ -743,7 +746,166 @@ std::vector<uint8_t> row_strided_buffers(KernelDesc &k) {
   return flags;
 }
 
+// A group lowered with one symbol moved (lower_symbolic_group).
+struct Probe {
+  int symbol;
+  std::vector<int64_t> values;
+  KernelDesc desc;
+  std::vector<size_t> buffers;
+  std::vector<Tensor> metas;
+};
+
+// The products of every subset of the symbolic dims of each of the group's
+// operand and result types: what a row-major buffer's extents and strides are
+// made of. The empty product (a constant) comes first.
+std::vector<ir::SymExpr> layout_candidates(const ir::Node &group) {
+  std::vector<ir::SymExpr> out = {ir::SymExpr(1)};
+  auto add = [&](const ir::TensorType &t) {
+    std::vector<ir::SymExpr> dims;
+    for (const ir::SymExpr &e : t.sym)
+      if (!e.is_constant()) dims.push_back(e);
+    if (dims.size() > 8) return;
+    for (uint32_t mask = 1; mask < (1u << dims.size()); ++mask) {
+      ir::SymExpr p(1);
+      for (size_t i = 0; i < dims.size(); ++i)
+        if (mask >> i & 1) p = p * dims[i];
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    }
+  };
+  for (const ir::Value *r : group.results()) add(r->type());
+  for (const ir::Value *v : group.operands())
+    if (v) add(v->type());
+  return out;
+}
+
+// The formula (a candidate times a constant) of a layout word whose value at
+// point i (0: `values`, then the probes') is word(i), or nullopt.
+template <class Word>
+std::optional<ir::SymExpr> fit_word(const std::vector<ir::SymExpr> &candidates, std::span<const int64_t> values,
+                                    const std::vector<std::vector<int64_t>> &probe_values, Word &&word) {
+  const int64_t want = word(size_t(0));
+  for (const ir::SymExpr &c : candidates) {
+    const int64_t p = c.evaluate(values);
+    if (p <= 0 || want % p != 0) continue;
+    const int64_t factor = want / p;
+    bool fits = true;
+    for (size_t i = 0; i < probe_values.size() && fits; ++i) fits = factor * c.evaluate(probe_values[i]) == word(i + 1);
+    if (fits) return ir::SymExpr(factor) * c;
+  }
+  return std::nullopt;
+}
+
+// The uncollapsed layout of kernel k as formulas: extents, then per buffer its
+// strides, each fitted at `values` and the probes'.
+std::vector<ir::SymExpr> fit_layout(const ir::Node &group, const std::string &name, const KernelDesc &k,
+                                    std::span<const int64_t> values, const std::vector<Probe> &probes) {
+  const std::vector<ir::SymExpr> candidates = layout_candidates(group);
+  std::vector<std::vector<int64_t>> probe_values;
+  for (const Probe &p : probes) probe_values.push_back(p.values);
+  const size_t rank = k.shape.size();
+  std::vector<ir::SymExpr> out;
+  for (size_t w = 0; w < k.layout_words(); ++w) {
+    auto word = [&](const KernelDesc &d) { return w < rank ? d.shape[w] : d.buffer(w / rank - 1).strides[w % rank]; };
+    std::optional<ir::SymExpr> f = fit_word(candidates, values, probe_values, [&](size_t i) {
+      return word(i == 0 ? k : probes[i - 1].desc);
+    });
+    KILN_CHECK(f, "codegen: ", name, ": its kernel's ", w < rank ? "extent " : "stride ", w < rank ? "" : "of buffer ",
+               w < rank ? std::to_string(w) : std::to_string(w / rank - 1) + " in dim " + std::to_string(w % rank),
+               " (", word(k), ") is no product of the symbolic sizes of its operands and results");
+    out.push_back(*f);
+  }
+  return out;
+}
+
+// k's layout with the shape and strides blanked: what must not change with the symbols.
+std::string key_but_layout(KernelDesc k) {
+  std::fill(k.shape.begin(), k.shape.end(), -1);
+  for (size_t b = 0; b < k.num_buffers(); ++b) std::fill(k.buffer(b).strides.begin(), k.buffer(b).strides.end(), -1);
+  return k.key();
+}
+
+// An element-wise group as a kernel with a runtime layout (KernelDesc::runtime_layout):
+// `a` and the probes are its uncollapsed kernels. Dims whose extent is 1 at every size
+// are dropped, and neighbours merge where every buffer walks them as one at every size
+// (the formulas say so); the innermost dim's strides must not change.
+KernelDesc runtime_layout_kernel(const ir::Graph &g, size_t index, const ir::Node &group, const std::string &name,
+                                 std::span<const int64_t> values, const KernelDesc &a, const std::vector<Probe> &probes,
+                                 const std::vector<size_t> &buffer_operands, RuntimeExtents &f) {
+  KILN_CHECK(!a.has_reductions() && !a.shape.empty(), "codegen: ", name, ": only element-wise kernels take a runtime layout");
+  const std::string key = key_but_layout(a);
+  for (const Probe &p : probes)
+    KILN_CHECK(key_but_layout(p.desc) == key && p.buffers == buffer_operands, "codegen: ", name,
+               ": its kernel changes with ", symbol_name(p.symbol), " beyond its extents and strides (a constant)");
+  const size_t rank = a.shape.size(), nbuf = a.num_buffers();
+  const std::vector<ir::SymExpr> words = fit_layout(group, name, a, values, probes);
+  // One more point, every symbol moved by two: the formulas must give its kernel too.
+  {
+    std::vector<int64_t> far(values.begin(), values.end());
+    for (int64_t &v : far) v += 2;
+    std::vector<size_t> buffers;
+    KernelDesc d = lower_group_at(g, index, far, buffers);
+    KILN_CHECK(d.shape.size() == rank && key_but_layout(d) == key, "codegen: ", name,
+               ": its kernel changes beyond its layout away from the traced sizes");
+    for (size_t w = 0; w < words.size(); ++w) {
+      const int64_t got = w < rank ? d.shape[w] : d.buffer(w / rank - 1).strides[w % rank];
+      KILN_CHECK(words[w].evaluate(far) == got, "codegen: ", name, ": layout word ", w, " is ", got,
+                 " away from the traced sizes, not ", words[w].str());
+    }
+  }
+  auto stride = [&](size_t b, size_t d) -> const ir::SymExpr & { return words[rank * (1 + b) + d]; };
+  std::vector<ir::SymExpr> shape;                 // innermost first while building
+  std::vector<std::vector<ir::SymExpr>> st(nbuf); // per buffer, innermost first
+  for (size_t d = rank; d-- > 0;) {
+    if (words[d] == ir::SymExpr(1)) continue;
+    bool merge = !shape.empty();
+    for (size_t b = 0; merge && b < nbuf; ++b) merge = stride(b, d) == st[b].back() * shape.back();
+    if (merge) {
+      shape.back() = shape.back() * words[d];
+      continue;
+    }
+    shape.push_back(words[d]);
+    for (size_t b = 0; b < nbuf; ++b) st[b].push_back(stride(b, d));
+  }
+  while (shape.size() < 2) { // an outer dim of 1
+    shape.push_back(ir::SymExpr(1));
+    for (size_t b = 0; b < nbuf; ++b) st[b].push_back(ir::SymExpr(0));
+  }
+  KILN_CHECK(shape.size() <= size_t(kMaxKernelRank), "internal: codegen: ", name, ": runtime layout of rank ", shape.size());
+  for (size_t b = 0; b < nbuf; ++b)
+    KILN_CHECK(st[b].front().is_constant(), "codegen: ", name, ": buffer ", b, "'s innermost stride ",
+               st[b].front().str(), " changes with the symbols");
+  KernelDesc k = a;
+  const size_t r = shape.size();
+  f = RuntimeExtents{};
+  k.shape.assign(r, 0);
+  for (size_t d = 0; d < r; ++d) {
+    f.layout.push_back(shape[r - 1 - d]);
+    k.shape[d] = shape[r - 1 - d].evaluate(values);
+  }
+  for (size_t b = 0; b < nbuf; ++b) {
+    std::vector<int64_t> &bs = k.buffer(b).strides;
+    bs.assign(r, 0);
+    for (size_t d = 0; d < r; ++d) {
+      f.layout.push_back(st[b][r - 1 - d]);
+      bs[d] = st[b][r - 1 - d].evaluate(values);
+    }
+  }
+  k.row_rank = 1;
+  k.runtime_layout = true;
+  k.validate();
+  return k;
+}
+
 } // namespace
+
+void RuntimeExtents::fill(std::span<const int64_t> values, int64_t *out) const {
+  if (layout.empty()) {
+    out[0] = dim0.at(values);
+    out[1] = row ? row->at(values) : 0;
+    return;
+  }
+  for (size_t w = 0; w < layout.size(); ++w) out[w] = layout[w].evaluate(values);
+}
 
 int64_t RuntimeExtent::at(std::span<const int64_t> values) const {
   int64_t n = factor;
@@ -756,48 +918,13 @@ void RuntimeExtents::at(std::span<const int64_t> values, int64_t (&out)[2]) cons
   out[1] = row ? row->at(values) : 0;
 }
 
-KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
-                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands,
-                                RuntimeExtents *extents) {
-  const std::vector<ir::Node *> nodes = g.nodes();
-  const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
-  KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
-             g.name());
-  const std::string name = "fusion group %" + group.result()->name();
-  KILN_CHECK(!is_epilogue_group(group), "codegen: ", name,
-             " is a contraction with its epilogue: an epilogue step runs it (codegen/epilogue.h), not a kernel");
-  const std::vector<int> ids = group_symbols(group);
-  KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
-  std::vector<Tensor> metas;
-  KernelDesc a = lower_group_at(g, index, values, buffer_operands, &metas);
-  // The kernel at each symbol moved by one: the dims that change are the ones
-  // the symbols size. They must be outer dims, leading the kernel's, or those
-  // and the row of a row reduction.
-  struct Probe {
-    int symbol;
-    std::vector<int64_t> values;
-    KernelDesc desc;
-    std::vector<size_t> buffers;
-    std::vector<Tensor> metas;
-  };
-  std::vector<Probe> probes;
-  size_t j = 0; // dims [0, j) are sized by symbols (or lie between such dims)
-  for (int s : ids) {
-    Probe p{s, std::vector<int64_t>(values.begin(), values.end()), {}, {}, {}};
-    p.values.at(size_t(s)) += 1;
-    p.desc = lower_group_at(g, index, p.values, p.buffers, &p.metas);
-    KILN_CHECK(p.desc.shape.size() == a.shape.size(), "codegen: ", name, ": its kernel's rank changes with ",
-               symbol_name(s), " (kernel shape ", shape_str(a.shape), " at ", symbol_name(s), " = ",
-               values[size_t(s)], ", ", shape_str(p.desc.shape), " at ", p.values[size_t(s)], ")");
-    for (size_t d = 0; d < a.shape.size(); ++d)
-      if (p.desc.shape[d] != a.shape[d]) j = std::max(j, d + 1);
-    probes.push_back(std::move(p));
-  }
-  const std::string syms = [&] {
-    std::string out;
-    for (int s : ids) out += (out.empty() ? "" : ", ") + symbol_name(s);
-    return out;
-  }();
+namespace {
+
+// lower_symbolic_group's kernels with one runtime dim 0 (and row).
+KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const std::string &syms,
+                          std::span<const int64_t> values, size_t j, KernelDesc &a, std::vector<Probe> &probes,
+                          std::vector<Tensor> &metas, const std::vector<size_t> &buffer_operands,
+                          std::vector<Tensor> *operands, RuntimeExtents *extents) {
   KILN_CHECK(j > 0, "codegen: ", name, ": its kernel's outermost dim is not sized by ", syms, " (kernel shape ",
              shape_str(a.shape), ")");
   size_t outer = a.has_reductions() ? a.shape.size() - size_t(a.row_rank) : a.shape.size();
@@ -833,12 +960,6 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
                ": its kernel changes with ", sym,
                runtime_row ? " beyond its outer extent and row length (a constant or a stride)"
                            : " beyond its outermost dim (an inner size or a stride)");
-    // The kernel reads a strided operand (an eager op's result) in its traced
-    // layout at every size; a contiguous one is contiguous at each.
-    for (size_t i : buffer_operands)
-      KILN_CHECK(metas[i].is_contiguous() || metas[i].strides() == p.metas[i].strides(), "codegen: ", name,
-                 ": the layout of operand ", i, " changes with ", sym, " (strides ", shape_str(metas[i].strides()),
-                 ", then ", shape_str(p.metas[i].strides()), ")");
   }
   std::vector<std::vector<int64_t>> probe_values;
   for (const Probe &p : probes) probe_values.push_back(p.values);
@@ -854,6 +975,73 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   if (extents) *extents = std::move(f);
   return a;
 }
+
+} // namespace
+
+KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
+                                std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands,
+                                RuntimeExtents *extents) {
+  const std::vector<ir::Node *> nodes = g.nodes();
+  const size_t index = size_t(std::find(nodes.begin(), nodes.end(), &group) - nodes.begin());
+  KILN_CHECK(index < nodes.size() && group.kind() == ir::Node::Kind::FusionGroup, "codegen: not a fusion group of @",
+             g.name());
+  const std::string name = "fusion group %" + group.result()->name();
+  KILN_CHECK(!is_epilogue_group(group), "codegen: ", name,
+             " is a contraction with its epilogue: an epilogue step runs it (codegen/epilogue.h), not a kernel");
+  const std::vector<int> ids = group_symbols(group);
+  KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
+  std::vector<Tensor> metas;
+  KernelDesc a = lower_group_at(g, index, values, buffer_operands, &metas);
+  // The kernel at each symbol moved by one: the dims that change are the ones
+  // the symbols size. They must be outer dims, leading the kernel's, or those
+  // and the row of a row reduction.
+  std::vector<Probe> probes;
+  size_t j = 0; // dims [0, j) are sized by symbols (or lie between such dims)
+  for (int s : ids) {
+    Probe p{s, std::vector<int64_t>(values.begin(), values.end()), {}, {}, {}};
+    p.values.at(size_t(s)) += 1;
+    p.desc = lower_group_at(g, index, p.values, p.buffers, &p.metas);
+    KILN_CHECK(p.desc.shape.size() == a.shape.size(), "codegen: ", name, ": its kernel's rank changes with ",
+               symbol_name(s), " (kernel shape ", shape_str(a.shape), " at ", symbol_name(s), " = ",
+               values[size_t(s)], ", ", shape_str(p.desc.shape), " at ", p.values[size_t(s)], ")");
+    for (size_t d = 0; d < a.shape.size(); ++d)
+      if (p.desc.shape[d] != a.shape[d]) j = std::max(j, d + 1);
+    probes.push_back(std::move(p));
+  }
+  const std::string syms = [&] {
+    std::string out;
+    for (int s : ids) out += (out.empty() ? "" : ", ") + symbol_name(s);
+    return out;
+  }();
+  // A strided operand (an eager op's result) is read in its traced layout at
+  // every size; a contiguous one is contiguous at each.
+  for (const Probe &p : probes)
+    for (size_t i : buffer_operands)
+      KILN_CHECK(metas[i].is_contiguous() || metas[i].strides() == p.metas[i].strides(), "codegen: ", name,
+                 ": the layout of operand ", i, " changes with ", symbol_name(p.symbol), " (strides ",
+                 shape_str(metas[i].strides()), ", then ", shape_str(p.metas[i].strides()), ")");
+  if (!a.has_reductions()) { // element-wise: one runtime dim 0 where every buffer folds, else a runtime layout
+    const KernelDesc raw = a;
+    std::vector<Probe> raw_probes = probes;
+    try {
+      return fold_into_dim0(group, name, syms, values, j, a, probes, metas, buffer_operands, operands, extents);
+    } catch (const Error &fold) {
+      RuntimeExtents f;
+      KernelDesc k;
+      try {
+        k = runtime_layout_kernel(g, index, group, name, values, raw, raw_probes, buffer_operands, f);
+      } catch (const Error &e) {
+        KILN_FAIL(fold.what(), "; nor with a runtime layout: ", e.what());
+      }
+      kiln::log()->debug("codegen: {} takes a runtime layout: {}", name, fold.what());
+      if (operands) *operands = std::move(metas);
+      if (extents) *extents = std::move(f);
+      return k;
+    }
+  }
+  return fold_into_dim0(group, name, syms, values, j, a, probes, metas, buffer_operands, operands, extents);
+}
+
 
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                       std::vector<size_t> &buffer_operands, std::optional<RuntimeExtents> &extents,

@@ -47,10 +47,16 @@ struct RuntimeExtent {
 
 // What a kernel over runtime sizes reads per call (buffers[num_buffers()]):
 // dim 0's extent, and a runtime row's length (KernelDesc::runtime_row).
+// Or, for a kernel with a runtime layout (KernelDesc::runtime_layout), its
+// extents and strides (layout, in KernelDesc::layout_words order).
 struct RuntimeExtents {
   RuntimeExtent dim0;
   std::optional<RuntimeExtent> row;
+  std::vector<ir::SymExpr> layout;
   void at(std::span<const int64_t> values, int64_t (&out)[2]) const;
+  // The words the kernel reads (words() of them) at a call's symbol values.
+  size_t words() const { return layout.empty() ? 2 : layout.size(); }
+  void fill(std::span<const int64_t> values, int64_t *out) const;
 };
 
 // A fusion group of symbolic graph g (issue 17) as one kernel for every value
@@ -72,6 +78,10 @@ struct RuntimeExtents {
 // operand must keep its strides. Otherwise a kiln::Error says why: a symbol in
 // a row of several dims, a buffer that does not walk the outer dims as one, a
 // stride or a constant (a mean's 1 / length) that changes with a symbol.
+// An element-wise group whose buffers do not walk the symbolic dims as one (a
+// per-channel operand over [s0, C, s1, s1]) gets a runtime layout instead
+// (KernelDesc::runtime_layout): every extent and stride a formula of the
+// symbols, its dims merged where they merge at every size.
 KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                 std::vector<size_t> &buffer_operands, std::vector<Tensor> *operands = nullptr,
                                 RuntimeExtents *extents = nullptr);

@@ -4,7 +4,9 @@
 // runs as one kernel that reads its outer extent per call, the product of the
 // symbols that size its outer dims (KernelDesc::runtime_dim0, RuntimeExtents),
 // and the length of its row when symbols size that too (KernelDesc::runtime_row),
-// or, when it has no symbol, as its static kernel; a group codegen cannot
+// or, for an element-wise group whose buffers do not fold (a per-channel
+// operand), every extent and stride (KernelDesc::runtime_layout), or, when it
+// has no symbol, as its static kernel; a group codegen cannot
 // lower for every size runs its body eagerly, and every other node runs its
 // eager op with the sizes of the call (ir::attrs_at).
 //
@@ -24,6 +26,7 @@
 // Not yet here, unlike the static executor: bmm over a symbolic batch and
 // conv2d over symbolic spatial sizes (they run eagerly), and in-place kernels.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -334,9 +337,10 @@ private:
       s.kernel = Jit::current().compile(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
-      s.how = "kernel: fusion group %" + name + (!s.extents        ? " has static sizes"
-                                                 : s.extents->row ? " reads its dim 0 and row length per call"
-                                                                  : " reads its dim 0 per call");
+      s.how = "kernel: fusion group %" + name + (!s.extents                  ? " has static sizes"
+                                                 : !s.extents->layout.empty() ? " reads its extents and strides per call"
+                                                 : s.extents->row             ? " reads its dim 0 and row length per call"
+                                                                              : " reads its dim 0 per call");
       kiln::log()->debug("codegen: {} ({})", s.how, s.kernel->symbol());
     } catch (const Error &e) {
       s.how = "no kernel over runtime sizes: " + std::string(e.what());
@@ -389,9 +393,11 @@ private:
       buffers[b++] = r.raw_data();
       env[size_t(o)] = std::move(r);
     }
-    int64_t extents[2] = {0, 0};
-    if (s.extents) s.extents->at(values, extents);
-    buffers[b] = extents;
+    // Extents (and row length), or a runtime layout's extents and strides:
+    // at most rank 4 times (1 + 64 buffers).
+    std::array<int64_t, kMaxKernelRank * 65> words; // (filled as far as the kernel reads)
+    if (s.extents) s.extents->fill(values, words.data());
+    buffers[b] = words.data();
     s.kernel->fn()(buffers);
   }
 

@@ -447,13 +447,49 @@ TEST(CompileDynamic, BatchAndSequenceBothChange) {
 
 // The steps of graph's symbolic program that run one kernel reading its row
 // length per call; every group must have a kernel.
-int runtime_row_steps(std::shared_ptr<const ir::Graph> graph) {
+int runtime_row_steps(std::shared_ptr<const ir::Graph> graph, const char *what = "reads its dim 0 and row length per call") {
   int steps = 0;
   for (const std::string &line : codegen::describe_symbolic_executable(std::move(graph))) {
     EXPECT_EQ(line.find("no kernel"), std::string::npos) << line;
-    steps += line.find("reads its dim 0 and row length per call") != std::string::npos;
+    steps += line.find(what) != std::string::npos;
   }
   return steps;
+}
+
+// A per-channel affine map, a residual and relu over images whose batch and
+// size both change (dynamic = On; W7's batch norms): the channel's operands
+// repeat over H and W but not over the batch, so no one dim 0 serves every
+// size; one kernel reads its extents and strides per call
+// (KernelDesc::runtime_layout). NaN and inf give eager's values.
+TEST(CompileDynamic, PerChannelMapsOverImagesOfEverySize) {
+  manual_seed(19);
+  Tensor scale = randn({6, 1, 1}), shift = randn({6, 1, 1});
+  auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    return {(in[0] * scale + shift + in[1]).relu()};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{2, 5}, {3, 7}, {1, 17}, {4, 3}, {2, 31}, {5, 2}, {3, 56}};
+  for (const auto &bs : sizes) {
+    Tensor x = randn({bs[0], 6, bs[1], bs[1]}), r = randn({bs[0], 6, bs[1], bs[1]});
+    float *p = x.data_ptr<float>();
+    p[0] = NAN;
+    p[x.numel() - 1] = INFINITY;
+    p[x.numel() / 2] = -INFINITY;
+    std::vector<Tensor> got = f({x, r}), want = fn({x, r});
+    const std::string at = "[" + std::to_string(bs[0]) + ", 6, " + std::to_string(bs[1]) + ", " + std::to_string(bs[1]) + "]";
+    ASSERT_EQ(got[0].sizes().vec(), want[0].sizes().vec()) << at;
+    EXPECT_TRUE(equal(isnan(got[0]), isnan(want[0]))) << at;
+    Tensor finite = logical_not(isnan(want[0]));
+    EXPECT_TRUE(equal(kiln::where(finite, got[0], 0.0), kiln::where(finite, want[0], 0.0))) << at;
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 6, 9, 9}), randn({3, 6, 9, 9})});
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(runtime_row_steps(graph, "reads its extents and strides per call"), 1);
 }
 
 // W2 under dynamic = On: the softmax's row length is a symbol, and one kernel

@@ -358,20 +358,25 @@ const ir::Node &only_group(const ir::Graph &g) {
   return *group;
 }
 
+// What a kernel over runtime sizes reads per call: its dim 0's extent, that
+// and its row's length, or its whole layout (KernelDesc::runtime_layout).
+enum class Reads { Dim0, Row, Layout };
+
 // One kernel lowered from the group at the traced sizes, run at every extent
 // of each symbol (the symbols at different ones) against the interpreter
-// running the symbolic graph (its group body node by node). The kernel's
-// dim 0 (and a runtime row's length) are what the lowering gives as formulas
-// of the symbols; `runtime_row` says whether the row's length is read per call.
-void expect_group_serves_every_extent(const char *text, bool runtime_row = false, double atol = 1e-6) {
+// running the symbolic graph (its group body node by node). What the kernel
+// reads per call (`reads`) is what the lowering gives as formulas of the symbols.
+void expect_group_serves_every_extent(const char *text, Reads reads = Reads::Dim0, double atol = 1e-6) {
   auto g = fused(text);
   const ir::Node &group = only_group(*g);
   std::vector<size_t> operands;
   codegen::RuntimeExtents sizes;
   KernelDesc k = codegen::lower_symbolic_group(*g, group, g->symbol_hints(), operands, nullptr, &sizes);
-  EXPECT_TRUE(k.runtime_dim0);
-  EXPECT_EQ(k.runtime_row, runtime_row);
-  EXPECT_EQ(sizes.row.has_value(), runtime_row);
+  EXPECT_EQ(k.runtime_dim0, reads != Reads::Layout);
+  EXPECT_EQ(k.runtime_row, reads == Reads::Row);
+  EXPECT_EQ(k.runtime_layout, reads == Reads::Layout);
+  EXPECT_EQ(sizes.row.has_value(), reads == Reads::Row);
+  EXPECT_EQ(sizes.layout.size(), reads == Reads::Layout ? k.layout_words() : 0u);
   auto kernel = test_jit().compile(k);
   int64_t compiles = test_jit().stats().compiles;
   ASSERT_EQ(g->outputs().size(), group.results().size());
@@ -382,10 +387,17 @@ void expect_group_serves_every_extent(const char *text, bool runtime_row = false
     // Sizes 0 and 1 stay static in a traced graph (broadcasting reads them).
     if (std::any_of(values.begin(), values.end(), [](int64_t v) { return v < 2; })) continue;
     SCOPED_TRACE("symbols at " + shape_str(values));
-    int64_t extents[2];
-    sizes.at(values, extents);
+    std::vector<int64_t> extents(sizes.words());
+    sizes.fill(values, extents.data());
+    int64_t elements = 1;
+    for (const ir::Value *r : group.results()) {
+      if (!r->type().symbolic()) continue;
+      int64_t e = 1;
+      for (int64_t d : ir::evaluate_dims(r->type().sym, values)) e *= d;
+      elements = std::max(elements, e);
+    }
+    if (elements > (int64_t(1) << 17)) continue; // (a symbol squared at 3000: gigabytes)
     const int64_t n = extents[0];
-    if (n * std::max<int64_t>(extents[1], 1) > (int64_t(1) << 17)) continue; // (a symbol squared at 3000: gigabytes)
     std::vector<Tensor> inputs;
     manual_seed(uint64_t(n));
     for (const ir::Value *in : g->inputs()) inputs.push_back(randn(ir::evaluate_dims(in->type().sym, values)));
@@ -406,7 +418,7 @@ void expect_group_serves_every_extent(const char *text, bool runtime_row = false
       got.push_back(full(t.symbolic() ? ir::evaluate_dims(t.sym, values) : std::vector<int64_t>(t.shape.begin(), t.shape.end()), -7.0));
       bufs.push_back(got.back().data_ptr<float>());
     }
-    bufs.push_back(extents);
+    bufs.push_back(extents.data());
     kernel->run(bufs.data());
     for (size_t i = 0; i < got.size(); ++i) { // the graph returns the group's results in its own order
       auto at = std::find(g->outputs().begin(), g->outputs().end(), group.result(i));
@@ -466,24 +478,24 @@ TEST(RuntimeExtentGroups, SoftmaxOverASymbolicRow) {
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
   %0 = softmax(%x) {dim = 1} : f32[s0, s1]
   return %0
-})", true);
+})", Reads::Row);
   expect_group_serves_every_extent(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
   %0 = mul(%x, %x) : f32[4, s0]
   %1 = log_softmax(%0) {dim = 1} : f32[4, s0]
   return %1
-})", true);
+})", Reads::Row);
   // A whole-tensor sum over [s0] (an outer dim of 1 in front).
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0]) symbols(s0 = 6) {
   %0 = exp(%x) : f32[s0]
   %1 = sum(%0) {dims = [0], keepdim = false, dtype = none} : f32[]
   return %1
-})", true, 1e-4);
+})", Reads::Row, 1e-4);
   // Column sums over a symbolic batch: the row walks a column (stride 8).
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 8]) symbols(s0 = 4) {
   %0 = exp(%x) : f32[s0, 8]
   %1 = sum(%0) {dims = [0], keepdim = false, dtype = none} : f32[8]
   return %1
-})", true);
+})", Reads::Row);
 }
 
 // A Shifted sum (of x as loaded, used by a later reduction: the row's first
@@ -500,7 +512,7 @@ TEST(RuntimeExtentGroups, RowStatisticsOverASymbolicRow) {
   %4 = mul(%1, %1) : f32[s0, 3, s1]
   %5 = sum(%4) {dims = [2], keepdim = false, dtype = none} : f32[s0, 3]
   return %3, %5, %2
-})", true, 1e-3); // (x + y) * S: S is a sum of up to 257 values of either sign, as exact as eager's only to ~1e-5
+})", Reads::Row, 1e-3); // (x + y) * S: S is a sum of up to 257 values of either sign, as exact as eager's only to ~1e-5
 }
 
 // Means over a symbolic row scale by the call's 1 / L (Node::inverse_row_length):
@@ -511,7 +523,7 @@ TEST(RuntimeExtentGroups, MeansOverASymbolicRow) {
   expect_group_serves_every_extent(R"(graph @g(%x: f32[4, s0]) symbols(s0 = 6) {
   %0 = mean(%x) {dims = [1], keepdim = false, dtype = none} : f32[4]
   return %0
-})", true);
+})", Reads::Row);
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 3, s1 = 6) {
   %0 = mean(%x) {dims = [1], keepdim = true, dtype = none} : f32[s0, 1]
   %1 = sub(%x, %0) {alpha = 1} : f32[s0, s1]
@@ -520,11 +532,11 @@ TEST(RuntimeExtentGroups, MeansOverASymbolicRow) {
   %4 = rsqrt(%3) : f32[s0, 1]
   %5 = mul(%1, %4) : f32[s0, s1]
   return %5
-})", true, 1e-5);
+})", Reads::Row, 1e-5);
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 8]) symbols(s0 = 4) {
   %0 = mean(%x) {dims = [0], keepdim = false, dtype = none} : f32[8]
   return %0
-})", true);
+})", Reads::Row);
 }
 
 // Per-row results over [s0, s1]: the mean of each row, with the rows' max.
@@ -557,17 +569,19 @@ TEST(RuntimeExtentGroups, RefusesGroupsNoOneKernelServesAtEverySize) {
   %1 = sum(%0) {dims = [1, 2], keepdim = false, dtype = none} : f32[4]
   return %1
 })"); }, {"the symbols s0 size its row of 2 dims"});
-  // x repeats over s1 but not over s0: no one stride walks [s0, s1].
-  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 1, 8], %y: f32[s1, 8]) symbols(s0 = 4, s1 = 6) {
-  %0 = add(%x, %y) {alpha = 1} : f32[s0, s1, 8]
+  // A mean over a symbolic dim that is not the last: a reduction, which
+  // takes no runtime layout, whose buffers do not walk [s0, 8] as one.
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1, 8]) symbols(s0 = 4, s1 = 6) {
+  %0 = mean(%x) {dims = [1], keepdim = false, dtype = none} : f32[s0, 8]
   return %0
 })"); }, {"its kernel changes with s0, s1 beyond its outermost dim", "does not walk dims 0..1"});
-  // A per-channel bias over [s1, 3, s0, s0] images (W7 under On) repeats over
-  // H and W but not over the batch.
-  expect_error([&] { lower(R"(graph @g(%x: f32[s1, 3, s0, s0]) symbols(s0 = 5, s1 = 2) params(%b: f32[3, 1, 1]) {
-  %0 = add(%x, %b) {alpha = 1} : f32[s1, 3, s0, s0]
-  return %0
-})"); }, {"does not walk dims 0..3 of kernel shape [2, 3, 5, 5] as one"});
+  // An operand whose strides change with a symbol (the transposed view of a
+  // symbolic input, which the kernel would read in place).
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
+  %0 = transpose(%x) {dim0 = 0, dim1 = 1} : f32[s1, s0]
+  %1 = exp(%0) : f32[s1, s0]
+  return %1
+})"); }, {"the layout of operand 0 changes with s1 (strides [1, 6], then [1, 7])"});
   // A contraction over the batch heads an epilogue group when codegen reads its
   // M per call (kiln's GEMM); that group is an epilogue step, not a kernel.
   {
@@ -590,6 +604,83 @@ TEST(RuntimeExtentGroups, RefusesGroupsNoOneKernelServesAtEverySize) {
   %2 = sum(%1) {dims = [1], keepdim = false, dtype = none} : f32[s0]
   return %2, %0
 })"); }, {"mentions no symbol"});
+}
+
+// Element-wise groups whose buffers do not walk the symbolic dims as one: a
+// kernel with a runtime layout (KernelDesc::runtime_layout), every extent and
+// stride read per call. Its dims merge where they do at every size (H and W).
+TEST(RuntimeLayoutGroups, PerChannelOperandsOverImagesOfEverySize) {
+  // W7's batch norm and relu under On: [s1, 3, s0, s0] images, per-channel
+  // scale and shift, and a residual.
+  expect_group_serves_every_extent(
+      R"(graph @g(%x: f32[s1, 3, s0, s0], %r: f32[s1, 3, s0, s0]) symbols(s0 = 5, s1 = 2) params(%a: f32[3, 1, 1], %b: f32[3, 1, 1]) {
+  %0 = mul(%x, %a) : f32[s1, 3, s0, s0]
+  %1 = add(%0, %b) {alpha = 1} : f32[s1, 3, s0, s0]
+  %2 = add(%1, %r) {alpha = 1} : f32[s1, 3, s0, s0]
+  %3 = relu(%2) : f32[s1, 3, s0, s0]
+  return %3
+})",
+      Reads::Layout);
+  auto g = fused(R"(graph @g(%x: f32[s1, 3, s0, s0]) symbols(s0 = 5, s1 = 2) params(%b: f32[3, 1, 1]) {
+  %0 = add(%x, %b) {alpha = 1} : f32[s1, 3, s0, s0]
+  return %0
+})");
+  std::vector<size_t> operands;
+  codegen::RuntimeExtents sizes;
+  KernelDesc k = codegen::lower_symbolic_group(*g, only_group(*g), g->symbol_hints(), operands, nullptr, &sizes);
+  // [batch, channel, H * W]: H and W merge at every size, the batch and the
+  // channel do not (the bias repeats over the batch).
+  EXPECT_EQ(k.shape, (std::vector<int64_t>{2, 3, 25}));
+  ASSERT_EQ(sizes.layout.size(), 12u); // 3 extents, then 3 strides of x, b and the result
+  EXPECT_EQ(sizes.layout[2], ir::SymExpr::symbol(0) * ir::SymExpr::symbol(0));
+  EXPECT_EQ(sizes.layout[3], ir::SymExpr(3) * ir::SymExpr::symbol(0) * ir::SymExpr::symbol(0)); // x's batch stride
+  EXPECT_EQ(sizes.layout[6], ir::SymExpr(0));                                                   // b's batch stride
+  KernelDesc other = codegen::lower_symbolic_group(*g, only_group(*g), std::vector<int64_t>{7, 3}, operands);
+  EXPECT_EQ(other.key(), k.key()) << "the traced sizes must pick no code";
+}
+
+TEST(RuntimeLayoutGroups, OperandsRepeatingOverOneSymbolOnly) {
+  // x repeats over s1 but not over s0: no one stride walks [s0, s1].
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 1, 8], %y: f32[s1, 8]) symbols(s0 = 4, s1 = 6) {
+  %0 = add(%x, %y) {alpha = 1} : f32[s0, s1, 8]
+  %1 = gelu(%0) {approximate = "tanh"} : f32[s0, s1, 8]
+  return %1
+})",
+                                   Reads::Layout, 1e-5);
+  // A symbolic innermost dim, with a row-per-position operand (a mask over
+  // [s0, s0] added to every head's scores).
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[s1, 4, s0, s0], %m: f32[s0, s0]) symbols(s0 = 6, s1 = 2) {
+  %0 = add(%x, %m) {alpha = 1} : f32[s1, 4, s0, s0]
+  %1 = exp(%0) : f32[s1, 4, s0, s0]
+  return %1
+})",
+                                   Reads::Layout, 1e-5);
+}
+
+// The compiled kernel reads the call's layout words as the interpreter does.
+TEST(RuntimeLayoutGroups, InterpreterReadsTheLayout) {
+  auto g = fused(R"(graph @g(%x: f32[3, s0]) symbols(s0 = 2) params(%b: f32[3, 1]) {
+  %0 = add(%x, %b) {alpha = 1} : f32[3, s0]
+  return %0
+})");
+  std::vector<size_t> operands;
+  codegen::RuntimeExtents sizes;
+  KernelDesc k = codegen::lower_symbolic_group(*g, only_group(*g), g->symbol_hints(), operands, nullptr, &sizes);
+  ASSERT_TRUE(k.runtime_layout);
+  std::vector<float> x(3 * 5), b = {1, 2, 3}, out(3 * 5, -7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  std::vector<int64_t> words(sizes.words());
+  sizes.fill(std::vector<int64_t>{5}, words.data());
+  EXPECT_EQ(words, (std::vector<int64_t>{3, 5, 5, 1, 1, 0, 5, 1}));
+  void *bufs[] = {x.data(), b.data(), out.data(), words.data()};
+  codegen::interpret(k, bufs);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], float(i) + b[i / 5]) << i;
+  std::vector<float> compiled(3 * 5, -7.0f);
+  void *run[] = {x.data(), b.data(), compiled.data(), words.data()};
+  test_jit().compile(k)->run(run);
+  EXPECT_EQ(compiled, out);
+  words[words.size() - 1] = 2; // the output's last-dim stride is compiled in
+  EXPECT_THROW(codegen::interpret(k, bufs), Error);
 }
 
 // instantiate: the static graph of one call's sizes, which runs as the symbolic one there.
