@@ -1,5 +1,6 @@
 // kiln_bench_runtime_extent: what a kernel whose batch is read per call
-// (codegen::KernelDesc::runtime_dim0, issue 17) costs against the kernel
+// (codegen::KernelDesc::runtime_dim0, issue 17; or its whole layout,
+// KernelDesc::runtime_layout) costs against the kernel
 // specialized to the traced batch. For each example named, its input 0 dim 0
 // is traced symbolic (frontend/symbolize.h; with --every-dim, every dim of it,
 // as dynamic = On makes them, so that W2's row length is read per call too:
@@ -112,16 +113,18 @@ void run_example(const std::string &name, int reps, bool every_dim) {
     std::vector<Tensor> bufs = buffers_for(*at, *at_nodes[n], ops, w.inputs);
     std::vector<void *> ptrs;
     for (Tensor &t : bufs) ptrs.push_back(t.raw_data());
-    int64_t extents[2];
-    sizes.at(g.symbol_hints(), extents);
+    std::vector<int64_t> extents(sizes.words()); // dim 0 and row, or a runtime layout's words
+    sizes.fill(g.symbol_hints(), extents.data());
     auto kd = codegen::Jit::global().compile(dynamic), ks = codegen::Jit::global().compile(fixed);
     std::vector<void *> with_extent = ptrs;
-    with_extent.push_back(extents);
+    with_extent.push_back(extents.data());
     auto [us_s, us_d] = median_us(*ks, ptrs, *kd, with_extent, reps);
     double gbps = double(codegen::footprint_bytes(fixed)) / (us_d * 1e3);
-    std::printf("%-16s %%%-4s dim 0 %-5lld row %-5s static %9.1f us%s  runtime %9.1f us  %5.2fx  %6.1f GB/s\n",
-                name.c_str(), nodes[n]->result()->name().c_str(), (long long)extents[0],
-                sizes.row ? std::to_string(extents[1]).c_str() : "-", us_s,
+    const std::string reads = !sizes.layout.empty() ? "layout " + shape_str(dynamic.shape)
+                              : "dim 0 " + std::to_string(extents[0]) + " row " +
+                                    (sizes.row ? std::to_string(extents[1]) : std::string("-"));
+    std::printf("%-16s %%%-4s %-22s static %9.1f us%s  runtime %9.1f us  %5.2fx  %6.1f GB/s\n", name.c_str(),
+                nodes[n]->result()->name().c_str(), reads.c_str(), us_s,
                 fixed.stream_stores ? " (streamed)" : "           ", us_d, us_d / us_s, gbps);
   }
 }
