@@ -809,9 +809,11 @@ std::vector<ir::SymExpr> fit_layout(const ir::Node &group, const std::string &na
     std::optional<ir::SymExpr> f = fit_word(candidates, values, probe_values, [&](size_t i) {
       return word(i == 0 ? k : probes[i - 1].desc);
     });
-    KILN_CHECK(f, "codegen: ", name, ": its kernel's ", w < rank ? "extent " : "stride ", w < rank ? "" : "of buffer ",
-               w < rank ? std::to_string(w) : std::to_string(w / rank - 1) + " in dim " + std::to_string(w % rank),
-               " (", word(k), ") is no product of the symbolic sizes of its operands and results");
+    const std::string what = w < rank ? "extent " + std::to_string(w)
+                                      : "stride of buffer " + std::to_string(w / rank - 1) + " in dim " +
+                                            std::to_string(w % rank);
+    KILN_CHECK(f, "codegen: ", name, ": its kernel's ", what, " (", word(k),
+               ") is no product of the symbolic sizes of its operands and results");
     out.push_back(*f);
   }
   return out;
@@ -1041,7 +1043,6 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   }
   return fold_into_dim0(group, name, syms, values, j, a, probes, metas, buffer_operands, operands, extents);
 }
-
 
 KernelDesc lower_group_for_every_size(const ir::Graph &g, const ir::Node &group, std::span<const int64_t> values,
                                       std::vector<size_t> &buffer_operands, std::optional<RuntimeExtents> &extents,
