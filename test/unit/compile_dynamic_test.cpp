@@ -6,7 +6,10 @@
 // every result equals eager's (a naive loop where eager could share a bug).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <random>
 #include <thread>
 
 #include <kiln/kiln.h>
@@ -490,6 +493,80 @@ TEST(CompileDynamic, PerChannelMapsOverImagesOfEverySize) {
   std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 6, 9, 9}), randn({3, 6, 9, 9})});
   ASSERT_TRUE(graph);
   EXPECT_EQ(runtime_row_steps(graph, "reads its extents and strides per call"), 1);
+}
+
+// Random element-wise models over inputs that broadcast over some dims and
+// not others (dims of size 1 stay static, the others turn symbolic under On),
+// with a captured operand of its own broadcast: each compiled once, then
+// called at three other sizes of its symbols, against eager. Many of them
+// need a kernel with a runtime layout; the rest fold into one runtime dim 0.
+TEST(CompileDynamic, RandomBroadcastsOverSymbolicDims) {
+  int layout_kernels = 0, models = 0;
+  for (uint64_t seed = 0; seed < 24; ++seed) {
+    manual_seed(100 + seed);
+    std::mt19937_64 rng(seed);
+    const size_t rank = 2 + rng() % 3;
+    // Distinct sizes, so that duck sizing gives each dim its own symbol.
+    std::vector<int64_t> full_shape = {2, 3, 4, 5, 6, 7, 8};
+    std::shuffle(full_shape.begin(), full_shape.end(), rng);
+    full_shape.resize(rank);
+    auto broadcast_of = [&](int keep_percent) { // full_shape with some dims 1
+      std::vector<int64_t> s = full_shape;
+      for (int64_t &d : s)
+        if (int(rng() % 100) >= keep_percent) d = 1;
+      return s;
+    };
+    std::vector<int64_t> a_shape = full_shape, b_shape = broadcast_of(60);
+    Tensor c = randn(broadcast_of(40));
+    const int variant = int(rng() % 3);
+    ModelFn fn = [&, variant](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+      Tensor y = in[0] * in[1] + c;
+      if (variant == 1) y = tanh(y) - in[1];
+      if (variant == 2) y = where(y > 0.5, y, c * 2.0);
+      return {y.relu(), y * 0.5};
+    };
+    CompileOptions o;
+    o.dynamic = Dynamic::On;
+    o.fallback = Fallback::Off;
+    CompiledFunction f = compile(fn, o);
+    const std::string model = detail::concat("seed ", seed, ": a ", shape_str(a_shape), " b ", shape_str(b_shape),
+                                             " c ", shape_str(c.sizes().vec()), " variant ", variant);
+    std::vector<Tensor> first = {randn(a_shape), randn(b_shape)};
+    expect_equal(f(first), fn(first), model + " at the traced sizes");
+    if (f.stats().dynamic_specializations == 0) continue;
+    ++models;
+    const int64_t compiles = f.stats().compiles;
+    for (int call = 0; call < 3; ++call) {
+      // Each dim sized > 1 in a: a new size where nothing broadcasts it (c's
+      // captured size holds it static otherwise: the graph keeps that one).
+      std::vector<int64_t> as = a_shape, bs = b_shape;
+      for (size_t d = 0; d < rank; ++d) {
+        if (c.size(int64_t(d)) != 1) continue;
+        as[d] = 9 + int64_t(rng() % 20);
+        if (bs[d] != 1) bs[d] = as[d];
+      }
+      std::vector<Tensor> in = {randn(as), randn(bs)};
+      in[0].data_ptr<float>()[0] = call == 1 ? NAN : INFINITY;
+      std::vector<Tensor> got = f(in), want = fn(in);
+      for (size_t k = 0; k < got.size(); ++k) { // NaN where eager's is, inf as eager's, the rest close
+        const std::string at = detail::concat(model, ", call at a ", shape_str(as), ", output ", k);
+        ASSERT_EQ(got[k].sizes().vec(), want[k].sizes().vec()) << at;
+        EXPECT_TRUE(equal(isnan(got[k]), isnan(want[k]))) << at;
+        Tensor same = logical_or(isnan(want[k]), eq(got[k], want[k]));
+        Tensor close = le(abs(got[k] - want[k]), abs(want[k]) * 1e-5 + 1e-6);
+        EXPECT_TRUE(all(logical_or(same, close)).item<bool>()) << at;
+      }
+    }
+    EXPECT_EQ(f.stats().compiles, compiles) << model << ": a call at new sizes compiled";
+    EXPECT_EQ(f.stats().eager_calls, 0) << model;
+    for (const std::string &line : codegen::describe_symbolic_executable(f.graph_for(first))) {
+      EXPECT_EQ(line.find("no kernel"), std::string::npos) << model << ": " << line;
+      layout_kernels += line.find("reads its extents and strides per call") != std::string::npos;
+    }
+  }
+  EXPECT_GE(models, 12) << "models that kept a symbol";
+  EXPECT_GE(layout_kernels, 4) << "kernels with a runtime layout among " << models << " models";
+  std::cout << models << " models kept a symbol; " << layout_kernels << " kernels read their layout per call\n";
 }
 
 // W2 under dynamic = On: the softmax's row length is a symbol, and one kernel
