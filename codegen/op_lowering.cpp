@@ -915,11 +915,6 @@ int64_t RuntimeExtent::at(std::span<const int64_t> values) const {
   return n;
 }
 
-void RuntimeExtents::at(std::span<const int64_t> values, int64_t (&out)[2]) const {
-  out[0] = dim0.at(values);
-  out[1] = row ? row->at(values) : 0;
-}
-
 namespace {
 
 // lower_symbolic_group's kernels with one runtime dim 0 (and row).

@@ -53,7 +53,6 @@ struct RuntimeExtents {
   RuntimeExtent dim0;
   std::optional<RuntimeExtent> row;
   std::vector<ir::SymExpr> layout;
-  void at(std::span<const int64_t> values, int64_t (&out)[2]) const;
   // The words the kernel reads (words() of them) at a call's symbol values.
   size_t words() const { return layout.empty() ? 2 : layout.size(); }
   void fill(std::span<const int64_t> values, int64_t *out) const;

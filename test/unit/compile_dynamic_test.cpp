@@ -34,6 +34,14 @@ void expect_equal(const std::vector<Tensor> &got, const std::vector<Tensor> &wan
   }
 }
 
+// f's results for `in` against eager's: values and strides.
+void expect_as_eager(CompiledFunction &f, const ModelFn &fn, const std::vector<Tensor> &in, const std::string &where) {
+  std::vector<Tensor> got = f(in), want = fn(in);
+  expect_equal(got, want, where);
+  for (size_t k = 0; k < got.size() && k < want.size(); ++k)
+    EXPECT_EQ(got[k].strides().vec(), want[k].strides().vec()) << where << ", output " << k;
+}
+
 // A row softmax of a scaled gelu, and a sum over each row of x * y: a kernel
 // over rows, an elementwise chain and a reduction, all over the batch.
 std::vector<Tensor> model(const std::vector<Tensor> &in) {
@@ -248,11 +256,7 @@ TEST(CompileDynamic, TransposedInputsOfEverySizeShareOneSpecialization) {
   for (auto [b, s] : {std::pair{2, 5}, {3, 7}, {4, 9}, {5, 3}, {2, 12}, {6, 4}, {3, 3}, {7, 8}}) {
     for (bool transposed : {false, true}) {
       std::vector<Tensor> in = {transposed ? randn({s, b, 16}).transpose(0, 1) : randn({b, s, 16})};
-      const std::string where = detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : "");
-      std::vector<Tensor> got = f(in), want = fn(in);
-      expect_equal(got, want, where);
-      for (size_t k = 0; k < got.size(); ++k)
-        EXPECT_EQ(got[k].strides().vec(), want[k].strides().vec()) << where << ", output " << k;
+      expect_as_eager(f, fn, in, detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : ""));
     }
   }
   // Static specializations for the first call and the first transposed one
@@ -281,11 +285,7 @@ TEST(CompileDynamic, SlicedInputsOfEverySizeShareOneSpecialization) {
     for (bool transposed : {false, true}) {
       Tensor x = transposed ? seq_major.slice(0, 0, s).slice(1, 0, b).transpose(0, 1)
                             : padded.slice(0, 0, b).slice(1, 0, s);
-      const std::string where = detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : "");
-      std::vector<Tensor> got = f({x}), want = fn({x});
-      expect_equal(got, want, where);
-      for (size_t k = 0; k < got.size(); ++k)
-        EXPECT_EQ(got[k].strides().vec(), want[k].strides().vec()) << where << ", output " << k;
+      expect_as_eager(f, fn, {x}, detail::concat("call ", call++, ", [", b, ", ", s, "]", transposed ? " transposed" : ""));
     }
   }
   // Static specializations for the first slice of each order; then the batch

@@ -217,12 +217,12 @@ int check_runtime_kernels(uint64_t seed, const ir::Graph &g, const std::string &
         got.push_back(empty(sizes_at(r->type(), values), r->type().dtype));
         ptrs.push_back(got.back().raw_data());
       }
-      int64_t extents[2];
-      sizes.at(values, extents);
-      ptrs.push_back(extents);
+      std::vector<int64_t> extents(sizes.words());
+      sizes.fill(values, extents.data());
+      ptrs.push_back(extents.data());
       kernel->run(ptrs.data());
       if (std::string d = compare_outputs(got, want, kRtol, kAtol); !d.empty()) {
-        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at dim 0 = " << extents[0] << ", row " << extents[1]
+        ADD_FAILURE() << origin << ": runtime kernel of %" << n->result()->name() << " at sizes " << shape_str(extents)
                       << ": " << d << "\n" << ir::print(g);
         return -1;
       }
