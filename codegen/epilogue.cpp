@@ -192,17 +192,39 @@ template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
 template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 template <class T> using DwPackCache = gemm::VersionedPack<gemm::DepthwiseWeight<T>>;
 
+std::string image_size_misfit(const ir::Node &c);
+
 // Why conv2d `c` (in a graph with symbols) cannot read its images per call,
-// or "": only the batch N may be symbolic (each image is one [O, Ho * Wo]
-// product of the traced sizes: the same kernels, blocks and packed weight).
+// or "". The batch N may be symbolic: each image is one [O, Ho * Wo] product.
+// The image sizes may be too where kiln's conv takes them (image_size_misfit).
+// The channels may not: the micro-kernels and the packed weight are the traced C's.
 std::string images_per_call_misfit(const ir::Node &c) {
   const ir::Value *x = c.operand(0), *w = c.operands().size() > 1 ? c.operand(1) : nullptr;
   if (!x || !w || c.results().size() != 1) return "not a conv2d with an input and a weight";
   if (w->type().symbolic()) return "the weight " + w->type().str() + " is symbolic";
   if (c.operands().size() > 2 && c.operand(2) && c.operand(2)->type().symbolic()) return "the bias is symbolic";
-  for (const ir::TensorType *t : {&x->type(), &c.result()->type()})
-    for (size_t d = 1; d < t->sym.size(); ++d)
-      if (!t->sym[d].is_constant()) return "dim " + std::to_string(d) + " of " + t->str() + " is symbolic (only the batch is read per call)";
+  bool image_size = false;
+  for (const ir::TensorType *t : {&x->type(), &c.result()->type()}) {
+    if (t->sym.size() != 4) return "not a 4-D conv2d";
+    if (!t->sym[1].is_constant()) return "the channels of " + t->str() + " are symbolic";
+    image_size |= !t->sym[2].is_constant() || !t->sym[3].is_constant();
+  }
+  return image_size ? image_size_misfit(c) : "";
+}
+
+// Why conv2d `c` cannot read its image sizes per call, or "". kiln's conv
+// takes them per call (its micro-kernels and packed weight depend on the
+// channels and the window only), and the epilogue then runs in the
+// micro-kernels' registers, each buffer addressed by the call's strides.
+// Eager's im2col path and the depthwise kernel lower their epilogue's tiles
+// per image width; a channels-last output is not kiln's conv either.
+std::string image_size_misfit(const ir::Node &c) {
+  if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's conv reads its image size per call)";
+  if (!register_epilogues()) return "KILN_GEMM_EPILOGUE=tile (tile kernels are lowered per image size)";
+  const attrs::Conv2d a{c};
+  if (a.groups() > 1 && a.groups() == c.operand(0)->type().shape[1])
+    return "a depthwise conv (its kernel's blocks are lowered per image width)";
+  if (c.result()->type().strides) return "a channels-last output";
   return "";
 }
 
@@ -220,6 +242,38 @@ std::string rows_per_call_misfit(const ir::Node &c) {
   if (r.symbolic() && !r.sym.back().is_constant()) return "N of " + r.str() + " is symbolic";
   return "";
 }
+
+// How one buffer of a conv's register epilogue is walked in one call whose
+// image size is read per call: element (image b, channel i, pixel j) at
+// b * bs + i * rs + j * cs.
+struct Walk {
+  int64_t bs = 0, rs = 0, cs = 0;
+};
+
+// `t`'s walk over the conv output [N, O, Ho, Wo] (`t` broadcasts to it), or
+// nothing when its pixels do not fold into one dim.
+std::optional<Walk> walk_of(const Tensor &t, const std::array<int64_t, 4> &D) {
+  if (t.dim() > 4) return std::nullopt;
+  std::array<int64_t, 4> st{};
+  for (int64_t d = 0; d < 4; ++d) {
+    const int64_t td = d - (4 - t.dim());
+    if (td < 0 || t.size(td) == 1) continue;
+    if (t.size(td) != D[size_t(d)]) return std::nullopt;
+    st[size_t(d)] = t.stride(td);
+  }
+  Walk w{st[0], st[1], 0};
+  if (D[2] > 1 && D[3] > 1 && st[2] != st[3] * D[3]) return std::nullopt;
+  w.cs = D[3] > 1 ? st[3] : D[2] > 1 ? st[2] : 0;
+  return w;
+}
+
+// One call of a conv whose image size is read per call: its shape and the
+// walks of the register epilogue's buffers (on the stack: no allocation).
+struct ConvCall {
+  kiln::gemm::ConvShape shape;
+  std::array<Walk, kMaxEpilogueBuffers> walks;
+  size_t c_bytes = 0; // the conv output in the call's scratch (no group result), 64-byte lines
+};
 
 class Step final : public EpilogueStep {
 public:
@@ -250,6 +304,10 @@ public:
                  jit_ ? "the product has batches that B does not share" : "kiln's GEMM does not take it");
     }
     compile_kernels(operands);
+    KILN_CHECK(!image_size_per_call_ || (jit_conv_ && !jit_dw_ && (epilogue_.empty() || in_registers_)),
+               "epilogue: the image size is not read per call: ",
+               !jit_conv_ || jit_dw_ ? "the conv is not on kiln's conv kernels"
+                                     : "the epilogue does not run in the micro-kernels' registers");
     kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}{}",
                  group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
                  N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind(),
@@ -261,6 +319,7 @@ public:
     return jit_ ? "gemm-jit" : "blas";
   }
   int64_t packed_weight_bytes() const override { return packed_bytes_; }
+  bool reads_image_size_per_call() const override { return image_size_per_call_; }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }
   int64_t num_kernels() const override { return int64_t(kernels_.size() + eks_.keep.size()); }
@@ -286,8 +345,9 @@ public:
     for (size_t i = 0; i < results.size(); ++i) {
       const Tensor &r = results[i], &m = metas_[i];
       // M read per call: any rows, contiguous as the traced metas were (the views' strides).
-      if (rows_per_call_ && r.dtype() == m.dtype() && r.dim() == m.dim() && r.size(-1) == m.size(-1) &&
-          r.is_contiguous() && !r.is_meta() && r.numel() == results[0].numel())
+      if (rows_per_call_ && r.dtype() == m.dtype() && r.dim() == m.dim() &&
+          (r.size(-1) == m.size(-1) || image_size_per_call_) && r.is_contiguous() && !r.is_meta() &&
+          r.numel() == results[0].numel())
         continue;
       KILN_CHECK(r.dtype() == m.dtype() && r.sizes() == m.sizes() && r.strides() == m.strides() && !r.is_meta(),
                  "epilogue: result buffer ", i, " is ", r.dtype(), shape_str(r.sizes()), " strides ",
@@ -306,6 +366,7 @@ private:
 
   void compute(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
     const bool conv = contraction_->op() == OpId::Conv2d;
+    if (image_size_per_call_) return compute_conv_call(operands, outs, scratch);
     Tiles t{M_, tm_, tn_, conv ? domain_[0] : 0};
     if (rows_per_call_ && conv) t.images = call_images(operands, outs);
     else if (rows_per_call_) t = tiles_for(call_rows(operands, outs));
@@ -318,6 +379,62 @@ private:
     }
     if (dtype_ == kFloat32) run_typed<float>(operands, outs, scratch, t);
     else run_typed<double>(operands, outs, scratch, t);
+  }
+
+  // A conv whose image size is read per call: its shape from the input, the
+  // results checked against it, the scratch sized for it.
+  void compute_conv_call(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
+    ConvCall call;
+    if (!conv_call(operands, outs, call)) return;
+    Tensor owned;
+    const size_t bytes = call.c_bytes + weight_scratch_bytes();
+    if (!scratch && bytes > 0) {
+      owned = kiln::detail::make_tensor({int64_t((bytes + 7) / 8)}, kFloat64);
+      scratch = owned.raw_data();
+    }
+    if (dtype_ == kFloat32) run_conv<float>(operands, outs, scratch, call.shape.N, &call);
+    else run_conv<double>(operands, outs, scratch, call.shape.N, &call);
+  }
+
+  // This call's conv shape (input [N, C, H, W] of the traced C; results
+  // [N, O, Ho, Wo], contiguous, as conv2d's rule gives them) and its buffers'
+  // walks, each checked against how the epilogue's code reads it. False when
+  // the output is empty.
+  bool conv_call(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, ConvCall &call) const {
+    kiln::gemm::ConvShape &s = call.shape;
+    s = *jit_conv_;
+    const Tensor &x = ins.at(operand_of(contraction_->operand(0)));
+    KILN_CHECK(x.dim() == 4 && x.size(1) == s.C, "internal: epilogue: conv2d input ", shape_str(x.sizes()),
+               " for a weight of ", s.C, " channels");
+    s.N = x.size(0), s.H = x.size(2), s.W = x.size(3);
+    s.Ho = (s.H + 2 * s.ph - s.dh * (s.kH - 1) - 1) / s.sh + 1;
+    s.Wo = (s.W + 2 * s.pw - s.dw * (s.kW - 1) - 1) / s.sw + 1;
+    const std::array<int64_t, 4> D{s.N, s.O, s.Ho, s.Wo};
+    for (const Tensor &o : outs)
+      KILN_CHECK(o.sizes() == IntArrayRef(D.data(), 4) && o.is_contiguous(), "internal: epilogue: conv2d result ",
+                 shape_str(o.sizes()), " for the input ", shape_str(x.sizes()));
+    if (s.N == 0 || s.pixels() <= 0) return false;
+    call.c_bytes = c_result_ >= 0 ? 0 : round64(itemsize(dtype_) * size_t(s.N * s.O * s.pixels()));
+    using O = gemm::Epilogue::Operand;
+    size_t n = 0;
+    for (size_t q = 0; q < buffer_sources_.size() && in_registers_; ++q, ++n) {
+      const Source &src = sources_[buffer_sources_[q]];
+      if (src.kind == Source::Kind::Contraction) continue;
+      const Tensor &t = ins.at(src.index);
+      const std::optional<Walk> w = walk_of(t, D);
+      KILN_CHECK(w, "internal: epilogue: operand ", src.index, " ", shape_str(t.sizes()), " strides ",
+                 shape_str(t.strides()), " does not fold over ", shape_str(IntArrayRef(D.data(), 4)));
+      // The code reads a Tile or Col operand's pixels at unit stride, a Row
+      // or Scalar one's not at all; the channels of a Col or Scalar one not at all.
+      const O kind = epi_kinds_[q];
+      const bool cols = kind == O::Tile || kind == O::Col;
+      KILN_CHECK((cols ? w->cs == 1 : w->cs == 0) || s.pixels() == 1, "internal: epilogue: operand ", src.index,
+                 " ", shape_str(t.sizes()), " does not walk the pixels as its code reads them");
+      call.walks[n] = *w;
+    }
+    for (size_t o = 0; o < kernel_outputs_.size() && in_registers_; ++o, ++n)
+      call.walks[n] = Walk{s.O * s.pixels(), s.pixels(), 1}; // contiguous, checked above
+    return true;
   }
 
   // N of this call: [N, O, Ho, Wo] results, an input [N, C, H, W] of the traced
@@ -629,6 +746,8 @@ private:
     const Tensor &x = operands.at(operand_of(contraction_->operand(0)));
     KILN_CHECK(x.dim() == 4, "epilogue: conv2d input ", shape_str(x.sizes()));
     x_chw_ = {x.size(1), x.size(2), x.size(3)};
+    for (const ir::TensorType *t : {&contraction_->operand(0)->type(), &contraction_->result()->type()})
+      image_size_per_call_ |= rows_per_call_ && t->sym.size() == 4 && (!t->sym[2].is_constant() || !t->sym[3].is_constant());
     if (rows_per_call_) { // images read per call: offsets b * (a batch stride)
       for (Source &s : sources_)
         if (s.kind == Source::Kind::Operand) s.view.to_progression();
@@ -885,6 +1004,7 @@ private:
       return std::string("its micro-kernel variant does not compile: ") + e.what();
     }
     in_registers_ = true;
+    epi_kinds_ = epi.inputs;
     g_register_epilogues_built.fetch_add(1, std::memory_order_relaxed);
     static const char *const kKinds[] = {"acc", "scalar", "row", "col", "tile"};
     std::string kinds;
@@ -1036,6 +1156,27 @@ private:
     KILN_CHECK(n == nbuf, "internal: epilogue buffers ", n, " != ", nbuf);
   }
 
+  // epilogue_pointers for a conv whose image size is read per call: the walks
+  // of `call`, at (image, channel 0, pixel p0).
+  void call_epilogue_pointers(const ConvCall &call, int64_t image, int64_t p0, const std::vector<Tensor> &ins,
+                              const std::vector<Tensor> &outs, const void **ptrs, int64_t *lds) const {
+    size_t n = 0;
+    auto at = [&](const Tensor &t) {
+      const Walk &w = call.walks[n];
+      ptrs[n] = static_cast<const char *>(t.raw_data()) + (image * w.bs + p0 * w.cs) * int64_t(itemsize(t.dtype()));
+      lds[n++] = w.rs;
+    };
+    for (size_t i : buffer_sources_) {
+      const Source &s = sources_[i];
+      if (s.kind == Source::Kind::Contraction) {
+        ptrs[n] = nullptr, lds[n++] = 0;
+        continue;
+      }
+      at(ins[s.index]);
+    }
+    for (size_t o : kernel_outputs_) at(outs[o]);
+  }
+
   template <class T>
   void run_typed(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, const Tiles &t) const {
     if (contraction_->op() == OpId::Conv2d) return run_conv<T>(ins, outs, scratch, t.images);
@@ -1101,10 +1242,11 @@ private:
 
   // The conv output C: a result, else the call's scratch. A channels-last C
   // is the same bytes viewed with NHWC strides.
-  Tensor conv_output(const std::vector<Tensor> &outs, void *scratch, int64_t images) const {
+  Tensor conv_output(const std::vector<Tensor> &outs, void *scratch, int64_t images, const ConvCall *call) const {
     if (c_result_ >= 0) return outs[size_t(c_result_)];
     Dims shape = domain_;
     shape[0] = images;
+    if (call) shape[2] = call->shape.Ho, shape[3] = call->shape.Wo;
     Tensor c = from_blob(scratch, IntArrayRef(shape), TensorOptions(dtype_));
     if (!channels_last_) return c;
     return kiln::detail::make_view(c, shape, kiln::detail::channels_last_strides(shape), 0);
@@ -1118,10 +1260,11 @@ private:
   }
 
   // The conv through codegen/gemm/conv.h into C (NCHW), `after` per block.
+  // `call`: a conv whose image size is read per call (its shape, its blocks chosen for it).
   template <class T>
   void run_jit_conv(const Tensor &x, const Tensor &w, const Tensor &b, const Tensor &C,
                     kiln::detail::nn::BlockCallback after, void *ctx, void *scratch,
-                    int64_t images, const gemm::ConvEpilogue *epi = nullptr) const {
+                    int64_t images, const gemm::ConvEpilogue *epi = nullptr, const ConvCall *call = nullptr) const {
     std::optional<typename ConvPackCache<T>::Ref> cached;
     kiln::gemm::PackedConvWeight<T> per_call; // a weight that is no parameter: packed into the call's scratch
     const kiln::gemm::PackedConvWeight<T> *pw = &per_call;
@@ -1129,28 +1272,31 @@ private:
       cached.emplace(conv_pack<T>(w));
       pw = &**cached;
     } else {
-      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes(images));
+      const size_t c_bytes = call ? call->c_bytes : c_scratch_bytes(images);
+      T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_bytes);
       per_call = kiln::gemm::pack_conv_weight_into<T>(conv_kernels_.template get<T>(),
                                                       static_cast<const T *>(w.raw_data()), strides4(w).data(), dst);
     }
     const std::array<int64_t, 4> xs = strides4(x);
-    kiln::gemm::conv2d<T>(conv_shape(images), static_cast<const T *>(x.raw_data()), xs.data(), *pw,
-                          b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr, static_cast<T *>(C.raw_data()),
-                          after, ctx, jit_block_pixels_, 0, epi);
+    kiln::gemm::conv2d<T>(call ? call->shape : conv_shape(images), static_cast<const T *>(x.raw_data()), xs.data(),
+                          *pw, b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr,
+                          static_cast<T *>(C.raw_data()), after, ctx, call ? 0 : jit_block_pixels_, 0, epi);
   }
 
   template <class T>
-  void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, int64_t images) const {
+  void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, int64_t images,
+                const ConvCall *call = nullptr) const {
     if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch, images);
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
-    Tensor C = conv_output(outs, scratch, images);
+    Tensor C = conv_output(outs, scratch, images, call);
     struct Ctx {
       const Step *self;
       T *c;
       const std::vector<Tensor> *ins;
       const std::vector<Tensor> *outs;
-    } ctx{this, static_cast<T *>(C.raw_data()), &ins, &outs};
+      const ConvCall *call;
+    } ctx{this, static_cast<T *>(C.raw_data()), &ins, &outs, call};
     auto after = [](void *p, int64_t image, int64_t p0, int64_t np) {
       auto *x = static_cast<Ctx *>(p);
       const Step &s = *x->self;
@@ -1161,12 +1307,14 @@ private:
       auto pointers = [](void *p, int64_t image, int64_t p0, const void **ptrs, int64_t *lds) {
         auto *x = static_cast<Ctx *>(p);
         const Step &s = *x->self;
+        if (x->call) return s.call_epilogue_pointers(*x->call, image, p0, *x->ins, *x->outs, ptrs, lds);
         s.epilogue_pointers(image, 0, p0, *x->ins, *x->outs, ptrs, lds,
                             s.buffer_sources_.size() + s.kernel_outputs_.size());
       };
       const gemm::ConvEpilogue epi{&eks_, buffer_sources_.size() + kernel_outputs_.size(), +pointers, &ctx};
-      return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, images, &epi);
+      return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, images, &epi, call);
     }
+    if (call) return run_jit_conv<T>(in(0), in(1), in(2), C, nullptr, nullptr, scratch, images, nullptr, call);
     if (jit_conv_)
       return run_jit_conv<T>(in(0), in(1), in(2), C, epilogue_.empty() ? nullptr : +after, &ctx, scratch, images);
     attrs::Conv2d a{cv};
@@ -1177,6 +1325,8 @@ private:
   std::shared_ptr<ir::Graph> owned_; // a lone contraction's wrapper group (build_lone)
   const ir::Node &group_;
   const bool rows_per_call_; // M (rows of the product) read from each call's operands (issue 17)
+  bool image_size_per_call_ = false; // conv2d: H, W (and N) read per call too (compute_conv_call)
+  std::vector<gemm::Epilogue::Operand> epi_kinds_; // the register epilogue's inputs: how its code reads each
   std::vector<const ir::Value *> outer_; // per group operand: the program graph's value
   const ir::Node *contraction_ = nullptr;
   std::vector<const ir::Node *> epilogue_;

@@ -51,7 +51,8 @@ public:
   // or a lone matmul or mm whose symbols size only the rows of the product
   // (M; not N, K or B: symbolic_contraction_misfit), `operands` are at the
   // traced sizes, contiguous where their type is symbolic. run_into then takes
-  // contiguous results and operands of any M with the traced trailing sizes:
+  // contiguous results and operands of any M with the traced trailing sizes
+  // (a conv2d: any batch, and any image size where image_size_misfit allows):
   // the micro-kernels cover every M % mr and the tiles are chosen per call, so
   // no size compiles anything. Throws kiln::Error when it cannot run so (BLAS,
   // an epilogue outside the micro-kernel's registers, batches B does not share).
@@ -65,6 +66,9 @@ public:
   virtual std::string_view contraction_kind() const = 0;
   // Whether kiln's own micro-kernels (GEMM or conv) compute it, not BLAS or eager's conv.
   bool on_kilns_kernels() const { return contraction_kind() == "gemm-jit" || contraction_kind() == "conv-jit"; }
+  // Whether a conv2d reads its image size (H, W) per call, not only its batch
+  // (a graph with symbolic image sizes, on kiln's conv with the epilogue in registers).
+  virtual bool reads_image_size_per_call() const = 0;
   // Bytes of a captured weight packed once for kiln's GEMM or conv, 0 if none.
   virtual int64_t packed_weight_bytes() const = 0;
 

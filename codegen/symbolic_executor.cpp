@@ -300,7 +300,10 @@ private:
       }
       const std::string_view kind = s.contraction->contraction_kind();
       s.how = std::string(kind) + ": " + what(n) +
-              (!symbolic ? " has static sizes" : kind.substr(0, 4) == "conv" ? " reads its batch per call" : " reads its M per call");
+              (!symbolic                                      ? " has static sizes"
+               : s.contraction->reads_image_size_per_call()   ? " reads its batch and image size per call"
+               : kind.substr(0, 4) == "conv"                  ? " reads its batch per call"
+                                                              : " reads its M per call");
       kiln::log()->debug("codegen: {}", s.how);
     } catch (const Error &e) {
       s.how = "eager: " + what(n) + ": " + e.what();

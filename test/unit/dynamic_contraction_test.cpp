@@ -13,6 +13,7 @@
 #include <kiln/kiln.h>
 
 #include "codegen/epilogue.h"
+#include "codegen/executable.h"
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
 
@@ -245,4 +246,130 @@ TEST(DynamicContraction, ConcurrentCallersWithChangingBatches) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().calls, 120);
+}
+
+namespace {
+
+// x [n, c, h, w] (*) w [o, c, kh, kw] (+ bias), stride s, padding p, by a naive loop.
+std::vector<double> naive_conv(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t s, int64_t p) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), o = w.size(0), kh = w.size(2),
+                kw = w.size(3), ho = (h + 2 * p - kh) / s + 1, wo = (wd + 2 * p - kw) / s + 1;
+  const std::vector<double> X = values(x), W = values(w), B = bias.defined() ? values(bias) : std::vector<double>(size_t(o), 0.0);
+  std::vector<double> y(size_t(n * o * ho * wo), 0.0);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double acc = B[size_t(oc)];
+          for (int64_t ci = 0; ci < c; ++ci)
+            for (int64_t ki = 0; ki < kh; ++ki)
+              for (int64_t kj = 0; kj < kw; ++kj) {
+                const int64_t ii = i * s + ki - p, jj = j * s + kj - p;
+                if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
+                acc += X[size_t(((b * c + ci) * h + ii) * wd + jj)] * W[size_t(((oc * c + ci) * kh + ki) * kw + kj)];
+              }
+          y[size_t(((b * o + oc) * ho + i) * wo + j)] = acc;
+        }
+  return y;
+}
+
+// A ResNet-style unit over [b, 32, h, w]: a 3x3 conv (Winograd-shaped at the
+// traced size) with a per-channel affine, the residual and relu in its
+// epilogue; and a lone unpadded 3x3 conv with a bias whose output is a result
+// (its image is 2 smaller each way; a strided conv's floor division keeps the
+// sizes static, see the shape fit in frontend/compile.cpp).
+struct ImageModel {
+  Tensor w1 = randn({32, 32, 3, 3}) * 0.1, scale = randn({32, 1, 1}), shift = randn({32, 1, 1});
+  Tensor w2 = randn({8, 32, 3, 3}) * 0.1, b2 = randn({8});
+  std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
+    return {relu(conv2d(in[0], w1, {}, 1, 1) * scale + shift + in[0]), conv2d(in[0], w2, b2, 1, 0)};
+  }
+  std::vector<std::vector<double>> reference(const Tensor &x) const {
+    std::vector<double> y = naive_conv(x, w1, {}, 1, 1);
+    const std::vector<double> X = values(x), S = values(scale), T = values(shift);
+    const int64_t pixels = x.size(2) * x.size(3);
+    for (size_t i = 0; i < y.size(); ++i) {
+      const size_t ch = size_t(int64_t(i) / pixels % 32);
+      y[i] = std::max(0.0, y[i] * S[ch] + T[ch] + X[i]);
+    }
+    return {y, naive_conv(x, w2, b2, 1, 0)};
+  }
+};
+
+} // namespace
+
+// Images whose batch, height and width all change (dynamic = On, W7's case):
+// one compile, both convs on kiln's conv with the call's image size, the
+// epilogue in the micro-kernels' registers at the call's strides; every
+// result equals the naive loops, and NaN and inf land where eager puts them.
+TEST(DynamicContraction, ConvReadsItsImageSizePerCall) {
+  manual_seed(8);
+  ImageModel m;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  const int64_t convs = codegen::gemm::conv_calls();
+  // The traced size (h != w: duck sizing would merge equal ones; batch 1
+  // would specialize), odd, small,
+  // tall, wide, and larger than traced; unpadded outputs of one row or column.
+  const int64_t sizes[][3] = {{2, 20, 24}, {3, 7, 9}, {3, 5, 3}, {4, 33, 17}, {2, 3, 40}, {5, 12, 11}, {2, 20, 24}};
+  for (const auto &sz : sizes) {
+    const std::string at = "[" + std::to_string(sz[0]) + ", 32, " + std::to_string(sz[1]) + ", " + std::to_string(sz[2]) + "]";
+    Tensor x = randn({sz[0], 32, sz[1], sz[2]});
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u) << at;
+    const std::vector<std::vector<double>> want = m.reference(x);
+    expect_near(got[0], want[0], at + ", y");
+    expect_near(got[1], want[1], at + ", z");
+  }
+  // NaN and inf in the input: the same non-finite elements as eager.
+  Tensor x = randn({3, 32, 9, 14});
+  float *p = x.data_ptr<float>();
+  p[0] = NAN, p[x.numel() / 2] = INFINITY, p[x.numel() - 1] = -INFINITY;
+  std::vector<Tensor> got = f({x}), want = m({x});
+  for (size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec());
+    EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << "result " << r;
+    EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << "result " << r;
+    Tensor finite = isfinite(want[r]);
+    EXPECT_LT(amax(abs(kiln::where(finite, got[r] - want[r], 0.0))).item<double>(), 1e-3) << "result " << r;
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the convs run on eager's kernels";
+  EXPECT_EQ(codegen::gemm::conv_calls() - convs, 2 * 8); // both convs of every call on kiln's conv
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 32, 9, 14})});
+  ASSERT_TRUE(graph);
+  int per_call = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph))
+    per_call += line.find("conv-jit") == 0 && line.find("reads its batch and image size per call") != std::string::npos;
+  EXPECT_EQ(per_call, 2);
+}
+
+// Where kiln's conv cannot take the image size per call (a depthwise conv),
+// the conv runs eagerly and its epilogue still joins a kernel: the same values.
+TEST(DynamicContraction, DepthwiseConvOverImageSizesRunsEagerly) {
+  manual_seed(9);
+  Tensor w = randn({16, 1, 3, 3}), b = randn({16});
+  auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    return {relu(conv2d(in[0], w, b, 1, 1, 1, 16) + in[0])};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (const auto &sz : {std::array<int64_t, 3>{2, 6, 8}, {3, 11, 5}, {2, 6, 8}, {4, 2, 19}}) {
+    Tensor x = randn({sz[0], 16, sz[1], sz[2]});
+    Tensor want = fn({x})[0];
+    Tensor got = f({x})[0];
+    ASSERT_EQ(got.sizes().vec(), want.sizes().vec());
+    EXPECT_LT(amax(abs(got - want)).item<double>(), 1e-4);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 16, 9, 14})});
+  ASSERT_TRUE(graph);
+  bool said = false;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph))
+    said |= line.find("depthwise") != std::string::npos;
+  EXPECT_EQ(said, on_kilns_gemm());
 }
