@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -43,6 +45,82 @@ void check_structure(const std::vector<Dims> &base, const std::vector<Dims> &at,
     throw Error("no symbolic shape: the result ranks change with the symbols (at " + binding(symbols, values) +
                 ")");
 }
+
+// Dims that are a floor division of one symbol s (a strided conv or pool over
+// a symbolic height: (s + 2p - k) // stride + 1): (a * s + b) // den for den
+// up to kMaxFitDen. The rule runs along each symbol alone (the others at their
+// hints), as far as the denominators tried need: 2 * den + 1 points fix a, b
+// and den, and fit_symbolic_dims checks the result away from them.
+class FloorFit {
+public:
+  static constexpr int64_t kMaxDen = 32;
+
+  FloorFit(const SizesAt &rule, std::span<const int> symbols, const std::vector<int64_t> &base)
+      : rule_(rule), symbols_(symbols), base_(base), series_(symbols.size()) {}
+
+  std::optional<SymExpr> dim(size_t r, size_t d) {
+    for (int64_t den = 2; den <= kMaxDen; ++den) {
+      const int64_t points = 2 * den + 1;
+      int varies = -1; // the one symbol the dim changes with so far
+      for (size_t j = 0; j < symbols_.size(); ++j) {
+        if (!extend(j, points)) return std::nullopt;
+        const std::vector<std::vector<Dims>> &sj = series_[j];
+        for (int64_t t = 1; t < points; ++t)
+          if (sj[size_t(t)][r][int64_t(d)] != sj[0][r][int64_t(d)]) {
+            if (varies >= 0 && varies != int(j)) return std::nullopt; // two symbols: not this form
+            varies = int(j);
+            break;
+          }
+      }
+      if (varies < 0) continue; // constant so far: a larger denominator may show it
+      if (std::optional<SymExpr> e = fit(size_t(varies), r, d, den, points)) return e;
+    }
+    return std::nullopt;
+  }
+
+private:
+  // The rule along symbol j at its hint + t for t < points; false where it refuses.
+  bool extend(size_t j, int64_t points) {
+    std::vector<std::vector<Dims>> &sj = series_[j];
+    while (int64_t(sj.size()) < points) {
+      std::vector<int64_t> values = base_;
+      values[size_t(symbols_[j])] += int64_t(sj.size());
+      try {
+        sj.push_back(rule_(values));
+      } catch (const Error &) {
+        return false;
+      }
+      if (sj.back().size() != sj[0].size()) return false;
+      for (size_t q = 0; q < sj[0].size(); ++q)
+        if (sj.back()[q].size() != sj[0][q].size()) return false;
+    }
+    return true;
+  }
+
+  // (a * s + b) // den through the points, or nothing: a is the step over den
+  // points, the same from every start; b any value that floors to each point.
+  std::optional<SymExpr> fit(size_t j, size_t r, size_t d, int64_t den, int64_t points) const {
+    const std::vector<std::vector<Dims>> &sj = series_[j];
+    auto y = [&](int64_t t) { return sj[size_t(t)][r][int64_t(d)]; };
+    const int64_t a = y(den) - y(0);
+    for (int64_t t = 0; t + den < points; ++t)
+      if (y(t + den) - y(t) != a) return std::nullopt;
+    const int64_t h = base_[size_t(symbols_[j])];
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    for (int64_t t = 0; t < points; ++t) { // den * y <= a * x + b < den * (y + 1)
+      const int64_t x = h + t;
+      lo = std::max(lo, den * y(t) - a * x);
+      hi = std::min(hi, den * y(t) + den - 1 - a * x);
+    }
+    if (lo > hi) return std::nullopt;
+    return SymExpr::floordiv(SymExpr(a) * SymExpr::symbol(symbols_[j]) + SymExpr(lo), SymExpr(den));
+  }
+
+  const SizesAt &rule_;
+  std::span<const int> symbols_;
+  const std::vector<int64_t> &base_;
+  std::vector<std::vector<std::vector<Dims>>> series_; // per symbol, per point: the rule's sizes
+};
 
 } // namespace
 
@@ -91,15 +169,36 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
     }
 
   // Two checks away from the unit cube, each symbol moved by a different amount
-  // (a floor division can look linear on the cube).
-  for (int pass = 0; pass < 2; ++pass) {
+  // (a floor division can look linear on the cube). A dim that fails them may
+  // be a floor division of one symbol (floor_fit); both checks run again.
+  auto check_point = [&](int pass) {
     std::vector<int64_t> values = base_values;
     for (int j = 0; j < m; ++j) {
       int64_t &v = values[size_t(symbols[size_t(j)])];
       v = pass == 0 ? v + 5 + 2 * j : 2 * v + 17 + 3 * j;
     }
-    std::vector<Dims> got = run_at(rule, symbols, values, false);
+    return values;
+  };
+  std::vector<std::pair<size_t, size_t>> misfits; // (result, dim)
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<int64_t> values = check_point(pass);
+    const std::vector<Dims> got = run_at(rule, symbols, values, false);
     check_structure(sizes[0], got, symbols, values);
+    for (size_t r = 0; r < out.size(); ++r) {
+      const std::vector<int64_t> want = evaluate_dims(out[r], values);
+      for (size_t d = 0; d < want.size(); ++d)
+        if (want[d] != got[r][int64_t(d)] && std::find(misfits.begin(), misfits.end(), std::pair{r, d}) == misfits.end())
+          misfits.emplace_back(r, d);
+    }
+  }
+  if (!misfits.empty()) {
+    FloorFit fit(rule, symbols, base_values);
+    for (auto [r, d] : misfits)
+      if (std::optional<SymExpr> e = fit.dim(r, d)) out[r][d] = *e;
+  }
+  for (int pass = 0; pass < 2 && !misfits.empty(); ++pass) {
+    const std::vector<int64_t> values = check_point(pass);
+    std::vector<Dims> got = run_at(rule, symbols, values, false);
     for (size_t r = 0; r < out.size(); ++r) {
       const std::vector<int64_t> want = evaluate_dims(out[r], values);
       if (IntArrayRef(want) == IntArrayRef(got[r])) continue;
@@ -114,7 +213,7 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
       if (symbolic) dims += " = " + shape_str(want);
       throw Error("no symbolic shape: result " + std::to_string(r) + " is " + shape_str(got[r]) + " at " +
                   binding(symbols, values) + ", not " + dims +
-                  " (a size that is not multilinear in the symbols, such as a floor division)");
+                  " (a size that is neither multilinear in the symbols nor a floor division of one)");
     }
   }
   return out;

@@ -8,7 +8,10 @@
 // are interpolated: the rule runs at the traced sizes and with every subset of
 // the symbols moved up by one (2^m runs for m symbols), which fixes a
 // multilinear polynomial exactly, and the polynomial is then checked against
-// the rule at two points away from those. A dim it does not fit there, or a
+// the rule at two points away from those. A dim that fails there is tried as
+// a floor division of one symbol, (a * s + b) // den for den <= 32 (a strided
+// conv or pool over a symbolic height), fitted along that symbol alone and
+// checked at the same two points. A dim that fits neither, or a
 // rule that refuses the moved sizes (add of [s0] and [s1] holds only where
 // s0 == s1), is a kiln::Error saying so: such a node needs a guard or a static
 // size, the caller's choice. The verifier checks every symbolic node once more,

@@ -60,16 +60,43 @@ TEST(SymFit, HoldsSymbolsOutsideTheListAtTheirHints) {
   EXPECT_EQ(fit_symbolic_dims(rule, hints, symbols)[0], dims({"s0 + 6"}));
 }
 
-TEST(SymFit, RefusesSizesThatAreNotMultilinear) {
-  std::vector<int64_t> hints{4};
-  std::vector<int> symbols{0};
+TEST(SymFit, FitsFloorDivisionsOfOneSymbol) {
+  std::vector<int64_t> hints{4, 20};
+  std::vector<int> symbols{0, 1};
   // Floor divisions: 4 // 16 = 5 // 16 = 0 looks constant on the unit cube.
+  // A conv's output height (3x3, padding 1, stride 2), a 2x2 pool's, a
+  // patchify conv's (kernel and stride 16), next to a multilinear dim.
+  auto conv = [](int64_t h) { return (h + 2 - 3) / 2 + 1; };
   for (int64_t den : {2, 3, 16}) {
-    auto rule = [den](std::span<const int64_t> v) { return std::vector<Dims>{Dims({v[0] / den})}; };
-    expect_error([&] { fit_symbolic_dims(rule, hints, symbols); }, {"not multilinear", "at s0 = "});
+    auto rule = [&](std::span<const int64_t> v) {
+      return std::vector<Dims>{Dims({v[0] / den, conv(v[1]), v[0] * v[1]}), Dims({(v[1] - 16) / 16 + 1})};
+    };
+    const std::vector<std::vector<SymExpr>> got = fit_symbolic_dims(rule, hints, symbols);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0][0], SymExpr::floordiv(s("s0"), den));
+    EXPECT_EQ(got[0][2], s("s0*s1"));
+    // Every size from 2 to 199 against the rule (the fit saw a few dozen).
+    for (int64_t a = 2; a < 200; ++a) {
+      const std::vector<int64_t> v{a, a + 16}; // s1 >= 16: the patchify conv's kernel fits
+      const std::vector<Dims> want = rule(v);
+      for (size_t r = 0; r < got.size(); ++r)
+        EXPECT_EQ(IntArrayRef(evaluate_dims(got[r], v)), IntArrayRef(want[r])) << "den " << den << " at " << a;
+    }
   }
+}
+
+TEST(SymFit, RefusesSizesThatAreNeitherMultilinearNorAFloorDivision) {
+  std::vector<int64_t> hints{4, 6};
+  std::vector<int> symbols{0, 1};
   auto square = [](std::span<const int64_t> v) { return std::vector<Dims>{Dims({v[0] * v[0]})}; };
-  expect_error([&] { fit_symbolic_dims(square, hints, symbols); }, {"result 0 is [", "not multilinear"});
+  expect_error([&] { fit_symbolic_dims(square, hints, symbols); }, {"result 0 is [", "neither multilinear"});
+  // A floor division of two symbols, of a product, and by more than 32.
+  auto two = [](std::span<const int64_t> v) { return std::vector<Dims>{Dims({(v[0] + v[1]) / 2})}; };
+  expect_error([&] { fit_symbolic_dims(two, hints, symbols); }, {"not [", "at s0 = "});
+  auto product = [](std::span<const int64_t> v) { return std::vector<Dims>{Dims({v[0] * v[1] / 3})}; };
+  expect_error([&] { fit_symbolic_dims(product, hints, symbols); }, {"neither multilinear"});
+  auto wide = [](std::span<const int64_t> v) { return std::vector<Dims>{Dims({v[0] / 64})}; };
+  expect_error([&] { fit_symbolic_dims(wide, std::vector<int64_t>{70, 6}, symbols); }, {"neither multilinear"});
 }
 
 TEST(SymFit, ReportsARuleThatHoldsOnlyForRelatedSymbols) {
@@ -165,6 +192,13 @@ TEST_F(SymOps, ResultDimsMatchTheEagerRuleAtSizesTheFitNeverSaw) {
       {"conv over the batch", OpId::Conv2d, {3, 3}, {}, {}}, // filled below: weight static
       {"softmax", OpId::Softmax, {0}, {AttrValue(1)}, {dims({"s0", "s1", "8"})}},
       {"cumsum", OpId::Cumsum, {0}, {AttrValue(1), AttrValue()}, {dims({"s0", "s1", "8"})}},
+      // A floor division of one symbol (ir::FloorFit).
+      {"max_pool2d over s1", OpId::MaxPool2d, {3},
+       attrs::MaxPool2dArgs{.kernel_size = std::vector<int64_t>{2, 2}, .stride = std::vector<int64_t>{2, 2},
+                            .padding = std::vector<int64_t>{0, 0}, .dilation = std::vector<int64_t>{1, 1},
+                            .ceil_mode = false}
+           .to_attrs(),
+       {dims({"2", "3", "floordiv(s1, 2)", "5"})}},
   };
   for (OpCase c : cases) {
     if (c.op == OpId::Conv2d) continue; // a symbolic spatial dim: refused below
@@ -185,13 +219,6 @@ TEST_F(SymOps, RefusesOpsWithoutASymbolicShape) {
   passes::Builder b(*g, nullptr);
   // [s0, s1, 8] + [s0, 3]: broadcasting needs s1 == 3 (never, for a symbol).
   expect_error([&] { b.op(OpId::Add, {vals[0], vals[2]}, {AttrValue(1)}); }, {"add"});
-  // max_pool2d over a symbolic height: a floor division.
-  Attrs pool = attrs::MaxPool2dArgs{.kernel_size = std::vector<int64_t>{2, 2}, .stride = std::vector<int64_t>{2, 2},
-                                    .padding = std::vector<int64_t>{0, 0}, .dilation = std::vector<int64_t>{1, 1},
-                                    .ceil_mode = false}
-                   .to_attrs();
-  expect_error([&] { b.op(OpId::MaxPool2d, {vals[3]}, pool); },
-               {"max_pool2d: no symbolic shape: result 0 is [2, 3, 5, 5] at s1 = 11, not [2, 3, 3, 5] (", "not multilinear"});
   // A reshape of a symbolic value needs its symbolic sizes.
   expect_error([&] { b.op(OpId::Reshape, {vals[1]}, {AttrValue(std::vector<int64_t>{48})}); },
                {"reshape", "needs the result's symbolic sizes"});
