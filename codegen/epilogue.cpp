@@ -292,7 +292,8 @@ public:
                "epilogue: empty or scalar contraction output ", shape_str(domain_));
     if (rows_per_call_) {
       const std::string why = rows_per_call_misfit(*contraction_);
-      KILN_CHECK(why.empty(), "epilogue: M is not read per call: ", why);
+      KILN_CHECK(why.empty(), "epilogue: ", contraction_->op() == OpId::Conv2d ? "the images are" : "M is",
+                 " not read per call: ", why);
     }
     if (contraction_->op() == OpId::Conv2d) {
       plan_conv(operands);

@@ -16,6 +16,7 @@
 #include "codegen/executable.h"
 #include "codegen/gemm/conv.h"
 #include "codegen/gemm/path.h"
+#include "ir/printer.h"
 
 using namespace kiln;
 
@@ -210,16 +211,17 @@ TEST(DynamicContraction, ConvReadsItsImagesPerCall) {
   EXPECT_GE(s.packed_weight_bytes, int64_t(sizeof(float)) * 16 * 16 * 9);
 }
 
-// Threads calling one compiled function with batches that change per call: the
-// steps that read M or the images per call share their packed weights and
-// kernels, and each call tiles for its own size (the TSan stage runs this).
+// Threads calling one compiled function with batches (and image sizes) that
+// change per call: the steps that read M or the images per call share their
+// packed weights and kernels, and each call tiles for its own size (the TSan
+// stage runs this).
 TEST(DynamicContraction, ConcurrentCallersWithChangingBatches) {
   manual_seed(7);
   Model m;
   ConvModel cm;
   CompileOptions o;
   o.dynamic = Dynamic::On;
-  o.static_dims = {{2, 1}, {2, 2}, {2, 3}};
+  o.static_dims = {{2, 1}}; // the channels; the images' height and width change too
   auto both = [&](const std::vector<Tensor> &in) {
     std::vector<Tensor> out = m({in[0], in[1]});
     out.push_back(cm({in[2]})[0]);
@@ -228,7 +230,7 @@ TEST(DynamicContraction, ConcurrentCallersWithChangingBatches) {
   CompiledFunction f = compile(both, o);
   std::vector<std::vector<Tensor>> inputs, want;
   for (int64_t b : {2, 3, 5, 7, 9, 12}) {
-    inputs.push_back({randn({b, 20}), randn({b, 24}), randn({b, 16, 10, 10})});
+    inputs.push_back({randn({b, 20}), randn({b, 24}), randn({b, 16, 4 + b, 17 - b})});
     want.push_back(both(inputs.back()));
   }
   std::atomic<int> bad{0};
@@ -372,4 +374,64 @@ TEST(DynamicContraction, DepthwiseConvOverImageSizesRunsEagerly) {
   for (const std::string &line : codegen::describe_symbolic_executable(graph))
     said |= line.find("depthwise") != std::string::npos;
   EXPECT_EQ(said, on_kilns_gemm());
+}
+
+namespace {
+
+// A downsampling ResNet unit over [b, 16, h, w]: a stride-2 3x3 conv with a
+// per-channel affine and relu, a 3x3 conv whose epilogue adds the stride-2
+// 1x1 projection of the input, relu, and a 2x2 max pool. Its output sizes are
+// floor divisions of h and w ((h + 1) // 2, (h + 1) // 4).
+struct DownModel {
+  Tensor w1 = randn({32, 16, 3, 3}) * 0.1, s1 = randn({32, 1, 1}), t1 = randn({32, 1, 1});
+  Tensor w2 = randn({32, 32, 3, 3}) * 0.1, s2 = randn({32, 1, 1}), t2 = randn({32, 1, 1});
+  Tensor wd = randn({32, 16, 1, 1}) * 0.2;
+  std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
+    Tensor y = relu(conv2d(in[0], w1, {}, 2, 1) * s1 + t1);
+    Tensor z = relu(conv2d(y, w2, {}, 1, 1) * s2 + t2 + conv2d(in[0], wd, {}, 2, 0));
+    return {z, max_pool2d(z, {2, 2})};
+  }
+};
+
+} // namespace
+
+// Strided convs and pooling over symbolic image sizes (dynamic = On): their
+// output sizes fit as floor divisions of the input's (ir::fit_symbolic_dims),
+// so one compile serves odd and even heights and widths, and the convs read
+// their image size per call. Against eager, NaN and inf included.
+TEST(DynamicContraction, StridedConvsAndPoolsOverImagesOfEverySize) {
+  manual_seed(10);
+  DownModel m;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  const int64_t sizes[][3] = {{2, 20, 24}, {3, 7, 9}, {2, 33, 16}, {4, 5, 6}, {2, 12, 41}, {2, 20, 24}};
+  for (const auto &sz : sizes) {
+    const std::string at = "[" + std::to_string(sz[0]) + ", 16, " + std::to_string(sz[1]) + ", " + std::to_string(sz[2]) + "]";
+    Tensor x = randn({sz[0], 16, sz[1], sz[2]});
+    float *p = x.data_ptr<float>();
+    if (sz[0] == 2) p[7] = NAN, p[x.numel() - 3] = INFINITY;
+    std::vector<Tensor> got = f({x}), want = m({x});
+    ASSERT_EQ(got.size(), 2u) << at;
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec()) << at << ", result " << r;
+      EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << at << ", result " << r;
+      EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << at << ", result " << r;
+      Tensor finite = isfinite(want[r]);
+      const double err = amax(abs(kiln::where(finite, got[r] - want[r], 0.0)) -
+                              abs(kiln::where(finite, want[r], 0.0)) * 1e-4).item<double>();
+      EXPECT_LT(err, 1e-4) << at << ", result " << r;
+    }
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 16, 9, 14})});
+  ASSERT_TRUE(graph);
+  EXPECT_NE(ir::print(*graph).find("floordiv(s1 + 1, 2)"), std::string::npos) << ir::print(*graph);
+  if (!on_kilns_gemm()) return;
+  int per_call = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph))
+    per_call += line.find("reads its batch and image size per call") != std::string::npos;
+  EXPECT_GE(per_call, 2); // the two 3x3 convs with their epilogues (the 1x1 projection may join one)
 }
