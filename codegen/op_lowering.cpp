@@ -7,6 +7,7 @@
 #include "codegen/op_lowering.h"
 
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -605,6 +606,30 @@ std::vector<int> group_symbols(const ir::Node &group) {
   return ids;
 }
 
+// The step by which the probes move the symbols: 1, or where the group's sizes
+// hold floor divisions (a strided conv's output), a period of all of them, so
+// that each size is a polynomial in the moves and the fits' argument holds
+// (floordiv(s1 + 3, 8) does not change when s1 moves by one).
+int64_t probe_step(const ir::Node &group, const std::string &name) {
+  int64_t step = 1;
+  auto add = [&](const ir::TensorType &t) {
+    for (const ir::SymExpr &e : t.sym) {
+      const int64_t p = e.period();
+      KILN_CHECK(p > 0, "codegen: ", name, ": the size ", e.str(), " has no period of at most ",
+                 ir::SymExpr::kMaxPeriod, " (a symbolic divisor, or divisions too far apart)");
+      step = std::lcm(step, p);
+      KILN_CHECK(step <= ir::SymExpr::kMaxPeriod, "codegen: ", name, ": its sizes' floor divisions have no common ",
+                 "period of at most ", ir::SymExpr::kMaxPeriod);
+    }
+  };
+  for (const ir::Value *v : group.operands())
+    if (v) add(v->type());
+  for (const ir::Value *r : group.results()) add(r->type());
+  for (const ir::Node *n : group.body()->nodes())
+    for (const ir::Value *r : n->results()) add(r->type());
+  return step;
+}
+
 } // namespace
 
 // The operands of node `index` of static graph `at` as the symbolic executor
@@ -700,7 +725,7 @@ std::string symbol_name(int s) {
 // Which candidate product of symbolic sizes (times a constant) gives
 // `extent(values)` at `values` and at each probe's values, for sizes of the
 // kernel the probes moved: a monomial that agrees at a point and after each
-// symbol moved by one agrees everywhere. The candidates are dims of the
+// symbol moved by one step (probe_step) agrees everywhere. The candidates are dims of the
 // group's operand and result types: all symbolic dims of one type, all but
 // its last, or single dims; and last, no dim (a constant).
 template <class Extent>
@@ -840,10 +865,11 @@ KernelDesc runtime_layout_kernel(const ir::Graph &g, size_t index, const ir::Nod
                ": its kernel changes with ", symbol_name(p.symbol), " beyond its extents and strides (a constant)");
   const size_t rank = a.shape.size(), nbuf = a.num_buffers();
   const std::vector<ir::SymExpr> words = fit_layout(group, name, a, values, probes);
-  // One more point, every symbol moved by two: the formulas must give its kernel too.
+  // One more point, every symbol moved by two steps: the formulas must give its kernel too.
   {
+    const int64_t step = probe_step(group, name);
     std::vector<int64_t> far(values.begin(), values.end());
-    for (int64_t &v : far) v += 2;
+    for (int64_t &v : far) v += 2 * step;
     std::vector<size_t> buffers;
     KernelDesc d = lower_group_at(g, index, far, buffers);
     KILN_CHECK(d.shape.size() == rank && key_but_layout(d) == key, "codegen: ", name,
@@ -989,14 +1015,16 @@ KernelDesc lower_symbolic_group(const ir::Graph &g, const ir::Node &group, std::
   KILN_CHECK(!ids.empty(), "codegen: ", name, " mentions no symbol: its static kernel serves every call");
   std::vector<Tensor> metas;
   KernelDesc a = lower_group_at(g, index, values, buffer_operands, &metas);
-  // The kernel at each symbol moved by one: the dims that change are the ones
+  // The kernel at each symbol moved by one (by probe_step where sizes hold
+  // floor divisions): the dims that change are the ones
   // the symbols size. They must be outer dims, leading the kernel's, or those
   // and the row of a row reduction.
+  const int64_t step = probe_step(group, name);
   std::vector<Probe> probes;
   size_t j = 0; // dims [0, j) are sized by symbols (or lie between such dims)
   for (int s : ids) {
     Probe p{s, std::vector<int64_t>(values.begin(), values.end()), {}, {}, {}};
-    p.values.at(size_t(s)) += 1;
+    p.values.at(size_t(s)) += step;
     p.desc = lower_group_at(g, index, p.values, p.buffers, &p.metas);
     KILN_CHECK(p.desc.shape.size() == a.shape.size(), "codegen: ", name, ": its kernel's rank changes with ",
                symbol_name(s), " (kernel shape ", shape_str(a.shape), " at ", symbol_name(s), " = ",

@@ -154,6 +154,20 @@ int SymExpr::max_symbol() const {
   return m;
 }
 
+int64_t SymExpr::period() const {
+  int64_t p = 1;
+  for (const Term &t : terms_)
+    for (const Factor &f : t.factors) {
+      if (!f.atom.div) continue;
+      const std::optional<int64_t> d = f.atom.div->den.constant();
+      const int64_t inner = f.atom.div->num.period();
+      if (!d || *d <= 0 || inner == 0 || inner > kMaxPeriod / *d) return 0;
+      p = std::lcm(p, inner * *d); // the numerator moves by multiples of d
+      if (p > kMaxPeriod) return 0;
+    }
+  return p;
+}
+
 namespace {
 void collect_symbols(const SymExpr &e, std::vector<int> &out) {
   for (const SymExpr::Term &t : e.terms())

@@ -36,6 +36,13 @@ public:
   bool is_constant() const { return constant().has_value(); }
   // The highest symbol id mentioned, -1 when none.
   int max_symbol() const;
+  // A step P >= 1 such that moving the symbols by multiples of P moves every
+  // floor division in the expression by a whole amount: the expression is then
+  // a polynomial in the moves, as one without divisions is in the symbols
+  // (codegen probes kernels at such moves). 1 without divisions; 0 when a
+  // divisor is symbolic or P would exceed kMaxPeriod.
+  int64_t period() const;
+  static constexpr int64_t kMaxPeriod = 1024;
   // The ids of the symbols mentioned, ascending, each once.
   std::vector<int> symbols() const;
 

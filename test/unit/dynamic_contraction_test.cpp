@@ -380,8 +380,10 @@ namespace {
 
 // A downsampling ResNet unit over [b, 16, h, w]: a stride-2 3x3 conv with a
 // per-channel affine and relu, a 3x3 conv whose epilogue adds the stride-2
-// 1x1 projection of the input, relu, and a 2x2 max pool. Its output sizes are
-// floor divisions of h and w ((h + 1) // 2, (h + 1) // 4).
+// 1x1 projection of the input, relu, a 2x2 max pool, and the pool's mean over
+// its width and over the whole image. Its sizes are floor divisions of h and w ((h + 1) // 2,
+// (h + 1) // 4): the mean's row of (w + 1) // 4 stays 6 from w = 23 to 26, so
+// a kernel that probed its sizes at w + 1 alone took it for a constant.
 struct DownModel {
   Tensor w1 = randn({32, 16, 3, 3}) * 0.1, s1 = randn({32, 1, 1}), t1 = randn({32, 1, 1});
   Tensor w2 = randn({32, 32, 3, 3}) * 0.1, s2 = randn({32, 1, 1}), t2 = randn({32, 1, 1});
@@ -389,7 +391,8 @@ struct DownModel {
   std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
     Tensor y = relu(conv2d(in[0], w1, {}, 2, 1) * s1 + t1);
     Tensor z = relu(conv2d(y, w2, {}, 1, 1) * s2 + t2 + conv2d(in[0], wd, {}, 2, 0));
-    return {z, max_pool2d(z, {2, 2})};
+    Tensor p = max_pool2d(z, {2, 2});
+    return {z, p, p.mean(3), p.mean({2, 3})};
   }
 };
 
@@ -412,8 +415,8 @@ TEST(DynamicContraction, StridedConvsAndPoolsOverImagesOfEverySize) {
     float *p = x.data_ptr<float>();
     if (sz[0] == 2) p[7] = NAN, p[x.numel() - 3] = INFINITY;
     std::vector<Tensor> got = f({x}), want = m({x});
-    ASSERT_EQ(got.size(), 2u) << at;
-    for (size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(got.size(), 4u) << at;
+    for (size_t r = 0; r < 4; ++r) {
       ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec()) << at << ", result " << r;
       EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << at << ", result " << r;
       EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << at << ", result " << r;
@@ -434,4 +437,8 @@ TEST(DynamicContraction, StridedConvsAndPoolsOverImagesOfEverySize) {
   for (const std::string &line : codegen::describe_symbolic_executable(graph))
     per_call += line.find("reads its batch and image size per call") != std::string::npos;
   EXPECT_GE(per_call, 2); // the two 3x3 convs with their epilogues (the 1x1 projection may join one)
+  int rows = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph))
+    rows += line.find("reads its dim 0 and row length per call") != std::string::npos;
+  EXPECT_EQ(rows, 1); // the mean
 }

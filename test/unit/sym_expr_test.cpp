@@ -229,3 +229,41 @@ TEST(SymExpr, BadInputIsAnError) {
 
 } // namespace
 } // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+// period(): moving the symbols by multiples of it moves every floor division by
+// a whole amount. Checked against the definition: at every multiple, each
+// expression's change is exactly linear in the move (codegen's probes need that).
+TEST(SymExpr, PeriodMakesFloorDivisionsLinearInTheMoves) {
+  EXPECT_EQ(SymExpr::parse("3*s0*s1 + 4").period(), 1);
+  const char *texts[] = {"floordiv(s1 + 1, 2)", "floordiv(s1 + 3, 8)*floordiv(s2 + 3, 8)",
+                         "floordiv(s1 + 3, 8) + floordiv(s2, 3)", "floordiv(floordiv(s0, 2) + 1, 4)",
+                         "64*s0*floordiv(2*s1 + 1, 6)"};
+  const int64_t want[] = {2, 8, 24, 8, 6};
+  for (size_t i = 0; i < std::size(texts); ++i) {
+    const SymExpr e = SymExpr::parse(texts[i]);
+    const int64_t p = e.period();
+    EXPECT_GT(p, 0) << texts[i];
+    EXPECT_EQ(p % want[i], 0) << texts[i] << ": " << p;
+    // Along one symbol at a time (the others fixed), the differences between
+    // successive moves by p are constant for a linear term and change linearly for a product.
+    for (int k = 0; k < 3; ++k)
+      for (int64_t base = 2; base < 12; ++base) {
+        auto at = [&](int64_t move) {
+          std::vector<int64_t> v{base + 3, base + 5, base + 7};
+          v[size_t(k)] += move * p;
+          return e.evaluate(v);
+        };
+        const int64_t d1 = at(1) - at(0), d2 = at(2) - at(1), d3 = at(3) - at(2);
+        EXPECT_EQ(d3 - d2, d2 - d1) << texts[i] << " along s" << k << " from " << base;
+      }
+  }
+  // A symbolic divisor has no period, nor divisions whose periods' lcm passes kMaxPeriod.
+  EXPECT_EQ(SymExpr::floordiv(SymExpr::symbol(0), SymExpr::symbol(1)).period(), 0);
+  EXPECT_EQ(SymExpr::parse("floordiv(s0, 31)*floordiv(s1, 37)").period(), 0);
+}
+
+} // namespace
+} // namespace kiln::ir
