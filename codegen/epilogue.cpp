@@ -372,9 +372,9 @@ private:
     if (rows_per_call_ && conv) t.images = call_images(operands, outs);
     else if (rows_per_call_) t = tiles_for(call_rows(operands, outs));
     if (t.M == 0 || (conv && t.images == 0)) return;
-    Tensor owned; // no caller scratch (run(), or a batch read per call): this call's
+    Tensor owned; // no caller scratch (run(), or a batch read per call), or one too small: this call's
     const size_t bytes = c_scratch_bytes(t.images) + weight_scratch_bytes();
-    if (!scratch && bytes > 0) {
+    if (bytes > 0 && (!scratch || bytes > scratch_bytes())) {
       owned = kiln::detail::make_tensor({int64_t((bytes + 7) / 8)}, kFloat64);
       scratch = owned.raw_data();
     }
@@ -387,9 +387,9 @@ private:
   void compute_conv_call(const std::vector<Tensor> &operands, const std::vector<Tensor> &outs, void *scratch) const {
     ConvCall call;
     if (!conv_call(operands, outs, call)) return;
-    Tensor owned;
+    Tensor owned; // no caller scratch, or one sized for the traced images: this call's
     const size_t bytes = call.c_bytes + weight_scratch_bytes();
-    if (!scratch && bytes > 0) {
+    if (bytes > 0 && (!scratch || bytes > scratch_bytes())) {
       owned = kiln::detail::make_tensor({int64_t((bytes + 7) / 8)}, kFloat64);
       scratch = owned.raw_data();
     }
