@@ -145,27 +145,35 @@ TEST(DynamicContraction, StridedInputs) {
 
 namespace {
 
-// x [n, c, h, w] (*) w [o, c / groups, 3, 3] + bias, stride 1, padding 1, by a naive loop.
-std::vector<double> naive_conv3x3(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t groups) {
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), o = w.size(0), cg = c / groups;
-  const std::vector<double> X = values(x), W = values(w), B = values(bias);
-  std::vector<double> y(size_t(n * o * h * wd), 0.0);
+// x [n, c, h, w] (*) w [o, c / groups, kh, kw] (+ bias), stride s, padding p, by a naive loop.
+std::vector<double> naive_conv(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t s, int64_t p,
+                               int64_t groups = 1) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), o = w.size(0), kh = w.size(2),
+                kw = w.size(3), ho = (h + 2 * p - kh) / s + 1, wo = (wd + 2 * p - kw) / s + 1, cg = c / groups;
+  const std::vector<double> X = values(x), W = values(w), B = bias.defined() ? values(bias) : std::vector<double>(size_t(o), 0.0);
+  std::vector<double> y(size_t(n * o * ho * wo), 0.0);
   for (int64_t b = 0; b < n; ++b)
     for (int64_t oc = 0; oc < o; ++oc)
-      for (int64_t i = 0; i < h; ++i)
-        for (int64_t j = 0; j < wd; ++j) {
-          double s = B[size_t(oc)];
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double acc = B[size_t(oc)];
           const int64_t g = oc / (o / groups);
           for (int64_t ci = 0; ci < cg; ++ci)
-            for (int64_t ki = 0; ki < 3; ++ki)
-              for (int64_t kj = 0; kj < 3; ++kj) {
-                const int64_t ii = i + ki - 1, jj = j + kj - 1;
+            for (int64_t ki = 0; ki < kh; ++ki)
+              for (int64_t kj = 0; kj < kw; ++kj) {
+                const int64_t ii = i * s + ki - p, jj = j * s + kj - p;
                 if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
-                s += X[size_t(((b * c + g * cg + ci) * h + ii) * wd + jj)] * W[size_t(((oc * cg + ci) * 3 + ki) * 3 + kj)];
+                acc += X[size_t(((b * c + g * cg + ci) * h + ii) * wd + jj)] *
+                       W[size_t(((oc * cg + ci) * kh + ki) * kw + kj)];
               }
-          y[size_t(((b * o + oc) * h + i) * wd + j)] = s;
+          y[size_t(((b * o + oc) * ho + i) * wo + j)] = acc;
         }
   return y;
+}
+
+// A 3x3 conv with stride 1 and padding 1.
+std::vector<double> naive_conv3x3(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t groups) {
+  return naive_conv(x, w, bias, 1, 1, groups);
 }
 
 // A conv with relu (its output no result), then a depthwise conv with a
@@ -252,34 +260,10 @@ TEST(DynamicContraction, ConcurrentCallersWithChangingBatches) {
 
 namespace {
 
-// x [n, c, h, w] (*) w [o, c, kh, kw] (+ bias), stride s, padding p, by a naive loop.
-std::vector<double> naive_conv(const Tensor &x, const Tensor &w, const Tensor &bias, int64_t s, int64_t p) {
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), o = w.size(0), kh = w.size(2),
-                kw = w.size(3), ho = (h + 2 * p - kh) / s + 1, wo = (wd + 2 * p - kw) / s + 1;
-  const std::vector<double> X = values(x), W = values(w), B = bias.defined() ? values(bias) : std::vector<double>(size_t(o), 0.0);
-  std::vector<double> y(size_t(n * o * ho * wo), 0.0);
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t oc = 0; oc < o; ++oc)
-      for (int64_t i = 0; i < ho; ++i)
-        for (int64_t j = 0; j < wo; ++j) {
-          double acc = B[size_t(oc)];
-          for (int64_t ci = 0; ci < c; ++ci)
-            for (int64_t ki = 0; ki < kh; ++ki)
-              for (int64_t kj = 0; kj < kw; ++kj) {
-                const int64_t ii = i * s + ki - p, jj = j * s + kj - p;
-                if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
-                acc += X[size_t(((b * c + ci) * h + ii) * wd + jj)] * W[size_t(((oc * c + ci) * kh + ki) * kw + kj)];
-              }
-          y[size_t(((b * o + oc) * ho + i) * wo + j)] = acc;
-        }
-  return y;
-}
-
 // A ResNet-style unit over [b, 32, h, w]: a 3x3 conv (Winograd-shaped at the
 // traced size) with a per-channel affine, the residual and relu in its
 // epilogue; and a lone unpadded 3x3 conv with a bias whose output is a result
-// (its image is 2 smaller each way; a strided conv's floor division keeps the
-// sizes static, see the shape fit in frontend/compile.cpp).
+// (its image is 2 smaller each way; strided convs: StridedConvsAndPools... below).
 struct ImageModel {
   Tensor w1 = randn({32, 32, 3, 3}) * 0.1, scale = randn({32, 1, 1}), shift = randn({32, 1, 1});
   Tensor w2 = randn({8, 32, 3, 3}) * 0.1, b2 = randn({8});
