@@ -325,12 +325,15 @@ KernelDesc KernelDesc::at_row_length(int64_t length) const {
   KernelDesc at = *this;
   at.runtime_row = false;
   at.row_strided.clear();
-  at.shape.at(1) = length;
+  const int64_t traced = shape.back();
+  at.shape.back() = length;
   for (Node &n : at.nodes)
     if (n.inverse_row_length) n.fvalue = n.dtype == DType::Float32 ? double(float(1.0 / double(length))) : 1.0 / double(length);
-  for (size_t b = 0; b < at.num_buffers(); ++b)
-    if (row_strided.at(b))
-      at.buffer(b).strides.at(0) = length;
+  for (size_t b = 0; b < at.num_buffers(); ++b) {
+    if (!row_strided.at(b) || traced <= 0) continue; // (validate refuses a traced length of 0)
+    std::vector<int64_t> &st = at.buffer(b).strides;
+    for (size_t d = 0; d + 1 < st.size(); ++d) st[d] = st[d] / traced * length;
+  }
   return at;
 }
 
@@ -357,16 +360,17 @@ void KernelDesc::validate() const {
     return;
   }
   if (runtime_row) {
-    KILN_CHECK(runtime_dim0 && shape.size() == 2 && row_rank == 1 && has_reductions(), "kernel: a runtime row needs ",
-               "a runtime dim 0, rank 2, a row of one dim and reductions (rank ", shape.size(), ", row rank ", row_rank,
+    KILN_CHECK(runtime_dim0 && shape.size() >= 2 && row_rank == 1 && has_reductions(), "kernel: a runtime row needs ",
+               "a runtime dim 0, rank >= 2, a row of one dim and reductions (rank ", shape.size(), ", row rank ", row_rank,
                runtime_dim0 ? ")" : ", dim 0 static)");
     KILN_CHECK(row_strided.size() == num_buffers(), "kernel: ", row_strided.size(), " row_strided flags for ",
                num_buffers(), " buffers");
+    KILN_CHECK(shape.back() > 0, "kernel: a runtime row traced at length ", shape.back());
     for (size_t b = 0; b < num_buffers(); ++b) {
       const std::vector<int64_t> &st = buffer(b).strides;
-      KILN_CHECK(!row_strided[b] || (st.size() == 2 && st[0] == shape[1]), "kernel: buffer ", b,
-                 " steps dim 0 by the row length, but its stride ", st.empty() ? 0 : st[0], " is not the traced ",
-                 shape[1]);
+      for (size_t d = 0; row_strided[b] && d + 1 < st.size(); ++d)
+        KILN_CHECK(st[d] % shape.back() == 0, "kernel: buffer ", b, " steps its outer dims by multiples of the row ",
+                   "length, but its stride ", st[d], " in dim ", d, " is no multiple of the traced ", shape.back());
     }
     at_row_length(kRuntimeRowAssumed).validate(); // strides and aliases must hold at every length
     return;

@@ -201,9 +201,15 @@ std::vector<Value *> Lowering::offset_bases(IRBuilder<> &b, const std::vector<Va
     Value *base = bases[buf];
     for (size_t d = from; d < to; ++d) {
       if (st[d] == 0) continue;
-      // A runtime row: a row-major buffer steps dim 0 by the call's row length.
-      const bool by_row = d == 0 && row_len_ && k_.row_strided.at(buf);
-      base = b.CreateAdd(base, b.CreateMul(idx[d - from], by_row ? row_len_ : b.getInt64(st[d])));
+      // A runtime row: a row-major buffer steps its outer dims by multiples of
+      // the call's row length (of the assumed length shape_.back() here).
+      if (row_len_ && d < outer_rank() && k_.row_strided.at(buf)) {
+        const int64_t times = st[d] / shape_.back();
+        Value *step = times == 1 ? row_len_ : b.CreateMul(row_len_, b.getInt64(times), "", true, true);
+        base = b.CreateAdd(base, b.CreateMul(idx[d - from], step));
+        continue;
+      }
+      base = b.CreateAdd(base, b.CreateMul(idx[d - from], b.getInt64(st[d])));
     }
     out.push_back(base);
   }

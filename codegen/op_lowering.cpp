@@ -683,30 +683,36 @@ std::vector<int64_t> &strides_of(KernelDesc &k, size_t b) {
   return k.buffer(b).strides;
 }
 
-// Dims [0, j) of k walked as one dim 0 of their product's extent. Each
+// Dims [from, to) of k walked as one dim of their product's extent. Each
 // buffer must walk them as one: a dim's stride is the next (inner) dim's
 // stride times that dim's size, size-1 dims aside, as in a row-major
-// [s0, s1, 64] buffer or one broadcast over all of them. Returns "", or why
-// a buffer does not (k is then left half folded).
-std::string fold_leading_dims(KernelDesc &k, size_t j) {
+// [s0, s1, 64] buffer or one broadcast over all of them. Folding row dims
+// lowers the row rank to match. Returns "", or why a buffer does not (k is
+// then left half folded).
+std::string fold_dims(KernelDesc &k, size_t from, size_t to) {
+  const size_t first_row = k.shape.size() - size_t(k.row_rank);
+  KILN_CHECK(!k.has_reductions() || to <= first_row || from >= first_row, "internal: codegen: folding dims ", from,
+             "..", to - 1, " of kernel shape ", shape_str(k.shape), " mixes outer and row dims");
   int64_t extent = 1;
-  for (size_t d = 0; d < j; ++d) extent *= k.shape[d];
+  for (size_t d = from; d < to; ++d) extent *= k.shape[d];
   for (size_t b = 0; b < k.num_buffers(); ++b) {
     std::vector<int64_t> &st = strides_of(k, b);
     int64_t inner = -1, step = 0; // the inner neighbour of size > 1 among the folded dims; the innermost's stride
-    for (size_t d = j; d-- > 0;) {
+    for (size_t d = to; d-- > from;) {
       if (k.shape[d] == 1) continue;
       if (inner >= 0 && st[d] != st[size_t(inner)] * k.shape[size_t(inner)])
-        return "buffer " + std::to_string(b) + " (strides " + shape_str(st) + ") does not walk dims 0.." +
-               std::to_string(j - 1) + " of kernel shape " + shape_str(k.shape) + " as one";
+        return "buffer " + std::to_string(b) + " (strides " + shape_str(st) + ") does not walk dims " +
+               std::to_string(from) + ".." + std::to_string(to - 1) + " of kernel shape " + shape_str(k.shape) +
+               " as one";
       if (inner < 0) step = st[d];
       inner = int64_t(d);
     }
-    st.erase(st.begin(), st.begin() + int64_t(j));
-    st.insert(st.begin(), step);
+    st.erase(st.begin() + int64_t(from), st.begin() + int64_t(to));
+    st.insert(st.begin() + int64_t(from), step);
   }
-  k.shape.erase(k.shape.begin(), k.shape.begin() + int64_t(j));
-  k.shape.insert(k.shape.begin(), extent);
+  if (k.has_reductions() && from >= first_row) k.row_rank -= int32_t(to - from) - 1;
+  k.shape.erase(k.shape.begin() + int64_t(from), k.shape.begin() + int64_t(to));
+  k.shape.insert(k.shape.begin() + int64_t(from), extent);
   return "";
 }
 
@@ -727,7 +733,7 @@ std::string symbol_name(int s) {
 // kernel the probes moved: a monomial that agrees at a point and after each
 // symbol moved by one step (probe_step) agrees everywhere. The candidates are dims of the
 // group's operand and result types: all symbolic dims of one type, all but
-// its last, or single dims; and last, no dim (a constant).
+// its last, or single dims and products of its trailing ones; and last, no dim (a constant).
 template <class Extent>
 RuntimeExtent fit_extent(const ir::Node &group, bool single_dims, bool all_but_last, std::span<const int64_t> values,
                          const std::vector<std::vector<int64_t>> &probe_values, Extent &&extent, const std::string &name,
@@ -738,8 +744,9 @@ RuntimeExtent fit_extent(const ir::Node &group, bool single_dims, bool all_but_l
     std::vector<ir::SymExpr> all;
     for (const ir::SymExpr &e : t.sym)
       if (!e.is_constant()) all.push_back(e);
-    if (single_dims) {
+    if (single_dims) { // and the trailing ones' products: a row of several dims folded into one
       for (const ir::SymExpr &e : all) candidates.push_back({e});
+      for (size_t k = 2; k <= all.size(); ++k) candidates.push_back(std::vector<ir::SymExpr>(all.end() - k, all.end()));
       return;
     }
     candidates.push_back(all);
@@ -763,11 +770,21 @@ RuntimeExtent fit_extent(const ir::Node &group, bool single_dims, bool all_but_l
             ") is no product of the symbolic sizes of its operands and results");
 }
 
-// A runtime row (KernelDesc::runtime_row): which buffers step dim 0 by the
-// row length at the traced sizes.
+// A runtime row (KernelDesc::runtime_row): which buffers walk the row and step
+// their outer dims by multiples of its length at the traced sizes. (The probes
+// then check the flags and multiples at other lengths.)
 std::vector<uint8_t> row_strided_buffers(KernelDesc &k) {
   std::vector<uint8_t> flags(k.num_buffers(), 0);
-  for (size_t b = 0; b < k.num_buffers(); ++b) flags[b] = strides_of(k, b).at(0) == k.shape.at(1);
+  const int64_t length = k.shape.back();
+  for (size_t b = 0; b < k.num_buffers(); ++b) {
+    const std::vector<int64_t> &st = strides_of(k, b);
+    bool steps = false, multiples = length > 0;
+    for (size_t d = 0; d + 1 < st.size(); ++d) {
+      steps |= st[d] != 0;
+      multiples &= length > 0 && st[d] % length == 0;
+    }
+    flags[b] = st.back() != 0 && steps && multiples;
+  }
   return flags;
 }
 
@@ -954,6 +971,18 @@ KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const 
   // Symbols in the row: every outer dim folds into dim 0, and the row's
   // length is read per call too. A whole-tensor reduction gets an outer dim of 1.
   const bool runtime_row = j > outer;
+  // A row of several dims that every buffer walks as one (a global average
+  // pool's [H, W] of an NCHW image) is a row of one dim of their product.
+  if (runtime_row && a.row_rank > 1) {
+    const size_t rank = a.shape.size();
+    if (std::string why = fold_dims(a, outer, rank); !why.empty())
+      KILN_FAIL("codegen: ", name, ": the symbols ", syms, " size its row of ", rank - outer,
+                " dims, which a kernel reads as one row only where every buffer walks them as one: ", why);
+    for (Probe &p : probes)
+      if (std::string why = fold_dims(p.desc, outer, rank); !why.empty())
+        KILN_FAIL("codegen: ", name, ": its row of ", rank - outer, " dims is not one row at ",
+                  symbol_name(p.symbol), " = ", p.values[size_t(p.symbol)], ": ", why);
+  }
   if (runtime_row && outer == 0 && a.row_rank == 1) {
     prepend_unit_dim(a);
     for (Probe &p : probes) prepend_unit_dim(p.desc);
@@ -962,8 +991,19 @@ KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const 
   KILN_CHECK(!runtime_row || (a.row_rank == 1 && outer >= 1), "codegen: ", name, ": the symbols ", syms,
              " size its row of ", a.row_rank, " dims (kernel shape ", shape_str(a.shape),
              "); a kernel reads its outer extent per call, and the length of a row of one dim");
-  if (runtime_row) j = outer;
-  if (std::string why = fold_leading_dims(a, j); !why.empty())
+  if (runtime_row) {
+    // All outer dims as one where every buffer walks them so; else only the
+    // leading ones the symbols size (the row's length scales the others'
+    // strides: a per-channel operand of an NCHW pool walks [s0, C] otherwise
+    // than the image).
+    size_t sized = 0;
+    for (const Probe &p : probes)
+      for (size_t d = 0; d < outer; ++d)
+        if (p.desc.shape[d] != a.shape[d]) sized = std::max(sized, d + 1);
+    KernelDesc all = a;
+    j = fold_dims(all, 0, outer).empty() ? outer : std::max<size_t>(sized, 1);
+  }
+  if (std::string why = fold_dims(a, 0, j); !why.empty())
     KILN_FAIL("codegen: ", name, ": its kernel changes with ", syms, " beyond its outermost dim: ", why);
   a.runtime_dim0 = true;
   if (runtime_row) {
@@ -972,7 +1012,7 @@ KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const 
   }
   for (Probe &p : probes) {
     const std::string sym = symbol_name(p.symbol);
-    if (std::string why = fold_leading_dims(p.desc, j); !why.empty())
+    if (std::string why = fold_dims(p.desc, 0, j); !why.empty())
       KILN_FAIL("codegen: ", name, ": its kernel changes with ", sym, " beyond its outermost dim: ", why);
     p.desc.runtime_dim0 = true;
     if (runtime_row) {
@@ -991,7 +1031,7 @@ KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const 
                       [&](size_t i) { return i == 0 ? a.shape[0] : probes[i - 1].desc.shape[0]; }, name, "dim 0");
   if (runtime_row)
     f.row = fit_extent(group, true, false, values, probe_values,
-                       [&](size_t i) { return i == 0 ? a.shape[1] : probes[i - 1].desc.shape[1]; }, name,
+                       [&](size_t i) { return i == 0 ? a.shape.back() : probes[i - 1].desc.shape.back(); }, name,
                        "row length");
   a.validate();
   if (operands) *operands = std::move(metas);

@@ -648,3 +648,70 @@ TEST(CompileDynamic, MeansOverRowsOfEveryLength) {
   const int runtime_rows = runtime_row_steps(graph);
   EXPECT_GE(runtime_rows, 1);
 }
+
+// A global average pool over images of every size (dynamic = On): the mean
+// over [h, w] of an NCHW image is a row of two dims that every buffer walks as
+// one, so one kernel reads its rows (b * C) and their length (h * w) per call,
+// and the affine map and relu before it join that kernel. A mean over
+// (C, h, w) too. Against a naive double loop, at sizes across the vector tails
+// and the sums' blocks of 1024; NaN and inf images give eager's NaN and inf.
+TEST(CompileDynamic, GlobalAveragePoolsOverImagesOfEverySize) {
+  manual_seed(19);
+  const int64_t C = 6;
+  Tensor scale = randn({C, 1, 1}), shift = randn({C, 1, 1});
+  auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor y = relu(in[0] * scale + shift);
+    return {y.mean({2, 3}), in[0].mean({1, 2, 3}, true)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][3] = {{2, 7, 9}, {3, 5, 5}, {2, 33, 40}, {2, 2, 3}, {4, 17, 3}, {2, 64, 65}, {2, 7, 9}};
+  for (const auto &sz : sizes) {
+    const int64_t b = sz[0], h = sz[1], w = sz[2];
+    const std::string at = "[" + std::to_string(b) + ", 6, " + std::to_string(h) + ", " + std::to_string(w) + "]";
+    Tensor x = randn({b, C, h, w});
+    float *p = x.data_ptr<float>();
+    p[h * w + 1] = NAN, p[(b * C - 1) * h * w] = INFINITY; // image 0, channel 1; the last image's last channel
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u) << at;
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{b, C})) << at;
+    ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{b, 1, 1, 1})) << at;
+    const float *s = scale.data_ptr<float>(), *t = shift.data_ptr<float>();
+    for (int64_t n = 0; n < b; ++n) {
+      double whole = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        double pool = 0;
+        for (int64_t i = 0; i < h * w; ++i) {
+          const double v = p[(n * C + c) * h * w + i];
+          const double a = double(float(float(v) * s[c]) + t[c]);
+          pool += a < 0 ? 0.0 : a; // relu keeps NaN
+          whole += v;
+        }
+        pool /= double(h * w);
+        const float g = got[0].data_ptr<float>()[n * C + c];
+        const std::string where = at + " pool " + std::to_string(n) + ", " + std::to_string(c);
+        EXPECT_EQ(std::isnan(g), std::isnan(pool)) << where;
+        EXPECT_EQ(std::isinf(g), std::isinf(pool)) << where;
+        if (std::isinf(pool)) {
+          EXPECT_EQ(g, float(pool)) << where;
+        } else if (!std::isnan(pool)) {
+          EXPECT_NEAR(g, pool, 1e-5 * (1 + std::abs(pool))) << where;
+        }
+      }
+      whole /= double(C * h * w);
+      const float g = got[1].data_ptr<float>()[n];
+      EXPECT_EQ(std::isnan(g), std::isnan(whole)) << at << " mean " << n;
+      EXPECT_EQ(std::isinf(g), std::isinf(whole)) << at << " mean " << n;
+      if (std::isfinite(whole)) {
+        EXPECT_NEAR(g, whole, 1e-5 * (1 + std::abs(whole))) << at << " mean " << n;
+      }
+    }
+  }
+  CompileStats st = f.stats();
+  EXPECT_EQ(st.compiles, 1);
+  EXPECT_EQ(st.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, C, 9, 14})});
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(runtime_row_steps(graph), 2) << "the pool and the whole mean, each one kernel";
+}

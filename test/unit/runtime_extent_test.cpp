@@ -287,8 +287,9 @@ TEST(RuntimeExtent, OneKernelServesEveryRowLength) {
 
 TEST(RuntimeExtent, RefusesARuntimeRowThatCannotHoldAtEveryLength) {
   KernelDesc k = row_kernel(3, 40);
-  k.row_strided = {1, 1, 0, 1, 0, 0}; // s's dim-0 stride is 0, not the length
-  expect_error([&] { k.validate(); }, {"buffer 1 steps dim 0 by the row length, but its stride 0 is not the traced 40"});
+  k.row_strided = {1, 0, 1, 1, 0, 0}; // b's dim-0 stride is 1, no multiple of the length
+  expect_error([&] { k.validate(); }, {"buffer 2 steps its outer dims by multiples of the row length, but its stride 1 "
+                                       "in dim 0 is no multiple of the traced 40"});
   k = row_kernel(3, 40);
   k.row_strided.pop_back();
   expect_error([&] { k.validate(); }, {"5 row_strided flags for 6 buffers"});
@@ -549,6 +550,27 @@ TEST(RuntimeExtentGroups, RowStatisticsOverTwoSymbols) {
 })");
 }
 
+// Rows of several dims that every buffer walks as one are one row of their
+// product, read per call: a global average pool after a per-channel affine
+// map (its [s0, 4] outer dims stay two: the channel's operands walk them
+// otherwise than the image, which steps dim 0 by 4 rows and dim 1 by one),
+// and a sum over a row of a constant and a symbolic dim.
+TEST(RuntimeExtentGroups, RowsOfSeveralDims) {
+  expect_group_serves_every_extent(
+      R"(graph @g(%x: f32[s0, 4, s1, s2]) symbols(s0 = 2, s1 = 5, s2 = 3) params(%w: f32[4, 1, 1], %b: f32[4, 1, 1]) {
+  %0 = mul(%x, %w) : f32[s0, 4, s1, s2]
+  %1 = add(%0, %b) {alpha = 1} : f32[s0, 4, s1, s2]
+  %2 = relu(%1) : f32[s0, 4, s1, s2]
+  %3 = mean(%2) {dims = [2, 3], keepdim = false, dtype = none} : f32[s0, 4]
+  return %3
+})", Reads::Row, 1e-5);
+  expect_group_serves_every_extent(R"(graph @g(%x: f32[4, s0, 3]) symbols(s0 = 6) {
+  %0 = exp(%x) : f32[4, s0, 3]
+  %1 = sum(%0) {dims = [1, 2], keepdim = false, dtype = none} : f32[4]
+  return %1
+})", Reads::Row, 1e-4);
+}
+
 TEST(RuntimeExtentGroups, ElementwiseOverShortRows) {
   expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, 3], %y: f32[s0, 3]) symbols(s0 = 5) {
   %0 = add(%x, %y) {alpha = 1} : f32[s0, 3]
@@ -563,18 +585,21 @@ TEST(RuntimeExtentGroups, RefusesGroupsNoOneKernelServesAtEverySize) {
     auto g = fused(text);
     return codegen::lower_symbolic_group(*g, first_group(*g), g->symbol_hints(), operands);
   };
-  // A row of two dims, one of them symbolic.
-  expect_error([&] { lower(R"(graph @g(%x: f32[4, s0, 3]) symbols(s0 = 6) {
-  %0 = exp(%x) : f32[4, s0, 3]
-  %1 = sum(%0) {dims = [1, 2], keepdim = false, dtype = none} : f32[4]
+  // A row of two dims, one of them symbolic, that the input does not walk as
+  // one (a row of several dims that it does is one row of their product).
+  expect_error([&] { lower(R"(graph @g(%x: f32[s0, 4, 3]) symbols(s0 = 6) {
+  %0 = exp(%x) : f32[s0, 4, 3]
+  %1 = sum(%0) {dims = [0, 2], keepdim = false, dtype = none} : f32[4]
   return %1
-})"); }, {"the symbols s0 size its row of 2 dims"});
+})"); }, {"the symbols s0 size its row of 2 dims, which a kernel reads as one row only where every buffer walks them "
+          "as one", "does not walk dims 1..2 of kernel shape [4, 6, 3]"});
   // A mean over a symbolic dim that is not the last: a reduction, which
-  // takes no runtime layout, whose buffers do not walk [s0, 8] as one.
+  // takes no runtime layout, whose buffers do not walk [s0, 8] as one, and
+  // whose input steps dim 1 by 1, not by a multiple of the row's length.
   expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1, 8]) symbols(s0 = 4, s1 = 6) {
   %0 = mean(%x) {dims = [1], keepdim = false, dtype = none} : f32[s0, 8]
   return %0
-})"); }, {"its kernel changes with s0, s1 beyond its outermost dim", "does not walk dims 0..1"});
+})"); }, {"its kernel changes with s1 beyond its outer extent and row length"});
   // An operand whose strides change with a symbol (the transposed view of a
   // symbolic input, which the kernel would read in place).
   expect_error([&] { lower(R"(graph @g(%x: f32[s0, s1]) symbols(s0 = 4, s1 = 6) {
