@@ -298,6 +298,17 @@ Values dropout(Emit, const Node &n) {
   return {n.operand(0)};
 }
 
+// A global average pool (output size [1, 1]) is the mean over the image,
+// which fuse joins to the ops before it and which reads its image size per
+// call over symbolic sizes (torch's decomposition does the same). (An empty
+// image, where a mean would give NaN, never gets here: the pool raises.)
+Values adaptive_avg_pool2d(Emit e, const Node &n) {
+  Value *x = n.operand(0);
+  const std::vector<int64_t> out = attrs::AdaptiveAvgPool2d{n}.output_size();
+  if (out.size() != 2 || out[0] != 1 || out[1] != 1 || rank(x) < 3) return {};
+  return {e.mean(x, {rank(x) - 2, rank(x) - 1})};
+}
+
 struct Decomposition {
   OpId op;
   Values (*rewrite)(Emit, const Node &);
@@ -308,6 +319,7 @@ const Decomposition kRules[] = {
     {OpId::BatchNorm, batch_norm}, {OpId::Gelu, gelu}, {OpId::Silu, silu}, {OpId::Linear, linear},
     {OpId::Addmm, addmm}, {OpId::Mm, small_k_matmul}, {OpId::Matmul, small_k_matmul},
     {OpId::Var, var}, {OpId::Std, std_}, {OpId::Sdpa, sdpa}, {OpId::Dropout, dropout},
+    {OpId::AdaptiveAvgPool2d, adaptive_avg_pool2d},
 };
 
 const Decomposition *rule_for(const Node &n) {
