@@ -332,7 +332,8 @@ KernelDesc KernelDesc::at_row_length(int64_t length) const {
   for (size_t b = 0; b < at.num_buffers(); ++b) {
     if (!row_strided.at(b) || traced <= 0) continue; // (validate refuses a traced length of 0)
     std::vector<int64_t> &st = at.buffer(b).strides;
-    for (size_t d = 0; d + 1 < st.size(); ++d) st[d] = st[d] / traced * length;
+    for (size_t d = 0; d + 1 < st.size(); ++d)
+      if (row_strided[b] >> d & 1) st[d] = st[d] / traced * length;
   }
   return at;
 }
@@ -368,9 +369,12 @@ void KernelDesc::validate() const {
     KILN_CHECK(shape.back() > 0, "kernel: a runtime row traced at length ", shape.back());
     for (size_t b = 0; b < num_buffers(); ++b) {
       const std::vector<int64_t> &st = buffer(b).strides;
-      for (size_t d = 0; row_strided[b] && d + 1 < st.size(); ++d)
-        KILN_CHECK(st[d] % shape.back() == 0, "kernel: buffer ", b, " steps its outer dims by multiples of the row ",
-                   "length, but its stride ", st[d], " in dim ", d, " is no multiple of the traced ", shape.back());
+      KILN_CHECK(row_strided[b] >> (shape.size() - 1) == 0, "kernel: buffer ", b, "'s row_strided mask ",
+                 int(row_strided[b]), " marks dims beyond the ", shape.size() - 1, " outer ones");
+      for (size_t d = 0; d + 1 < st.size(); ++d)
+        KILN_CHECK(!(row_strided[b] >> d & 1) || st[d] % shape.back() == 0, "kernel: buffer ", b,
+                   " steps dim ", d, " by a multiple of the row length, but its stride ", st[d],
+                   " is no multiple of the traced ", shape.back());
     }
     at_row_length(kRuntimeRowAssumed).validate(); // strides and aliases must hold at every length
     return;
@@ -417,7 +421,7 @@ std::string KernelDesc::key() const {
   }
   if (runtime_row) { // the traced length picks no code
     std::string flags;
-    for (uint8_t f : row_strided) flags += f ? '1' : '0';
+    for (uint8_t f : row_strided) flags += std::to_string(f) + ","; // (1 or 0 in the old rank-2 keys)
     return "runtime-row:" + flags + ":" + at_row_length(-1).key();
   }
   KeyWriter w;

@@ -247,11 +247,13 @@ struct KernelDesc {
   // buffers[num_buffers()] then points at two int64_t, dim 0's extent and the
   // row length. It needs runtime_dim0, reductions, rank >= 2 and a row of one
   // dim (the last). shape.back() is the length it was traced at, which key()
-  // leaves out. A buffer whose row_strided entry (inputs, then outputs) is 1
-  // steps each outer dim by a constant multiple of the row length, as a
-  // row-major [s0, s1] buffer steps dim 0 by it, or an NCHW image read as
-  // [s0, C, s1*s2] steps dims 0 and 1 by C and 1 times it (its outer strides
-  // hold those multiples of the traced length); every other stride holds at
+  // leaves out. A buffer's row_strided entry (inputs, then outputs) is a mask
+  // of the outer dims it steps by a constant multiple of the row length (bit
+  // d: dim d): 1 for a row-major [s0, s1] buffer, which steps dim 0 by it; 3
+  // for an NCHW image read as [s0, C, s1*s2] (dims 0 and 1, by C and 1 times
+  // it); 1 for [s0, s1, D] read as [s0, D, s1] by a mean over s1 (its dim 1
+  // steps by 1). Its strides in those dims
+  // hold those multiples of the traced length; every other stride holds at
   // every length. These kernels
   // take no row blocks or tiles, and keep scratch rows only for rows that fit
   // the scratch budget: codegen chooses its loops as if the row were
@@ -298,7 +300,7 @@ struct KernelDesc {
 
   // Throws kiln::Error naming the first problem (bad operand, type mismatch...).
   void validate() const;
-  // This kernel at one row length (runtime_row off): the flagged outer strides follow it.
+  // This kernel at one row length (runtime_row off): the outer strides row_strided marks follow it.
   KernelDesc at_row_length(int64_t length) const;
   // This kernel at one call's layout (runtime_layout off): `words` as the
   // compiled code reads them (layout_words()).

@@ -203,7 +203,7 @@ std::vector<Value *> Lowering::offset_bases(IRBuilder<> &b, const std::vector<Va
       if (st[d] == 0) continue;
       // A runtime row: a row-major buffer steps its outer dims by multiples of
       // the call's row length (of the assumed length shape_.back() here).
-      if (row_len_ && d < outer_rank() && k_.row_strided.at(buf)) {
+      if (row_len_ && d < outer_rank() && (k_.row_strided.at(buf) >> d & 1)) {
         const int64_t times = st[d] / shape_.back();
         Value *step = times == 1 ? row_len_ : b.CreateMul(row_len_, b.getInt64(times), "", true, true);
         base = b.CreateAdd(base, b.CreateMul(idx[d - from], step));
@@ -376,9 +376,10 @@ std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::st
   }
   // A runtime layout's dims were collapsed for every size (lower_symbolic_group);
   // the traced sizes must not merge more.
-  KernelDesc simple = shared.runtime_layout    ? shared
-                      : desc.has_reductions() ? collapse_outer_dims(shared)
-                                              : collapse_dims(shared);
+  // A runtime row's outer dims stay as they are: its row_strided masks name them.
+  KernelDesc simple = shared.runtime_layout || shared.runtime_row ? shared
+                      : desc.has_reductions()                     ? collapse_outer_dims(shared)
+                                                                  : collapse_dims(shared);
   Lowering(simple, *m, target).run(symbol);
   std::string problems;
   llvm::raw_string_ostream os(problems);

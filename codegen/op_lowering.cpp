@@ -770,22 +770,18 @@ RuntimeExtent fit_extent(const ir::Node &group, bool single_dims, bool all_but_l
             ") is no product of the symbolic sizes of its operands and results");
 }
 
-// A runtime row (KernelDesc::runtime_row): which buffers walk the row and step
-// their outer dims by multiples of its length at the traced sizes. (The probes
-// then check the flags and multiples at other lengths.)
+// A runtime row (KernelDesc::runtime_row): per buffer that walks the row, the
+// mask of outer dims it steps by a multiple of the row's length at the traced
+// sizes. (The probes then check the masks and multiples at other lengths.)
 std::vector<uint8_t> row_strided_buffers(KernelDesc &k) {
-  std::vector<uint8_t> flags(k.num_buffers(), 0);
+  std::vector<uint8_t> masks(k.num_buffers(), 0);
   const int64_t length = k.shape.back();
-  for (size_t b = 0; b < k.num_buffers(); ++b) {
+  for (size_t b = 0; b < k.num_buffers() && length > 0; ++b) {
     const std::vector<int64_t> &st = strides_of(k, b);
-    bool steps = false, multiples = length > 0;
-    for (size_t d = 0; d + 1 < st.size(); ++d) {
-      steps |= st[d] != 0;
-      multiples &= length > 0 && st[d] % length == 0;
-    }
-    flags[b] = st.back() != 0 && steps && multiples;
+    for (size_t d = 0; d + 1 < st.size() && st.back() != 0; ++d)
+      if (st[d] != 0 && st[d] % length == 0) masks[b] |= uint8_t(1u << d);
   }
-  return flags;
+  return masks;
 }
 
 // A group lowered with one symbol moved (lower_symbolic_group).

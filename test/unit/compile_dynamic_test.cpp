@@ -715,3 +715,47 @@ TEST(CompileDynamic, GlobalAveragePoolsOverImagesOfEverySize) {
   ASSERT_TRUE(graph);
   EXPECT_EQ(runtime_row_steps(graph), 2) << "the pool and the whole mean, each one kernel";
 }
+
+// Mean pooling over the sequence of [b, s, D] (dynamic = On): one kernel reads
+// the batch and the sequence's length per call, its rows columns of stride D.
+// Against a naive double loop, at lengths across the vector tails and the
+// sums' blocks of 1024; a NaN or inf token gives NaN or inf in its column only.
+TEST(CompileDynamic, MeanPoolingOverSequencesOfEveryLength) {
+  manual_seed(23);
+  const int64_t D = 24;
+  Tensor w = randn({D});
+  auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> { return {(in[0] * w).mean(1)}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{2, 7}, {3, 33}, {2, 1030}, {4, 2}, {2, 16}, {5, 9}};
+  for (const auto &bs : sizes) {
+    const int64_t b = bs[0], s = bs[1];
+    const std::string at = "[" + std::to_string(b) + ", " + std::to_string(s) + ", 24]";
+    Tensor x = randn({b, s, D});
+    float *p = x.data_ptr<float>();
+    p[D + 3] = NAN, p[(b * s - 1) * D + 5] = INFINITY; // batch 0, column 3; the last batch's column 5
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 1u) << at;
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{b, D})) << at;
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t c = 0; c < D; ++c) {
+        double want = 0;
+        for (int64_t t = 0; t < s; ++t) want += double(p[(n * s + t) * D + c] * w.data_ptr<float>()[c]);
+        want /= double(s);
+        const float g = got[0].data_ptr<float>()[n * D + c];
+        const std::string where = at + " " + std::to_string(n) + ", " + std::to_string(c);
+        EXPECT_EQ(std::isnan(g), std::isnan(want)) << where;
+        EXPECT_EQ(std::isinf(g), std::isinf(want)) << where;
+        if (std::isfinite(want)) {
+          EXPECT_NEAR(g, want, 1e-5 * (1 + std::abs(want))) << where;
+        }
+      }
+  }
+  CompileStats st = f.stats();
+  EXPECT_EQ(st.compiles, 1);
+  EXPECT_EQ(st.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 11, D})});
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(runtime_row_steps(graph), 1);
+}
