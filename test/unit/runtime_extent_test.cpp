@@ -575,15 +575,19 @@ TEST(RuntimeExtentGroups, RowsOfSeveralDims) {
 }
 
 // A mean over the sequence of [s0, s1, 8] (a sentence embedding's mean
-// pooling), with a token-wise scale: the kernel walks [s0, 8, s1], its rows
-// columns of stride 8; the input steps dim 0 by 8 rows and dim 1 by 1, so the
-// outer dims stay two and only dim 0's stride follows the row's length.
-TEST(RuntimeExtentGroups, MeansOverTheSequence) {
-  expect_group_serves_every_extent(R"(graph @g(%x: f32[s0, s1, 8]) symbols(s0 = 4, s1 = 6) params(%w: f32[8]) {
+// pooling): the kernel would walk [s0, 8, s1], its rows columns of stride 8,
+// and the input's outer dims do not fold into one (dim 0 steps by 8 rows, dim
+// 1 by 1). A runtime row reads such rows element by element, slower than
+// eager: refused, the group runs eagerly.
+TEST(RuntimeExtentGroups, RefusesStridedRowsOverOuterDimsThatDoNotFold) {
+  std::vector<size_t> operands;
+  auto g = fused(R"(graph @g(%x: f32[s0, s1, 8]) symbols(s0 = 4, s1 = 6) params(%w: f32[8]) {
   %0 = mul(%x, %w) : f32[s0, s1, 8]
   %1 = mean(%0) {dims = [1], keepdim = false, dtype = none} : f32[s0, 8]
   return %1
-})", Reads::Row, 1e-5);
+})");
+  expect_error([&] { codegen::lower_symbolic_group(*g, first_group(*g), g->symbol_hints(), operands); },
+               {"its rows are strided (buffer 0 walks them by 8) and its outer dims [4, 8, 6] do not fold into one"});
 }
 
 TEST(RuntimeExtentGroups, ElementwiseOverShortRows) {
