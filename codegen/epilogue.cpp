@@ -29,6 +29,7 @@
 #include "codegen/gemm/versioned_pack.h"
 #include "codegen/jit.h"
 #include "codegen/op_lowering.h"
+#include "codegen/product_step.h"
 #include "passes/group_geometry.h"
 #include "passes/lowering_check.h"
 #include "ir/graph.h"
@@ -1454,7 +1455,14 @@ std::shared_ptr<const EpilogueStep> EpilogueStep::build_rows_per_call(const ir::
                                                                       const std::vector<Tensor> &operands) {
   if (node.kind() == ir::Node::Kind::FusionGroup) return std::make_shared<Step>(node, operands, nullptr,
                                                                                std::vector<const ir::Value *>{}, true);
-  return lone_step(node, operands, true);
+  try {
+    return lone_step(node, operands, true);
+  } catch (const Error &e) {
+    // Not M alone: a product reading every size per call, when kiln's GEMM takes it.
+    if (!product_per_call_misfit(node).empty()) throw;
+    kiln::log()->debug("epilogue: %{} ({}) reads every size per call: {}", node.result()->name(), node.mnemonic(), e.what());
+    return build_product_per_call(node, operands);
+  }
 }
 
 std::string symbolic_contraction_misfit(const ir::Node &c) {

@@ -54,8 +54,10 @@ public:
   // contiguous results and operands of any M with the traced trailing sizes
   // (a conv2d: any batch, and any image size where image_size_misfit allows):
   // the micro-kernels cover every M % mr and the tiles are chosen per call, so
-  // no size compiles anything. Throws kiln::Error when it cannot run so (BLAS,
-  // an epilogue outside the micro-kernel's registers, batches B does not share).
+  // no size compiles anything. A lone matmul, mm or bmm that cannot (N, K or
+  // its batches symbolic, batches B does not share) reads every size per call
+  // instead (codegen/product_step.h). Throws kiln::Error when it cannot run so
+  // (BLAS, an epilogue outside the micro-kernel's registers).
   static std::shared_ptr<const EpilogueStep> build_rows_per_call(const ir::Node &node,
                                                                  const std::vector<Tensor> &operands);
   virtual ~EpilogueStep() = default;
@@ -69,6 +71,9 @@ public:
   // Whether a conv2d reads its image size (H, W) per call, not only its batch
   // (a graph with symbolic image sizes, on kiln's conv with the epilogue in registers).
   virtual bool reads_image_size_per_call() const = 0;
+  // Whether a lone matmul, mm or bmm reads its batches, M, N and K per call
+  // (codegen/product_step.h), not only M.
+  virtual bool reads_every_size_per_call() const { return false; }
   // Bytes of a captured weight packed once for kiln's GEMM or conv, 0 if none.
   virtual int64_t packed_weight_bytes() const = 0;
 

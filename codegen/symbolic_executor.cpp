@@ -11,10 +11,11 @@
 // eager op with the sizes of the call (ir::attrs_at).
 //
 // A matmul or mm whose symbols size only its rows, alone or with its fused
-// epilogue, runs on kiln's GEMM reading M per call, and a conv2d whose batch
-// alone is symbolic reads its images per call (EpilogueStep::
-// build_rows_per_call); a contraction without symbols runs as in the static
-// executor.
+// epilogue, runs on kiln's GEMM reading M per call; a lone matmul, mm or bmm
+// whose N, K or batches are symbolic (attention over a symbolic sequence)
+// reads all of them per call (codegen/product_step.h); and a conv2d reads its
+// batch and image size per call (EpilogueStep::build_rows_per_call); a
+// contraction without symbols runs as in the static executor.
 //
 // The graph's symbolic memory plan (passes/plan_memory.cpp) places the results
 // of kernels and of contractions that read M per call in one arena: each call
@@ -23,8 +24,8 @@
 // only its outputs and the results of the steps it runs eagerly (those keep
 // fresh memory; their slots go unused).
 //
-// Not yet here, unlike the static executor: bmm over a symbolic batch and
-// conv2d over symbolic spatial sizes (they run eagerly), and in-place kernels.
+// Not yet here, unlike the static executor: depthwise convs over symbolic
+// image sizes (they run eagerly), and in-place kernels.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -259,6 +260,7 @@ private:
     std::optional<RuntimeExtents> extents;      // Kernel: its runtime sizes per call; empty: a static kernel
     std::shared_ptr<const EpilogueStep> contraction; // Contraction: (buffer_* for its operands too)
     bool rows_per_call = false;                      // Contraction: M read per call
+    bool any_layout = false; // Contraction: reads its operands' strides per call (no copy)
     std::vector<bool> contiguous;                    // Contraction: per buffer operand, symbolic: made contiguous
     std::string how; // groups and contractions: how the step runs (describe_symbolic_executable)
   };
@@ -290,6 +292,7 @@ private:
       s.contraction = symbolic ? EpilogueStep::build_rows_per_call(n, operands)
                       : group  ? EpilogueStep::build(n, operands)
                                : EpilogueStep::build_lone(n, operands);
+      s.any_layout = s.contraction->reads_every_size_per_call();
       KILN_CHECK(group || s.contraction->on_kilns_kernels(), "not on kiln's kernels (",
                  s.contraction->contraction_kind(), ")");
       s.kind = Step::Kind::Contraction;
@@ -302,6 +305,7 @@ private:
       s.how = std::string(kind) + ": " + what(n) +
               (!symbolic                                      ? " has static sizes"
                : s.contraction->reads_image_size_per_call()   ? " reads its batch and image size per call"
+               : s.contraction->reads_every_size_per_call()   ? " reads its batches, M, N and K per call"
                : kind.substr(0, 4) == "conv"                  ? " reads its batch per call"
                                                               : " reads its M per call");
       kiln::log()->debug("codegen: {}", s.how);
@@ -313,6 +317,7 @@ private:
       s.buffer_strides.clear();
       s.contiguous.clear();
       s.contraction.reset();
+      s.any_layout = false;
       if (group) ++stats_.groups_fallen_back;
       stats_.eager_steps += group ? int64_t(n.body()->num_nodes()) : 1;
     }
@@ -418,6 +423,7 @@ private:
       check_sizes(s, s.in[i], t, values);
       // A symbolic operand's strides change with its sizes: contiguous at each
       // (its traced META was contiguous, and the step's row strides hold at any M).
+      if (s.any_layout) continue;
       if (s.contiguous[k]) t = t.is_contiguous() ? t : t.contiguous();
       else if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
     }

@@ -426,3 +426,130 @@ TEST(DynamicContraction, StridedConvsAndPoolsOverImagesOfEverySize) {
     rows += line.find("reads its dim 0 and row length per call") != std::string::npos;
   EXPECT_EQ(rows, 2); // the means over the width and over the whole image
 }
+
+namespace {
+
+// Single-head attention over [b, s, 24]: the scores q @ k^T and p @ v have
+// the symbolic sequence as N and K and a symbolic batch B does not share.
+struct Attention {
+  static constexpr int64_t kD = 24;
+  Tensor wq = randn({kD, kD}) * 0.3, wk = randn({kD, kD}) * 0.3, wv = randn({kD, kD}) * 0.3;
+  std::vector<Tensor> operator()(const std::vector<Tensor> &in) const {
+    Tensor x = in[0];
+    Tensor q = matmul(x, wq), k = matmul(x, wk), v = matmul(x, wv);
+    Tensor p = softmax(matmul(q, k.transpose(-2, -1)) * 0.2, -1);
+    return {matmul(p, v) + x};
+  }
+  // The same by naive loops in double.
+  std::vector<double> reference(const Tensor &x) const {
+    const int64_t b = x.size(0), s = x.size(1), D = kD;
+    const std::vector<double> X = values(x), Q = values(wq), K = values(wk), V = values(wv);
+    auto proj = [&](const std::vector<double> &W) {
+      return naive_matmul(X, b * s, D, D, [&](int64_t p, int64_t j) { return W[size_t(p * D + j)]; });
+    };
+    const std::vector<double> q = proj(Q), k = proj(K), v = proj(V);
+    std::vector<double> out(size_t(b * s * D));
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t i = 0; i < s; ++i) {
+        std::vector<double> e(static_cast<size_t>(s));
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < s; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += q[size_t((n * s + i) * D + c)] * k[size_t((n * s + j) * D + c)];
+          e[size_t(j)] = d * 0.2;
+          mx = std::max(mx, e[size_t(j)]);
+        }
+        for (double &t : e) sum += (t = std::exp(t - mx));
+        for (int64_t c = 0; c < D; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j < s; ++j) o += e[size_t(j)] / sum * v[size_t((n * s + j) * D + c)];
+          out[size_t((n * s + i) * D + c)] = o + X[size_t((n * s + i) * D + c)];
+        }
+      }
+    return out;
+  }
+};
+
+} // namespace
+
+// Attention over a symbolic batch and sequence (dynamic = On): the two
+// products between activations read their batches, M, N and K per call
+// (codegen/product_step.h) instead of running eagerly. Sequences that cross
+// the micro-tiles' rows and panels (1..2 panels of 32 or 48 columns, tails).
+TEST(DynamicContraction, AttentionReadsItsSequenceLengthPerCall) {
+  manual_seed(10);
+  Attention m;
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile([&m](const std::vector<Tensor> &in) { return m(in); }, o);
+  for (const auto &sz : {std::array<int64_t, 2>{3, 20}, {2, 7}, {5, 33}, {2, 64}, {4, 97}, {3, 20}, {2, 130}}) {
+    Tensor x = randn({sz[0], sz[1], Attention::kD});
+    Tensor got = f({x})[0];
+    ASSERT_EQ(got.sizes().vec(), x.sizes().vec());
+    expect_near(got, m.reference(x), "[" + std::to_string(sz[0]) + ", " + std::to_string(sz[1]) + "]");
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 21, Attention::kD})});
+  ASSERT_TRUE(graph);
+  int every_size = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph))
+    every_size += line.find("reads its batches, M, N and K per call") != std::string::npos;
+  EXPECT_EQ(every_size, on_kilns_gemm() ? 2 : 0);
+}
+
+// bmm over a symbolic batch with static M, N, K, a matmul whose B broadcasts
+// over A's symbolic leading batch dim, and float64: each against a naive loop
+// per batch; NaN and inf where eager has them.
+TEST(DynamicContraction, BatchedProductsOverSymbolicBatches) {
+  manual_seed(11);
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor w = randn({3, 8, 5}).to(dt);
+    auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+      return {bmm(in[0], in[1]), matmul(in[2], w)};
+    };
+    CompileOptions o;
+    o.dynamic = Dynamic::On;
+    CompiledFunction f = compile(fn, o);
+    for (int64_t b : {4, 2, 9, 3}) {
+      Tensor x = randn({b, 6, 10}).to(dt), y = randn({b, 10, 7}).to(dt), z = randn({b, 3, 11, 8}).to(dt);
+      std::vector<Tensor> got = f({x, y, z});
+      ASSERT_EQ(got.size(), 2u);
+      const std::string where = std::string(name(dt)) + ", batch " + std::to_string(b);
+      std::vector<double> want0, want1;
+      for (int64_t n = 0; n < b; ++n) {
+        const std::vector<double> Y = values(y[n]);
+        std::vector<double> c = naive_matmul(values(x[n]), 6, 10, 7, [&](int64_t p, int64_t j) { return Y[size_t(p * 7 + j)]; });
+        want0.insert(want0.end(), c.begin(), c.end());
+        for (int64_t h = 0; h < 3; ++h) {
+          const std::vector<double> W = values(w[h]);
+          std::vector<double> d =
+              naive_matmul(values(z[n][h]), 11, 8, 5, [&](int64_t p, int64_t j) { return W[size_t(p * 5 + j)]; });
+          want1.insert(want1.end(), d.begin(), d.end());
+        }
+      }
+      ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{b, 6, 7})) << where;
+      ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{b, 3, 11, 5})) << where;
+      expect_near(got[0], want0, where + ", bmm");
+      expect_near(got[1], want1, where + ", matmul");
+    }
+    // Non-finite values land where eager puts them.
+    Tensor x = randn({5, 6, 10}).to(dt), y = randn({5, 10, 7}).to(dt), z = randn({5, 3, 11, 8}).to(dt);
+    if (dt == kFloat32) x.data_ptr<float>()[13] = NAN, y.data_ptr<float>()[200] = INFINITY, z.data_ptr<float>()[0] = NAN;
+    else x.data_ptr<double>()[13] = NAN, y.data_ptr<double>()[200] = INFINITY, z.data_ptr<double>()[0] = NAN;
+    std::vector<Tensor> got = f({x, y, z}), want = fn({x, y, z});
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << name(dt) << ", result " << r;
+      EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << name(dt) << ", result " << r;
+      EXPECT_GT(isnan(got[r]).sum().item<double>(), 0) << name(dt) << ", result " << r;
+    }
+    EXPECT_EQ(f.stats().compiles, 1) << name(dt);
+    EXPECT_EQ(f.stats().eager_calls, 0) << name(dt);
+    std::shared_ptr<const ir::Graph> graph = f.graph_for({x, y, z});
+    ASSERT_TRUE(graph);
+    int every_size = 0;
+    for (const std::string &line : codegen::describe_symbolic_executable(graph))
+      every_size += line.find("reads its batches, M, N and K per call") != std::string::npos;
+    EXPECT_EQ(every_size, on_kilns_gemm() ? 2 : 0) << name(dt);
+  }
+}
