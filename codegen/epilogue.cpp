@@ -193,13 +193,14 @@ template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
 template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 template <class T> using DwPackCache = gemm::VersionedPack<gemm::DepthwiseWeight<T>>;
 
-std::string image_size_misfit(const ir::Node &c);
+std::string image_size_misfit(const ir::Node &c, bool lone);
 
 // Why conv2d `c` (in a graph with symbols) cannot read its images per call,
 // or "". The batch N may be symbolic: each image is one [O, Ho * Wo] product.
 // The image sizes may be too where kiln's conv takes them (image_size_misfit).
 // The channels may not: the micro-kernels and the packed weight are the traced C's.
-std::string images_per_call_misfit(const ir::Node &c) {
+// `lone`: the conv has no epilogue (a step of its own).
+std::string images_per_call_misfit(const ir::Node &c, bool lone) {
   const ir::Value *x = c.operand(0), *w = c.operands().size() > 1 ? c.operand(1) : nullptr;
   if (!x || !w || c.results().size() != 1) return "not a conv2d with an input and a weight";
   if (w->type().symbolic()) return "the weight " + w->type().str() + " is symbolic";
@@ -210,7 +211,7 @@ std::string images_per_call_misfit(const ir::Node &c) {
     if (!t->sym[1].is_constant()) return "the channels of " + t->str() + " are symbolic";
     image_size |= !t->sym[2].is_constant() || !t->sym[3].is_constant();
   }
-  return image_size ? image_size_misfit(c) : "";
+  return image_size ? image_size_misfit(c, lone) : "";
 }
 
 // Why conv2d `c` cannot read its image sizes per call, or "". kiln's conv
@@ -218,22 +219,25 @@ std::string images_per_call_misfit(const ir::Node &c) {
 // channels and the window only), and the epilogue then runs in the
 // micro-kernels' registers, each buffer addressed by the call's strides.
 // Eager's im2col path and the depthwise kernel lower their epilogue's tiles
-// per image width; a channels-last output is not kiln's conv either.
-std::string image_size_misfit(const ir::Node &c) {
+// per image width, so a depthwise conv reads its image size per call only
+// `lone` (its epilogue then runs as a kernel of its own, over the call's
+// sizes); a channels-last output is not kiln's conv either.
+std::string image_size_misfit(const ir::Node &c, bool lone) {
   if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's conv reads its image size per call)";
   if (!register_epilogues()) return "KILN_GEMM_EPILOGUE=tile (tile kernels are lowered per image size)";
   const attrs::Conv2d a{c};
-  if (a.groups() > 1 && a.groups() == c.operand(0)->type().shape[1])
-    return "a depthwise conv (its kernel's blocks are lowered per image width)";
+  if (!lone && a.groups() > 1 && a.groups() == c.operand(0)->type().shape[1])
+    return "a depthwise conv with an epilogue (its epilogue's tiles are lowered per image width)";
   if (c.result()->type().strides) return "a channels-last output";
   return "";
 }
 
 // Why contraction `c` (in a graph with symbols) cannot read its rows M per
 // call, or "": only M may be symbolic (N, K and B are fixed, so B is packed
-// once and the column tiles are the traced ones), on kiln's GEMM.
-std::string rows_per_call_misfit(const ir::Node &c) {
-  if (c.op() == OpId::Conv2d) return images_per_call_misfit(c);
+// once and the column tiles are the traced ones), on kiln's GEMM. `lone`:
+// the contraction has no epilogue.
+std::string rows_per_call_misfit(const ir::Node &c, bool lone = false) {
+  if (c.op() == OpId::Conv2d) return images_per_call_misfit(c, lone);
   if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's GEMM reads M per call)";
   if (c.op() != OpId::Matmul && c.op() != OpId::Mm) return std::string(c.mnemonic()) + " (only matmul and mm)";
   if (c.operands().size() < 2 || !c.operand(0) || !c.operand(1) || c.results().size() != 1) return "not a product";
@@ -292,7 +296,7 @@ public:
     KILN_CHECK(!domain_.empty() && std::all_of(domain_.begin(), domain_.end(), [](int64_t s) { return s > 0; }),
                "epilogue: empty or scalar contraction output ", shape_str(domain_));
     if (rows_per_call_) {
-      const std::string why = rows_per_call_misfit(*contraction_);
+      const std::string why = rows_per_call_misfit(*contraction_, epilogue_.empty());
       KILN_CHECK(why.empty(), "epilogue: ", contraction_->op() == OpId::Conv2d ? "the images are" : "M is",
                  " not read per call: ", why);
     }
@@ -306,10 +310,11 @@ public:
                  jit_ ? "the product has batches that B does not share" : "kiln's GEMM does not take it");
     }
     compile_kernels(operands);
-    KILN_CHECK(!image_size_per_call_ || (jit_conv_ && !jit_dw_ && (epilogue_.empty() || in_registers_)),
+    KILN_CHECK(!image_size_per_call_ || (jit_conv_ && (epilogue_.empty() || (!jit_dw_ && in_registers_))),
                "epilogue: the image size is not read per call: ",
-               !jit_conv_ || jit_dw_ ? "the conv is not on kiln's conv kernels"
-                                     : "the epilogue does not run in the micro-kernels' registers");
+               !jit_conv_ ? "the conv is not on kiln's conv kernels"
+               : jit_dw_  ? "a depthwise conv with an epilogue"
+                          : "the epilogue does not run in the micro-kernels' registers");
     kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}{}",
                  group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
                  N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind(),
@@ -878,11 +883,20 @@ private:
   // Into the result C, or (C no result) each block into the thread's scratch,
   // the epilogue run on it there.
   template <class T>
+  // `call`: a lone depthwise conv whose image size is read per call (its
+  // blocks chosen for it; a size the kernel does not cover runs eager's).
   void run_jit_depthwise(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch,
-                         int64_t images) const {
+                         int64_t images, const ConvCall *call = nullptr) const {
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     const Tensor x = in(0), w = in(1), b = in(2);
+    if (call && kiln::gemm::depthwise_unsupported(call->shape)) {
+      const attrs::Conv2d a{cv};
+      const Tensor &y = outs[size_t(c_result_)];
+      return kiln::detail::nn::conv2d_into(x, w, b, a.stride(), a.padding(), a.dilation(), a.groups(), y,
+                                           kiln::detail::nn::conv2d_block_rows(w.sizes(), y.size(2), y.size(3)),
+                                           nullptr, nullptr);
+    }
     struct Ctx {
       const Step *self;
       const std::vector<Tensor> *ins, *outs;
@@ -902,10 +916,12 @@ private:
       T *dst = reinterpret_cast<T *>(static_cast<char *>(scratch) + c_scratch_bytes(images));
       per_call = kiln::gemm::pack_depthwise_weight_into<T>(*jit_conv_, static_cast<const T *>(w.raw_data()), ws.data(), dst);
     }
-    kiln::gemm::depthwise_conv2d<T>(conv_shape(images), static_cast<const T *>(x.raw_data()), xs.data(), *pw,
+    const kiln::gemm::ConvShape shape = call ? call->shape : conv_shape(images);
+    kiln::gemm::depthwise_conv2d<T>(shape, static_cast<const T *>(x.raw_data()), xs.data(), *pw,
                                     b.defined() ? static_cast<const T *>(b.raw_data()) : nullptr,
                                     c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr,
-                                    epilogue_.empty() ? nullptr : +after, &ctx, dw_blocking_);
+                                    epilogue_.empty() ? nullptr : +after, &ctx,
+                                    call ? kiln::gemm::depthwise_blocking<T>(shape) : dw_blocking_);
   }
 
   static std::array<int64_t, 4> strides4(const Tensor &t) {
@@ -1288,7 +1304,7 @@ private:
   template <class T>
   void run_conv(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch, int64_t images,
                 const ConvCall *call = nullptr) const {
-    if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch, images);
+    if (jit_dw_) return run_jit_depthwise<T>(ins, outs, scratch, images, call);
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     Tensor C = conv_output(outs, scratch, images, call);

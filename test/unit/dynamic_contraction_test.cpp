@@ -15,6 +15,7 @@
 #include "codegen/epilogue.h"
 #include "codegen/executable.h"
 #include "codegen/gemm/conv.h"
+#include "codegen/gemm/depthwise.h"
 #include "codegen/gemm/path.h"
 #include "ir/printer.h"
 
@@ -333,31 +334,84 @@ TEST(DynamicContraction, ConvReadsItsImageSizePerCall) {
   EXPECT_EQ(per_call, 2);
 }
 
-// Where kiln's conv cannot take the image size per call (a depthwise conv),
-// the conv runs eagerly and its epilogue still joins a kernel: the same values.
-TEST(DynamicContraction, DepthwiseConvOverImageSizesRunsEagerly) {
+namespace {
+
+// A depthwise conv2d by naive loops in double: out[n, o, i, j] = bias[o] +
+// the in-range taps of input channel o / (O / C).
+std::vector<double> naive_depthwise(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride, int64_t pad,
+                                    int64_t dil) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), k = w.size(2);
+  const int64_t Ho = (H + 2 * pad - dil * (k - 1) - 1) / stride + 1, Wo = (W + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+  const std::vector<double> X = values(x), Wt = values(w), B = values(b);
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          double acc = B[size_t(o)];
+          const int64_t c = o / (O / C);
+          for (int64_t kh = 0; kh < k; ++kh)
+            for (int64_t kw = 0; kw < k; ++kw) {
+              const int64_t h = i * stride - pad + kh * dil, v = j * stride - pad + kw * dil;
+              if (h < 0 || h >= H || v < 0 || v >= W) continue;
+              acc += X[size_t(((n * C + c) * H + h) * W + v)] * Wt[size_t((o * k + kh) * k + kw)];
+            }
+          out.push_back(acc);
+        }
+  return out;
+}
+
+} // namespace
+
+// Depthwise convs over symbolic image sizes (dynamic = On): each runs alone on
+// kiln's depthwise kernel with its image size and blocks read per call, its
+// epilogue (the residual and relu) a kernel of its own over the call's sizes.
+// A 3x3 with padding and a strided, dilated 3x3 with channel multiplier 2, at
+// widths below, across and above the kernel's vectors; against naive loops,
+// then NaN and inf against eager.
+TEST(DynamicContraction, DepthwiseConvReadsItsImageSizePerCall) {
   manual_seed(9);
-  Tensor w = randn({16, 1, 3, 3}), b = randn({16});
+  Tensor w = randn({16, 1, 3, 3}), b = randn({16}), w2 = randn({32, 1, 3, 3}), b2 = randn({32});
   auto fn = [&](const std::vector<Tensor> &in) -> std::vector<Tensor> {
-    return {relu(conv2d(in[0], w, b, 1, 1, 1, 16) + in[0])};
+    return {relu(conv2d(in[0], w, b, 1, 1, 1, 16) + in[0]), conv2d(in[0], w2, b2, 2, 2, 2, 16)};
   };
   CompileOptions o;
   o.dynamic = Dynamic::On;
   CompiledFunction f = compile(fn, o);
-  for (const auto &sz : {std::array<int64_t, 3>{2, 6, 8}, {3, 11, 5}, {2, 6, 8}, {4, 2, 19}}) {
+  const int64_t before = codegen::gemm::depthwise_calls();
+  const std::array<int64_t, 3> sizes[] = {{2, 6, 8}, {3, 11, 5}, {2, 6, 8}, {4, 2, 19}, {2, 9, 40}, {3, 33, 3}};
+  for (const auto &sz : sizes) {
     Tensor x = randn({sz[0], 16, sz[1], sz[2]});
-    Tensor want = fn({x})[0];
-    Tensor got = f({x})[0];
-    ASSERT_EQ(got.sizes().vec(), want.sizes().vec());
-    EXPECT_LT(amax(abs(got - want)).item<double>(), 1e-4);
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u);
+    const std::string at = "[" + std::to_string(sz[0]) + ", 16, " + std::to_string(sz[1]) + ", " + std::to_string(sz[2]) + "]";
+    std::vector<double> want = naive_depthwise(x, w, b, 1, 1, 1);
+    const std::vector<double> X = values(x);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0, want[i] + X[i]);
+    ASSERT_EQ(got[0].sizes().vec(), x.sizes().vec()) << at;
+    expect_near(got[0], want, at + ", 3x3");
+    expect_near(got[1], naive_depthwise(x, w2, b2, 2, 2, 2), at + ", strided and dilated");
   }
   EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  // NaN and inf in the input: the same non-finite elements as eager.
+  Tensor x = randn({2, 16, 7, 21});
+  float *p = x.data_ptr<float>();
+  p[3] = NAN, p[x.numel() / 2] = INFINITY, p[x.numel() - 5] = -INFINITY;
+  std::vector<Tensor> got = f({x}), want = fn({x});
+  for (size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec());
+    EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << "result " << r;
+    EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << "result " << r;
+  }
   std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 16, 9, 14})});
   ASSERT_TRUE(graph);
-  bool said = false;
+  int per_call = 0;
   for (const std::string &line : codegen::describe_symbolic_executable(graph))
-    said |= line.find("depthwise") != std::string::npos;
-  EXPECT_EQ(said, on_kilns_gemm());
+    per_call += line.find("conv-jit") == 0 && line.find("reads its batch and image size per call") != std::string::npos;
+  if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the convs run eager's kernel";
+  EXPECT_EQ(per_call, 2);
+  EXPECT_EQ(codegen::gemm::depthwise_calls() - before, 2 * int64_t(std::size(sizes)) + 2);
 }
 
 namespace {
