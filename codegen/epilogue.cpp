@@ -882,9 +882,9 @@ private:
 
   // Into the result C, or (C no result) each block into the thread's scratch,
   // the epilogue run on it there.
-  template <class T>
   // `call`: a lone depthwise conv whose image size is read per call (its
   // blocks chosen for it; a size the kernel does not cover runs eager's).
+  template <class T>
   void run_jit_depthwise(const std::vector<Tensor> &ins, const std::vector<Tensor> &outs, void *scratch,
                          int64_t images, const ConvCall *call = nullptr) const {
     const ir::Node &cv = *contraction_;

@@ -75,15 +75,10 @@ public:
   bool epilogue_in_registers() const override { return false; }
   size_t scratch_bytes() const override { return 0; }
 
-  std::vector<Tensor> run(const std::vector<Tensor> &operands) const override {
-    KILN_CHECK(operands.size() == 2, "product step: ", op_.mnemonic(), " needs 2 operands, got ", operands.size());
-    const Tensor &a = operands[0], &b = operands[1];
-    Dims shape = broadcast_batch(a, b);
-    shape.push_back(a.dim() >= 2 ? a.size(-2) : 0);
-    shape.push_back(b.dim() >= 2 ? b.size(-1) : 0);
-    std::vector<Tensor> out{kiln::detail::make_tensor(IntArrayRef(shape), dtype_)};
-    run_into(operands, out, nullptr);
-    return out;
+  // The symbolic executor gives it the call's result buffer (run_into).
+  std::vector<Tensor> run(const std::vector<Tensor> &) const override {
+    KILN_CHECK(false, "internal: product step for ", op_.mnemonic(), " runs through run_into");
+    return {};
   }
 
   void run_into(const std::vector<Tensor> &operands, const std::vector<Tensor> &results, void *) const override {
@@ -105,19 +100,6 @@ private:
     std::vector<int64_t> rows;
     for (int64_t r = 1; r <= config.mr; ++r) rows.push_back(r);
     ks_ = gemm::resolve_kernels<T>(config, rows);
-  }
-
-  // The broadcast batch sizes of a @ b (the op's shape rule has checked them
-  // at the traced sizes; a call's are checked in read_call).
-  static Dims broadcast_batch(const Tensor &a, const Tensor &b) {
-    const int64_t ra = std::max<int64_t>(a.dim() - 2, 0), rb = std::max<int64_t>(b.dim() - 2, 0), n = std::max(ra, rb);
-    Dims out;
-    for (int64_t d = 0; d < n; ++d) {
-      const int64_t da = d - (n - ra), db = d - (n - rb);
-      const int64_t sa = da >= 0 ? a.size(da) : 1, sb = db >= 0 ? b.size(db) : 1;
-      out.push_back(sa == 1 ? sb : sa);
-    }
-    return out;
   }
 
   // The call's sizes and strides; bad operands get an error naming the op.

@@ -50,6 +50,18 @@ void expect_near(const Tensor &got, const std::vector<double> &want, const std::
     ASSERT_NEAR(g[i], want[i], 2e-3 + 1e-4 * std::abs(want[i])) << where << ", element " << i;
 }
 
+// NaN and inf where eager puts them, and the finite elements within `tol` of
+// eager's (plus 1e-4 of their size).
+void expect_same_non_finite(const Tensor &got, const Tensor &want, const std::string &where, double tol = 1e-3) {
+  ASSERT_EQ(got.sizes().vec(), want.sizes().vec()) << where;
+  EXPECT_TRUE(equal(isnan(got), isnan(want))) << where;
+  EXPECT_TRUE(equal(isinf(got), isinf(want))) << where;
+  Tensor finite = isfinite(want);
+  const double err = amax(abs(kiln::where(finite, got - want, 0.0)) - abs(kiln::where(finite, want, 0.0)) * 1e-4)
+                         .item<double>();
+  EXPECT_LT(err, tol) << where;
+}
+
 // A linear layer with relu (x @ w1.t() + b1: B is a transposed parameter, the
 // product is no result), a product with a residual, and a lone product:
 // over rows [b, 20] (2-D) or [b, 3, 20] (3-D, the rows folding two dims).
@@ -314,13 +326,7 @@ TEST(DynamicContraction, ConvReadsItsImageSizePerCall) {
   float *p = x.data_ptr<float>();
   p[0] = NAN, p[x.numel() / 2] = INFINITY, p[x.numel() - 1] = -INFINITY;
   std::vector<Tensor> got = f({x}), want = m({x});
-  for (size_t r = 0; r < 2; ++r) {
-    ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec());
-    EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << "result " << r;
-    EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << "result " << r;
-    Tensor finite = isfinite(want[r]);
-    EXPECT_LT(amax(abs(kiln::where(finite, got[r] - want[r], 0.0))).item<double>(), 1e-3) << "result " << r;
-  }
+  for (size_t r = 0; r < 2; ++r) expect_same_non_finite(got[r], want[r], "result " + std::to_string(r));
   CompileStats s = f.stats();
   EXPECT_EQ(s.compiles, 1);
   EXPECT_EQ(s.eager_calls, 0);
@@ -392,6 +398,19 @@ TEST(DynamicContraction, DepthwiseConvReadsItsImageSizePerCall) {
     expect_near(got[0], want, at + ", 3x3");
     expect_near(got[1], naive_depthwise(x, w2, b2, 2, 2, 2), at + ", strided and dilated");
   }
+  // Padded input rows over the depthwise kernel's 128K elements (3 x 44002,
+  // 5 x 44004): the step runs eager's conv kernel into the same results, and
+  // the depthwise kernel is not called (the count below).
+  {
+    Tensor x = randn({2, 16, 1, 44000});
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u);
+    std::vector<double> want = naive_depthwise(x, w, b, 1, 1, 1);
+    const std::vector<double> X = values(x);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0, want[i] + X[i]);
+    expect_near(got[0], want, "a 44000-wide row, 3x3");
+    expect_near(got[1], naive_depthwise(x, w2, b2, 2, 2, 2), "a 44000-wide row, strided and dilated");
+  }
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().eager_calls, 0);
   // NaN and inf in the input: the same non-finite elements as eager.
@@ -399,11 +418,7 @@ TEST(DynamicContraction, DepthwiseConvReadsItsImageSizePerCall) {
   float *p = x.data_ptr<float>();
   p[3] = NAN, p[x.numel() / 2] = INFINITY, p[x.numel() - 5] = -INFINITY;
   std::vector<Tensor> got = f({x}), want = fn({x});
-  for (size_t r = 0; r < 2; ++r) {
-    ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec());
-    EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << "result " << r;
-    EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << "result " << r;
-  }
+  for (size_t r = 0; r < 2; ++r) expect_same_non_finite(got[r], want[r], "result " + std::to_string(r));
   std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 16, 9, 14})});
   ASSERT_TRUE(graph);
   int per_call = 0;
@@ -454,15 +469,7 @@ TEST(DynamicContraction, StridedConvsAndPoolsOverImagesOfEverySize) {
     if (sz[0] == 2) p[7] = NAN, p[x.numel() - 3] = INFINITY;
     std::vector<Tensor> got = f({x}), want = m({x});
     ASSERT_EQ(got.size(), 4u) << at;
-    for (size_t r = 0; r < 4; ++r) {
-      ASSERT_EQ(got[r].sizes().vec(), want[r].sizes().vec()) << at << ", result " << r;
-      EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << at << ", result " << r;
-      EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << at << ", result " << r;
-      Tensor finite = isfinite(want[r]);
-      const double err = amax(abs(kiln::where(finite, got[r] - want[r], 0.0)) -
-                              abs(kiln::where(finite, want[r], 0.0)) * 1e-4).item<double>();
-      EXPECT_LT(err, 1e-4) << at << ", result " << r;
-    }
+    for (size_t r = 0; r < 4; ++r) expect_same_non_finite(got[r], want[r], at + ", result " + std::to_string(r), 1e-4);
   }
   CompileStats s = f.stats();
   EXPECT_EQ(s.compiles, 1);
@@ -593,8 +600,7 @@ TEST(DynamicContraction, BatchedProductsOverSymbolicBatches) {
     else x.data_ptr<double>()[13] = NAN, y.data_ptr<double>()[200] = INFINITY, z.data_ptr<double>()[0] = NAN;
     std::vector<Tensor> got = f({x, y, z}), want = fn({x, y, z});
     for (size_t r = 0; r < 2; ++r) {
-      EXPECT_TRUE(equal(isnan(got[r]), isnan(want[r]))) << name(dt) << ", result " << r;
-      EXPECT_TRUE(equal(isinf(got[r]), isinf(want[r]))) << name(dt) << ", result " << r;
+      expect_same_non_finite(got[r], want[r], std::string(name(dt)) + ", result " + std::to_string(r));
       EXPECT_GT(isnan(got[r]).sum().item<double>(), 0) << name(dt) << ", result " << r;
     }
     EXPECT_EQ(f.stats().compiles, 1) << name(dt);
