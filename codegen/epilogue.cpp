@@ -193,14 +193,13 @@ template <class T> using PackedBCache = gemm::VersionedPack<gemm::PackedB<T>>;
 template <class T> using ConvPackCache = gemm::VersionedPack<gemm::PackedConvWeight<T>>;
 template <class T> using DwPackCache = gemm::VersionedPack<gemm::DepthwiseWeight<T>>;
 
-std::string image_size_misfit(const ir::Node &c, bool lone);
+std::string image_size_misfit(const ir::Node &c);
 
 // Why conv2d `c` (in a graph with symbols) cannot read its images per call,
 // or "". The batch N may be symbolic: each image is one [O, Ho * Wo] product.
 // The image sizes may be too where kiln's conv takes them (image_size_misfit).
 // The channels may not: the micro-kernels and the packed weight are the traced C's.
-// `lone`: the conv has no epilogue (a step of its own).
-std::string images_per_call_misfit(const ir::Node &c, bool lone) {
+std::string images_per_call_misfit(const ir::Node &c) {
   const ir::Value *x = c.operand(0), *w = c.operands().size() > 1 ? c.operand(1) : nullptr;
   if (!x || !w || c.results().size() != 1) return "not a conv2d with an input and a weight";
   if (w->type().symbolic()) return "the weight " + w->type().str() + " is symbolic";
@@ -211,33 +210,29 @@ std::string images_per_call_misfit(const ir::Node &c, bool lone) {
     if (!t->sym[1].is_constant()) return "the channels of " + t->str() + " are symbolic";
     image_size |= !t->sym[2].is_constant() || !t->sym[3].is_constant();
   }
-  return image_size ? image_size_misfit(c, lone) : "";
+  return image_size ? image_size_misfit(c) : "";
 }
 
 // Why conv2d `c` cannot read its image sizes per call, or "". kiln's conv
 // takes them per call (its micro-kernels and packed weight depend on the
 // channels and the window only), and the epilogue then runs in the
-// micro-kernels' registers, each buffer addressed by the call's strides.
-// Eager's im2col path and the depthwise kernel lower their epilogue's tiles
-// per image width, so a depthwise conv reads its image size per call only
-// `lone` (its epilogue then runs as a kernel of its own, over the call's
-// sizes); a channels-last output is not kiln's conv either.
-std::string image_size_misfit(const ir::Node &c, bool lone) {
+// micro-kernels' registers, each buffer addressed by the call's strides. The
+// depthwise kernel runs its epilogue on each block through one kernel that
+// reads the block's extents and channel strides per block (compile_call_kernel).
+// Eager's im2col path lowers its epilogue's tiles per image width, and a
+// channels-last output is not kiln's conv either.
+std::string image_size_misfit(const ir::Node &c) {
   if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's conv reads its image size per call)";
   if (!register_epilogues()) return "KILN_GEMM_EPILOGUE=tile (tile kernels are lowered per image size)";
-  const attrs::Conv2d a{c};
-  if (!lone && a.groups() > 1 && a.groups() == c.operand(0)->type().shape[1])
-    return "a depthwise conv with an epilogue (its epilogue's tiles are lowered per image width)";
   if (c.result()->type().strides) return "a channels-last output";
   return "";
 }
 
 // Why contraction `c` (in a graph with symbols) cannot read its rows M per
 // call, or "": only M may be symbolic (N, K and B are fixed, so B is packed
-// once and the column tiles are the traced ones), on kiln's GEMM. `lone`:
-// the contraction has no epilogue.
-std::string rows_per_call_misfit(const ir::Node &c, bool lone = false) {
-  if (c.op() == OpId::Conv2d) return images_per_call_misfit(c, lone);
+// once and the column tiles are the traced ones), on kiln's GEMM.
+std::string rows_per_call_misfit(const ir::Node &c) {
+  if (c.op() == OpId::Conv2d) return images_per_call_misfit(c);
   if (gemm::path() != gemm::Path::Jit) return "KILN_GEMM=blas (only kiln's GEMM reads M per call)";
   if (c.op() != OpId::Matmul && c.op() != OpId::Mm) return std::string(c.mnemonic()) + " (only matmul and mm)";
   if (c.operands().size() < 2 || !c.operand(0) || !c.operand(1) || c.results().size() != 1) return "not a product";
@@ -296,7 +291,7 @@ public:
     KILN_CHECK(!domain_.empty() && std::all_of(domain_.begin(), domain_.end(), [](int64_t s) { return s > 0; }),
                "epilogue: empty or scalar contraction output ", shape_str(domain_));
     if (rows_per_call_) {
-      const std::string why = rows_per_call_misfit(*contraction_, epilogue_.empty());
+      const std::string why = rows_per_call_misfit(*contraction_);
       KILN_CHECK(why.empty(), "epilogue: ", contraction_->op() == OpId::Conv2d ? "the images are" : "M is",
                  " not read per call: ", why);
     }
@@ -310,14 +305,15 @@ public:
                  jit_ ? "the product has batches that B does not share" : "kiln's GEMM does not take it");
     }
     compile_kernels(operands);
-    KILN_CHECK(!image_size_per_call_ || (jit_conv_ && (epilogue_.empty() || (!jit_dw_ && in_registers_))),
+    KILN_CHECK(!image_size_per_call_ ||
+                   (jit_conv_ && (epilogue_.empty() || (jit_dw_ ? call_kernel_ != nullptr : in_registers_))),
                "epilogue: the image size is not read per call: ",
                !jit_conv_ ? "the conv is not on kiln's conv kernels"
-               : jit_dw_  ? "a depthwise conv with an epilogue"
+               : jit_dw_  ? "the depthwise conv's epilogue has no kernel over any block"
                           : "the epilogue does not run in the micro-kernels' registers");
     kiln::log()->debug("epilogue: %{} ({}{}) as {} x [{}, {}] in tiles of [{}, {}], {} epilogue ops, {} kernels, {}{}",
                  group.result()->name(), contraction_->mnemonic(), channels_last_ ? ", channels-last" : "", nb_, M_,
-                 N_, tm_, tn_, epilogue_.size(), kernels_.size(), contraction_kind(),
+                 N_, tm_, tn_, epilogue_.size(), num_kernels(), contraction_kind(),
                  jit_ && config_.a_in_place ? ", A read in place" : "");
   }
 
@@ -329,7 +325,7 @@ public:
   bool reads_image_size_per_call() const override { return image_size_per_call_; }
 
   const std::vector<Tensor> &result_metas() const override { return metas_; }
-  int64_t num_kernels() const override { return int64_t(kernels_.size() + eks_.keep.size()); }
+  int64_t num_kernels() const override { return int64_t(kernels_.size() + eks_.keep.size() + (call_kernel_ ? 1 : 0)); }
   bool epilogue_in_registers() const override { return in_registers_; }
 
   std::vector<Tensor> run(const std::vector<Tensor> &operands) const override {
@@ -421,10 +417,12 @@ private:
       KILN_CHECK(o.sizes() == IntArrayRef(D.data(), 4) && o.is_contiguous(), "internal: epilogue: conv2d result ",
                  shape_str(o.sizes()), " for the input ", shape_str(x.sizes()));
     if (s.N == 0 || s.pixels() <= 0) return false;
-    call.c_bytes = c_result_ >= 0 ? 0 : round64(itemsize(dtype_) * size_t(s.N * s.O * s.pixels()));
+    // (the depthwise kernel keeps its blocks in the thread's scratch)
+    call.c_bytes = c_result_ >= 0 || jit_dw_ ? 0 : round64(itemsize(dtype_) * size_t(s.N * s.O * s.pixels()));
     using O = gemm::Epilogue::Operand;
+    const bool walks = in_registers_ || call_kernel_;
     size_t n = 0;
-    for (size_t q = 0; q < buffer_sources_.size() && in_registers_; ++q, ++n) {
+    for (size_t q = 0; q < buffer_sources_.size() && walks; ++q, ++n) {
       const Source &src = sources_[buffer_sources_[q]];
       if (src.kind == Source::Kind::Contraction) continue;
       const Tensor &t = ins.at(src.index);
@@ -432,14 +430,21 @@ private:
       KILN_CHECK(w, "internal: epilogue: operand ", src.index, " ", shape_str(t.sizes()), " strides ",
                  shape_str(t.strides()), " does not fold over ", shape_str(IntArrayRef(D.data(), 4)));
       // The code reads a Tile or Col operand's pixels at unit stride, a Row
-      // or Scalar one's not at all; the channels of a Col or Scalar one not at all.
-      const O kind = epi_kinds_[q];
-      const bool cols = kind == O::Tile || kind == O::Col;
-      KILN_CHECK((cols ? w->cs == 1 : w->cs == 0) || s.pixels() == 1, "internal: epilogue: operand ", src.index,
-                 " ", shape_str(t.sizes()), " does not walk the pixels as its code reads them");
+      // or Scalar one's not at all; the channels of a Col or Scalar one not at
+      // all. The call kernel's pixel strides are compiled in.
+      bool as_compiled = s.pixels() == 1;
+      if (call_kernel_) {
+        as_compiled |= w->cs == call_inner_[q];
+      } else {
+        const O kind = epi_kinds_[q];
+        const bool cols = kind == O::Tile || kind == O::Col;
+        as_compiled |= cols ? w->cs == 1 : w->cs == 0;
+      }
+      KILN_CHECK(as_compiled, "internal: epilogue: operand ", src.index, " ", shape_str(t.sizes()),
+                 " does not walk the pixels as its code reads them");
       call.walks[n] = *w;
     }
-    for (size_t o = 0; o < kernel_outputs_.size() && in_registers_; ++o, ++n)
+    for (size_t o = 0; o < kernel_outputs_.size() && walks; ++o, ++n)
       call.walks[n] = Walk{s.O * s.pixels(), s.pixels(), 1}; // contiguous, checked above
     return true;
   }
@@ -890,19 +895,16 @@ private:
     const ir::Node &cv = *contraction_;
     auto in = [&](size_t i) { return cv.operand(i) ? ins[operand_of(cv.operand(i))] : Tensor(); };
     const Tensor x = in(0), w = in(1), b = in(2);
-    if (call && kiln::gemm::depthwise_unsupported(call->shape)) {
-      const attrs::Conv2d a{cv};
-      const Tensor &y = outs[size_t(c_result_)];
-      return kiln::detail::nn::conv2d_into(x, w, b, a.stride(), a.padding(), a.dilation(), a.groups(), y,
-                                           kiln::detail::nn::conv2d_block_rows(w.sizes(), y.size(2), y.size(3)),
-                                           nullptr, nullptr);
-    }
+    if (call && kiln::gemm::depthwise_unsupported(call->shape))
+      return run_eager_depthwise<T>(*call, x, w, b, ins, outs);
     struct Ctx {
       const Step *self;
       const std::vector<Tensor> *ins, *outs;
-    } ctx{this, &ins, &outs};
-    auto after = [](void *p, int64_t image, int64_t c0, int64_t nc, int64_t p0, int64_t np, void *block, int64_t) {
+      const ConvCall *call;
+    } ctx{this, &ins, &outs, call};
+    auto after = [](void *p, int64_t image, int64_t c0, int64_t nc, int64_t p0, int64_t np, void *block, int64_t ldc) {
       auto *x = static_cast<Ctx *>(p);
+      if (x->call) return x->self->template run_call_block<T>(*x->call, image, c0, nc, p0, np, block, ldc, *x->ins, *x->outs);
       x->self->template run_tile<T>(image, c0, p0, nc, np, static_cast<T *>(block), *x->ins, *x->outs);
     };
     std::optional<typename DwPackCache<T>::Ref> cached;
@@ -922,6 +924,61 @@ private:
                                     c_result_ >= 0 ? static_cast<T *>(outs[size_t(c_result_)].raw_data()) : nullptr,
                                     epilogue_.empty() ? nullptr : +after, &ctx,
                                     call ? kiln::gemm::depthwise_blocking<T>(shape) : dw_blocking_);
+  }
+
+  // A call size the depthwise kernel does not cover: eager's conv kernel into
+  // the conv's result (or a buffer of this call), then the epilogue over each
+  // image as one block.
+  template <class T>
+  void run_eager_depthwise(const ConvCall &call, const Tensor &x, const Tensor &w, const Tensor &b,
+                           const std::vector<Tensor> &ins, const std::vector<Tensor> &outs) const {
+    const attrs::Conv2d a{*contraction_};
+    const kiln::gemm::ConvShape &s = call.shape;
+    const Tensor y = c_result_ >= 0 ? outs[size_t(c_result_)]
+                                    : kiln::detail::make_tensor({s.N, s.O, s.Ho, s.Wo}, dtype_);
+    kiln::detail::nn::conv2d_into(x, w, b, a.stride(), a.padding(), a.dilation(), a.groups(), y,
+                                  kiln::detail::nn::conv2d_block_rows(w.sizes(), s.Ho, s.Wo), nullptr, nullptr);
+    if (epilogue_.empty()) return;
+    const int64_t P = s.pixels();
+    for (int64_t i = 0; i < s.N; ++i)
+      run_call_block<T>(call, i, 0, s.O, 0, P, static_cast<T *>(y.raw_data()) + i * s.O * P, P, ins, outs);
+  }
+
+  // The epilogue of block [c0, c0 + nc) x [p0, p0 + np) of `image` (channel
+  // c0 + i's pixels at block + i * ldc) through the call kernel: each buffer
+  // at the block's corner, by the call's walks.
+  template <class T>
+  void run_call_block(const ConvCall &call, int64_t image, int64_t c0, int64_t nc, int64_t p0, int64_t np,
+                      const void *block, int64_t ldc, const std::vector<Tensor> &ins,
+                      const std::vector<Tensor> &outs) const {
+    void *bufs[kMaxEpilogueBuffers + 1];
+    int64_t words[2 + 2 * kMaxEpilogueBuffers];
+    words[0] = nc, words[1] = np;
+    size_t n = 0;
+    auto put = [&](const void *p, int64_t rs, int64_t cs) {
+      bufs[n] = const_cast<void *>(p);
+      words[2 + 2 * n] = rs, words[3 + 2 * n] = cs;
+      ++n;
+    };
+    for (size_t q = 0; q < buffer_sources_.size(); ++q) {
+      const Source &src = sources_[buffer_sources_[q]];
+      const Walk &w = call.walks[n];
+      if (src.kind == Source::Kind::Contraction) {
+        put(block, ldc, 1);
+        continue;
+      }
+      const Tensor &t = ins[src.index];
+      put(static_cast<const char *>(t.raw_data()) + (image * w.bs + c0 * w.rs + p0 * w.cs) * int64_t(itemsize(t.dtype())),
+          w.rs, call_inner_[n]);
+    }
+    for (size_t o : kernel_outputs_) {
+      const Walk &w = call.walks[n];
+      const Tensor &t = outs[o];
+      put(static_cast<const char *>(t.raw_data()) + (image * w.bs + c0 * w.rs + p0 * w.cs) * int64_t(itemsize(t.dtype())),
+          w.rs, w.cs);
+    }
+    bufs[n] = words;
+    call_kernel_->run(bufs);
   }
 
   static std::array<int64_t, 4> strides4(const Tensor &t) {
@@ -946,6 +1003,7 @@ private:
     for (size_t i = 0; i < group_.body()->outputs().size(); ++i)
       if (int(i) != c_result_) kernel_outputs_.push_back(i);
     if (epilogue_.empty()) return;
+    if (jit_dw_ && image_size_per_call_) return compile_call_kernel(operands);
     const bool own_kernels = jit_ || jit_conv_; // kiln's GEMM or conv: micro-kernels with epilogue variants
     if (own_kernels && !register_epilogues()) {
       kiln::log()->debug("epilogue: %{}: the epilogue runs as a second pass over each C tile: register epilogues "
@@ -1054,6 +1112,35 @@ private:
     // parallel_for is then serial); a lone tile or image on the calling thread
     // still spreads over the pool.
     return Jit::current().compile(tile_desc(operands, mb, nc));
+  }
+
+  // A depthwise conv whose image size is read per call: its blocks' extents
+  // change with the image width, so one kernel serves every block [channels,
+  // pixels], reading the extents and each buffer's channel stride per block
+  // (KernelDesc::runtime_layout). The pixel strides (1, or 0 for a
+  // per-channel operand) are compiled in and checked per call (conv_call).
+  void compile_call_kernel(const std::vector<Tensor> &operands) {
+    KILN_CHECK(!channels_last_, "epilogue: a channels-last depthwise conv does not read its image size per call");
+    KernelDesc d = tile_desc(operands, tm_, tn_);
+    KILN_CHECK(d.num_buffers() <= kMaxEpilogueBuffers, "epilogue: ", d.num_buffers(), " buffers (at most ",
+               kMaxEpilogueBuffers, ")");
+    // lower_group merges the dims of a contiguous block (one of whole
+    // images); a call's blocks need not be, so both dims stay.
+    d.shape = {tm_, tn_};
+    const MatView c = c_view();
+    for (size_t q = 0; q < buffer_sources_.size(); ++q) {
+      const Source &s = sources_[buffer_sources_[q]];
+      const MatView &mv = s.kind == Source::Kind::Contraction ? c : s.view;
+      d.inputs.at(q).strides = {mv.rs, mv.cs};
+    }
+    for (size_t k = 0; k < kernel_outputs_.size(); ++k)
+      d.outputs.at(k).buffer.strides = {results_[kernel_outputs_[k]].rs, results_[kernel_outputs_[k]].cs};
+    d.row_rank = 1;
+    d.runtime_layout = true;
+    d.validate();
+    call_inner_.clear();
+    for (size_t b = 0; b < d.num_buffers(); ++b) call_inner_.push_back(d.buffer(b).strides.back());
+    call_kernel_ = Jit::current().compile(d);
   }
 
   // The epilogue's kernel for one tile [mb, nc]; sets buffer_sources_.
@@ -1370,6 +1457,8 @@ private:
   ByDType<ConvPackCache> conv_packs_;                  // the parameter's packing
   int64_t jit_block_pixels_ = 0;                  // its pixels per block (= tn_, the epilogue's tile)
   bool jit_dw_ = false;                           // jit_conv_ is depthwise: codegen/gemm/depthwise.h
+  std::shared_ptr<const CompiledKernel> call_kernel_; // depthwise over image sizes read per call: any block
+  std::vector<int64_t> call_inner_;                   // its buffers' pixel strides, compiled in
   kiln::gemm::DwBlocking dw_blocking_;            // its blocks (= [tm_, tn_], the epilogue's tiles)
   ByDType<DwPackCache> dw_packs_;                 // the parameter's taps
 

@@ -369,9 +369,10 @@ std::vector<double> naive_depthwise(const Tensor &x, const Tensor &w, const Tens
 
 } // namespace
 
-// Depthwise convs over symbolic image sizes (dynamic = On): each runs alone on
-// kiln's depthwise kernel with its image size and blocks read per call, its
-// epilogue (the residual and relu) a kernel of its own over the call's sizes.
+// Depthwise convs over symbolic image sizes (dynamic = On): each runs on
+// kiln's depthwise kernel with its image size and blocks read per call, the
+// first with its epilogue (bias, the residual and relu) on each block through
+// one kernel that reads the block's extents and strides.
 // A 3x3 with padding and a strided, dilated 3x3 with channel multiplier 2, at
 // widths below, across and above the kernel's vectors; against naive loops,
 // then NaN and inf against eager.
@@ -399,7 +400,7 @@ TEST(DynamicContraction, DepthwiseConvReadsItsImageSizePerCall) {
     expect_near(got[1], naive_depthwise(x, w2, b2, 2, 2, 2), at + ", strided and dilated");
   }
   // Padded input rows over the depthwise kernel's 128K elements (3 x 44002,
-  // 5 x 44004): the step runs eager's conv kernel into the same results, and
+  // 5 x 44004): the steps run eager's conv kernel (then the epilogue over each image), and
   // the depthwise kernel is not called (the count below).
   {
     Tensor x = randn({2, 16, 1, 44000});
@@ -421,11 +422,15 @@ TEST(DynamicContraction, DepthwiseConvReadsItsImageSizePerCall) {
   for (size_t r = 0; r < 2; ++r) expect_same_non_finite(got[r], want[r], "result " + std::to_string(r));
   std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 16, 9, 14})});
   ASSERT_TRUE(graph);
-  int per_call = 0;
-  for (const std::string &line : codegen::describe_symbolic_executable(graph))
-    per_call += line.find("conv-jit") == 0 && line.find("reads its batch and image size per call") != std::string::npos;
+  int per_call = 0, with_epilogue = 0;
+  for (const std::string &line : codegen::describe_symbolic_executable(graph)) {
+    const bool reads = line.find("conv-jit") == 0 && line.find("reads its batch and image size per call") != std::string::npos;
+    per_call += reads;
+    with_epilogue += reads && line.find("a contraction and its epilogue") != std::string::npos;
+  }
   if (!on_kilns_gemm()) GTEST_SKIP() << "KILN_GEMM=blas: the convs run eager's kernel";
   EXPECT_EQ(per_call, 2);
+  EXPECT_EQ(with_epilogue, 1);
   EXPECT_EQ(codegen::gemm::depthwise_calls() - before, 2 * int64_t(std::size(sizes)) + 2);
 }
 
