@@ -30,6 +30,11 @@ inline constexpr const char *kLibmSymbolPrefix = "kiln_libm_"; // + exp, sigmoid
 std::unique_ptr<llvm::Module> lower_kernel(const KernelDesc &desc, const std::string &symbol,
                                            const LowerTarget &target, llvm::LLVMContext &ctx);
 
+// Whether a row reduction's rows are evaluated in tiles of neighbouring rows
+// (rows that run down columns: codegen/lower_tile.cpp). A runtime row
+// (KernelDesc::runtime_row) takes them too.
+bool wants_row_tiles(const KernelDesc &desc);
+
 // Run after the optimizer: marks the stores into streamed outputs
 // (KernelDesc::stream_stores) non-temporal. Before vectorization, the loop
 // vectorizer would refuse to widen them (a scalar float store is not aligned

@@ -132,7 +132,13 @@ void Lowering::build_entry(const std::string &symbol, llvm::Function *body) {
     return;
   }
   Value *count = outer_count(b, dim0_extent(b, f->getArg(0)));
-  b.CreateCall(pfor, {b.getInt64(0), count, b.getInt64(outer_grain()), body, f->getArg(0)});
+  Value *grain = b.getInt64(outer_grain());
+  if (k_.runtime_row) { // rows per chunk from the call's length, as outer_grain from the static one
+    Value *len = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, runtime_extent(b, f->getArg(0), 1), b.getInt64(1));
+    grain = b.CreateUDiv(b.getInt64(k_.grain > 0 ? k_.grain : kDefaultGrain), len);
+    grain = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, grain, b.getInt64(tiled_ ? 16 : 1), nullptr, "grain");
+  }
+  b.CreateCall(pfor, {b.getInt64(0), count, grain, body, f->getArg(0)});
   b.CreateRetVoid();
 }
 

@@ -20,9 +20,10 @@ constexpr int64_t kMaxPrefetchBytes = 64 * 1024; // per buffer row, see prefetch
 // is the row. body(ctx, begin, end): for each row o in [begin, end), the stages
 // and passes of the schedule.
 llvm::Function *Lowering::build_row_body(const std::string &name) {
-  // A runtime row takes no tiles or row blocks (their sizes are the row's);
-  // its passes loop to the call's length (emit_runtime_rows).
-  tiled_ = !k_.runtime_row && wants_tiles();
+  // A runtime row takes no row blocks (their sizes are the row's); its passes
+  // loop to the call's length (emit_runtime_rows), or, for rows that run down
+  // columns (a mean over the sequence of [s0, s1, D]), its tiles' passes do.
+  tiled_ = wants_tiles();
   sched_ = schedule_rows(k_, tiled_ ? 0 : kMaxScratchBytes);
   centering_ = reductions_used_by_reductions();
   auto *f = llvm::Function::Create(body_type(), llvm::Function::InternalLinkage, name, m_);
@@ -38,7 +39,12 @@ llvm::Function *Lowering::build_row_body(const std::string &name) {
     for (size_t i = 0; i < k_.nodes.size(); ++i)
       if (k_.nodes[i].inverse_row_length)
         inverse_len_[i] = b.CreateFPTrunc(inverse_len_f64_, value_type(c_, k_.nodes[i].dtype));
-    emit_runtime_rows(b, f);
+    if (tiled_) {
+      allocate_tile(b);
+      emit_tiles(b, f->getArg(1), f->getArg(2));
+    } else {
+      emit_runtime_rows(b, f);
+    }
     b.CreateRetVoid();
     return f;
   }

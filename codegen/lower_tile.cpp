@@ -31,16 +31,26 @@ constexpr int64_t kMinTileRows = 16;
 
 } // namespace
 
-bool Lowering::wants_tiles() const {
-  size_t d = tile_dim();
-  int64_t min_rows = outer_rank() == 1 ? 2 : kMinTileRows;
-  if (shape_[d] < min_rows || inner_size() < 2) return false;
-  for (size_t i = 0; i < k_.inputs.size(); ++i) {
-    std::vector<int64_t> st = strides_of(i);
-    if (st[d] == 1 && st.back() != 0 && st.back() != 1) return true;
-  }
+bool Lowering::wants_tiles() const { return wants_row_tiles(k_); }
+
+} // namespace kiln::codegen::lower_impl
+
+namespace kiln::codegen {
+
+bool wants_row_tiles(const KernelDesc &k) {
+  const size_t rank = k.shape.size(), row = size_t(std::max<int32_t>(k.row_rank, 1));
+  if (rank < 2 || row >= rank) return false;
+  const size_t outer = rank - row, d = outer - 1; // the tile's dim: the innermost outer dim
+  const int64_t min_rows = outer == 1 ? 2 : lower_impl::kMinTileRows;
+  if (k.shape[d] < min_rows || k.shape.back() < 2) return false;
+  for (const BufferSpec &in : k.inputs)
+    if (in.strides[d] == 1 && in.strides.back() != 0 && in.strides.back() != 1) return true;
   return false;
 }
+
+} // namespace kiln::codegen
+
+namespace kiln::codegen::lower_impl {
 
 // Float32 sums of a tile accumulate in double, one per row (tile_wide_):
 // each row is a sequential sum, which in float32 lost 1.5e-4 (relative)
@@ -173,10 +183,13 @@ void Lowering::emit_tile_pass(IRBuilder<> &b, int p, const std::vector<Value *> 
       else lb.CreateStore(reduce_identity(k_.nodes[red]), tile_slot(lb, size_t(red), r));
     }
   });
-  if (row_length() > 0) {
-    emit_loop(b, b.getInt64(0), b.getInt64(sub_rows()), "sub", [&](IRBuilder<> &sb, Value *rr) {
+  if (row_len_ || row_length() > 0) {
+    // A runtime row (of one dim): one sub-row of the call's length.
+    Value *subs = b.getInt64(row_len_ ? 1 : sub_rows());
+    emit_loop(b, b.getInt64(0), subs, "sub", [&](IRBuilder<> &sb, Value *rr) {
       std::vector<Value *> sub = offset_bases(sb, bases, rr, outer_rank(), rank() - 1);
-      emit_loop(sb, sb.getInt64(0), sb.getInt64(inner_size()), "j", [&](IRBuilder<> &jb, Value *j) {
+      Value *len = row_len_ ? row_len_ : sb.getInt64(inner_size());
+      emit_loop(sb, sb.getInt64(0), len, "j", [&](IRBuilder<> &jb, Value *j) {
         emit_loop(jb, jb.getInt64(0), n, "r", [&](IRBuilder<> &lb, Value *r) {
           std::vector<Value *> br = tile_row(lb, sub, r);
           std::vector<Value *> cur = load_known(lb, r);

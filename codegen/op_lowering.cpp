@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codegen/epilogue.h"
+#include "codegen/lower.h"
 #include "ir/graph.h"
 #include "ir/sym_infer.h"
 #include "passes/group_geometry.h"
@@ -998,11 +999,12 @@ KernelDesc fold_into_dim0(const ir::Node &group, const std::string &name, const 
         if (p.desc.shape[d] != a.shape[d]) sized = std::max(sized, d + 1);
     KernelDesc all = a;
     j = fold_dims(all, 0, outer).empty() ? outer : std::max<size_t>(sized, 1);
-    // Rows walked with a stride (a mean over the sequence of [s0, s1, D]): a
-    // runtime row takes no tiles, so it would read them element by element,
-    // 3-6x slower than the static kernel's tiles and than eager (measured on
-    // [8, 128, 256]); eager keeps them.
-    for (size_t b = 0; b < a.num_buffers() && j < outer; ++b) {
+    // Rows walked with a stride (a mean over the sequence of [s0, s1, D]) run
+    // in tiles of neighbouring rows, as the static kernel's do. Where they
+    // cannot (fewer than 16 rows side by side), a runtime row would read them
+    // element by element, 3-6x slower than eager (measured on [8, 128, 256]):
+    // eager keeps them.
+    for (size_t b = 0; b < a.num_buffers() && j < outer && !wants_row_tiles(a); ++b) {
       const int64_t st = strides_of(a, b).back();
       KILN_CHECK(st == 0 || st == 1, "codegen: ", name, ": its rows are strided (buffer ", b, " walks them by ", st,
                  ") and its outer dims ", shape_str(a.shape), " do not fold into one; a kernel would read them ",

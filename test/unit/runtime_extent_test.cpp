@@ -574,11 +574,24 @@ TEST(RuntimeExtentGroups, RowsOfSeveralDims) {
 })", Reads::Row, 1e-4);
 }
 
-// A mean over the sequence of [s0, s1, 8] (a sentence embedding's mean
-// pooling): the kernel would walk [s0, 8, s1], its rows columns of stride 8,
-// and the input's outer dims do not fold into one (dim 0 steps by 8 rows, dim
-// 1 by 1). A runtime row reads such rows element by element, slower than
-// eager: refused, the group runs eagerly.
+// A mean over the sequence of [s0, s1, D] (a sentence embedding's mean
+// pooling): the kernel walks [s0, D, s1], its rows columns of stride D, and the
+// input's outer dims do not fold into one (dim 0 steps by D rows, dim 1 by 1).
+// With D >= 16 the rows go in tiles of neighbouring rows, the row length read
+// per call; the interpreter is the reference (a max with the mean).
+TEST(RuntimeExtentGroups, StridedRowsInTiles) {
+  expect_group_serves_every_extent(
+      R"(graph @g(%x: f32[s0, s1, 24]) symbols(s0 = 4, s1 = 6) params(%w: f32[24]) {
+  %0 = mul(%x, %w) : f32[s0, s1, 24]
+  %1 = mean(%0) {dims = [1], keepdim = false, dtype = none} : f32[s0, 24]
+  %2 = amax(%0) {dims = [1], keepdim = false} : f32[s0, 24]
+  return %1, %2
+})", Reads::Row, 1e-5);
+}
+
+// The same with D = 8: too few rows side by side for a tile. A runtime row
+// reads such rows element by element, slower than eager: refused, the group
+// runs eagerly.
 TEST(RuntimeExtentGroups, RefusesStridedRowsOverOuterDimsThatDoNotFold) {
   std::vector<size_t> operands;
   auto g = fused(R"(graph @g(%x: f32[s0, s1, 8]) symbols(s0 = 4, s1 = 6) params(%w: f32[8]) {
