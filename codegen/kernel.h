@@ -252,11 +252,12 @@ struct KernelDesc {
   // d: dim d): 1 for a row-major [s0, s1] buffer, which steps dim 0 by it; 3
   // for an NCHW image read as [s0, C, s1*s2] (dims 0 and 1, by C and 1 times
   // it); 1 for [s0, s1, D] read as [s0, D, s1] by a mean over s1 (its dim 1
-  // steps by 1; lower_symbolic_group refuses such strided rows, which a
-  // runtime row reads slower than eager). Its strides in those dims
-  // hold those multiples of the traced length; every other stride holds at
-  // every length. These kernels
-  // take no row blocks or tiles, and keep scratch rows only for rows that fit
+  // steps by 1; such strided rows go in tiles, wants_row_tiles in
+  // codegen/lower.h, or lower_symbolic_group refuses them: a runtime row
+  // reads them element by element, slower than eager). Its strides in those
+  // dims hold those multiples of the traced length; every other stride holds
+  // at every length. These kernels
+  // take no row blocks, and keep scratch rows only for rows that fit
   // the scratch budget: codegen chooses its loops as if the row were
   // kRuntimeRowAssumed long, with runtime trip counts.
   bool runtime_row = false;
