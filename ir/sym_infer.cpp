@@ -225,6 +225,7 @@ Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes) {
   KILN_CHECK(sizes_in_attrs(op), "attrs_with_sizes: ", op_info(op).mnemonic, " keeps no sizes in its attributes");
   const auto &names = op_info(op).attr_names;
   auto it = std::find(names.begin(), names.end(), "shape");
+  if (it == names.end()) it = std::find(names.begin(), names.end(), "size"); // full
   KILN_CHECK(it != names.end() && size_t(it - names.begin()) < attrs.size(), "attrs_with_sizes: ",
              op_info(op).mnemonic, " has no shape attribute");
   Attrs out = attrs;

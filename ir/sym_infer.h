@@ -43,13 +43,13 @@ std::vector<std::vector<SymExpr>> fit_symbolic_dims(const SizesAt &rule, std::sp
                                                     std::span<const int> symbols);
 
 // Ops whose attributes hold their result's sizes (ops.def's SizesInAttrs: view,
-// reshape and expand's `shape`). In a symbolic graph that attribute keeps the traced sizes and the
+// reshape and expand's `shape`, full's `size`). In a symbolic graph that attribute keeps the traced sizes and the
 // result type's dims are the truth: attrs_with_sizes gives the attributes for
 // the result sizes at some value of the symbols.
 bool sizes_in_attrs(OpId op);
 Attrs attrs_with_sizes(OpId op, const Attrs &attrs, IntArrayRef sizes);
 // Node n's attributes with the symbols at `values`: its own, except for a
-// view, reshape or expand with a symbolic result (what the verifier and the
+// view, reshape, expand or full with a symbolic result (what the verifier and the
 // interpreter run).
 Attrs attrs_at(const Node &n, std::span<const int64_t> values);
 

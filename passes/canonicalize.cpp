@@ -12,6 +12,7 @@
 #include "passes/rewrite.h"
 #include "runtime/log.h"
 #include "runtime/op_attrs.h"
+#include "runtime/ops.h"
 #include "runtime/trace_hook.h"
 
 namespace kiln::passes {
@@ -129,6 +130,16 @@ Value *contiguous_contiguous(ir::Graph &, Node &n) {
   return producer_is(n.operand(0), OpId::Contiguous) ? n.operand(0) : nullptr;
 }
 
+// sym_numel(x) -> its count, when x's sizes are constants (a static graph, or
+// a value of a symbolic one that no symbol reaches)
+Value *numel_of_static(ir::Graph &g, Node &n) {
+  const ir::TensorType &t = n.operand(0)->type();
+  const bool constant = std::all_of(t.sym.begin(), t.sym.end(), [](const ir::SymExpr &e) { return e.is_constant(); });
+  if (!constant) return nullptr;
+  detail::TracingOff off; // a pass may run while some caller traces
+  return g.add_const(full({}, t.numel(), kInt64), "cst");
+}
+
 struct Rule {
   OpId op;
   const char *name;
@@ -148,6 +159,7 @@ const Rule kRules[] = {
     {OpId::Cast, "to(same dtype) -> x", cast_same},
     {OpId::Contiguous, "contiguous(contiguous(x)) -> contiguous(x)", contiguous_contiguous},
     {OpId::Copy, "copy(x, y of x's type) -> y", copy_whole},
+    {OpId::SymNumel, "sym_numel(x of constant sizes) -> x.numel()", numel_of_static},
 };
 
 // ---- constant folding: every operand a small constant, every result small.

@@ -989,7 +989,8 @@ Derivative make_derivative(OpId id) {
   case OpId::Full:
   case OpId::Arange:
   case OpId::Linspace:
-  case OpId::Eye: return not_differentiable;
+  case OpId::Eye:
+  case OpId::SymNumel: return not_differentiable;
   }
   return not_implemented;
 }

@@ -31,6 +31,9 @@ Tensor arange(const Scalar &start, const Scalar &end, const Scalar &step = 1, Te
 Tensor linspace(const Scalar &start, const Scalar &end, int64_t steps, TensorOptions options = {});
 Tensor eye(int64_t n, TensorOptions options = {});
 Tensor eye(int64_t n, int64_t m, TensorOptions options = {});
+// x.numel() as a 0-d int64 tensor (torch's x.sym_numel()). Traced, so a function compiled
+// over symbolic sizes computes with the call's count, where x.numel() would be the traced one.
+Tensor sym_numel(const Tensor &x);
 Tensor randn(IntArrayRef size, TensorOptions options = {});
 Tensor rand(IntArrayRef size, TensorOptions options = {});
 Tensor randint(int64_t low, int64_t high, IntArrayRef size, TensorOptions options = kInt64);

@@ -165,6 +165,14 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   return t;
 }
 
+Tensor sym_numel(const Tensor &x) {
+  KILN_CHECK(x.defined(), "sym_numel: the tensor is undefined");
+  KILN_TRACE(SymNumel, {x});
+  Tensor t = detail::make_tensor({}, kInt64, x.is_meta());
+  if (!t.is_meta()) *static_cast<int64_t *>(t.raw_data()) = x.numel();
+  return t;
+}
+
 // ---------------------------------------------------------------- random
 
 namespace detail {
@@ -413,6 +421,7 @@ std::vector<Tensor> Linspace(const std::vector<Tensor> &, const Attrs &a) {
   attrs::Linspace at{a};
   return {linspace(at.start(), at.end(), at.steps(), at.dtype())};
 }
+std::vector<Tensor> SymNumel(const std::vector<Tensor> &in, const Attrs &) { return {sym_numel(in[0])}; }
 std::vector<Tensor> Eye(const std::vector<Tensor> &, const Attrs &a) {
   attrs::Eye at{a};
   return {eye(at.n(), at.m(), at.dtype())};

@@ -214,7 +214,7 @@ void trace_running_stats_update(const Tensor &x, const Tensor &running_mean, con
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (d != 1) dims.push_back(d);
-  const int64_t C = x.size(1), n = x.numel() / std::max<int64_t>(C, 1);
+  const int64_t C = x.size(1);
   const int64_t cshape[1] = {C};
   Tensor m = mean(x, dims, /*keepdim=*/true);
   if (running_mean.defined()) {
@@ -225,7 +225,9 @@ void trace_running_stats_update(const Tensor &x, const Tensor &running_mean, con
     Tensor c = x - m;
     Tensor v = mean(c * c, dims, /*keepdim=*/true);
     Tensor r = running_var;
-    r.mul_(1 - momentum).add_(v.reshape(IntArrayRef(cshape, 1)) * (momentum * double(n) / double(n - 1)));
+    // The count as a traced op, so that a graph over symbolic sizes scales by the call's.
+    Tensor n = sym_numel(x).to(kFloat64) / double(std::max<int64_t>(C, 1));
+    r.mul_(1 - momentum).add_(v.reshape(IntArrayRef(cshape, 1)) * (n * momentum / (n - 1)));
   }
 }
 } // namespace

@@ -67,6 +67,16 @@ TEST(Factories, Eye) {
   EXPECT_THROW(eye(-1), Error);
 }
 
+TEST(Factories, SymNumelIsTheCountAsAnInt64Scalar) {
+  Tensor n = sym_numel(randn({3, 4, 5}).transpose(0, 2));
+  EXPECT_EQ(n.dim(), 0);
+  EXPECT_EQ(n.dtype(), kInt64);
+  EXPECT_EQ(n.item<int64_t>(), 3 * 4 * 5);
+  EXPECT_EQ(sym_numel(zeros({2, 0, 7})).item<int64_t>(), 0);
+  EXPECT_EQ(sym_numel(full({}, 2.0)).item<int64_t>(), 1);
+  EXPECT_THROW(sym_numel(Tensor()), Error);
+}
+
 TEST(Factories, SeededRandomIsReproducibleAcrossThreadCounts) {
   set_num_threads(1);
   manual_seed(42);

@@ -161,7 +161,7 @@ std::vector<Case> cases() {
        }},
       {"factories", {x}, [](auto &a) {
          return std::vector<Tensor>{a[0] + full({4, 6}, 2.0), arange(0, 6, 1, kFloat32) + a[0], linspace(0, 1, 6) * a[0],
-                                    eye(4, 6) + a[0]};
+                                    eye(4, 6) + a[0], a[0] / sym_numel(a[0])};
        }},
   };
   (void)ints;
