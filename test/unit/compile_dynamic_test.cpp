@@ -762,3 +762,98 @@ TEST(CompileDynamic, MeanPoolingOverSequencesOfEveryLength) {
   ASSERT_TRUE(graph);
   EXPECT_EQ(runtime_row_steps(graph), 1) << "the mean pooling, one kernel";
 }
+
+// A training-mode batch norm over images whose batch and size change (dynamic
+// = On): the statistics over [0, 2, 3] run as a mean over each image, then
+// over the batch (decompose's split_reduction), each one kernel over the
+// call's sizes; the running variance takes the call's n / (n - 1) (sym_numel).
+// Output and running statistics against a double loop; NaN in one channel
+// stays in that channel.
+TEST(CompileDynamic, BatchNormTrainingOverImagesOfEverySize) {
+  manual_seed(29);
+  const int64_t C = 5;
+  const double momentum = 0.1, eps = 1e-5;
+  Tensor w = randn({C}), b = randn({C}), rm = randn({C}), rv = rand({C}) + 0.5;
+  auto fn = [=](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    return {batch_norm(in[0], w, b, rm, rv, /*training=*/true, momentum, eps)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{4, 6}, {2, 9}, {7, 5}, {3, 17}, {1, 4}};
+  for (const auto &bs : sizes) {
+    const int64_t N = bs[0], H = bs[1], HW = H * H;
+    const std::string at = "[" + std::to_string(N) + ", 5, " + std::to_string(H) + ", " + std::to_string(H) + "]";
+    Tensor x = randn({N, C, H, H});
+    float *p = x.data_ptr<float>();
+    if (N == 2) p[3 * HW + 1] = NAN; // channel 3
+    std::vector<double> rm0(C), rv0(C);
+    for (int64_t c = 0; c < C; ++c) rm0[c] = rm.data_ptr<float>()[c], rv0[c] = rv.data_ptr<float>()[c];
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got[0].sizes().vec(), x.sizes().vec()) << at;
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0, q = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) s += p[(n * C + c) * HW + i];
+      const double cnt = double(N * HW), mean = s / cnt;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) q += (p[(n * C + c) * HW + i] - mean) * (p[(n * C + c) * HW + i] - mean);
+      const double var = q / cnt;
+      const double want_rm = (1 - momentum) * rm0[c] + momentum * mean;
+      const double want_rv = (1 - momentum) * rv0[c] + momentum * var * cnt / (cnt - 1);
+      const std::string where = at + " channel " + std::to_string(c);
+      const float grm = rm.data_ptr<float>()[c], grv = rv.data_ptr<float>()[c];
+      EXPECT_EQ(std::isnan(grm), std::isnan(want_rm)) << where;
+      EXPECT_EQ(std::isnan(grv), std::isnan(want_rv)) << where;
+      if (!std::isnan(want_rm)) {
+        EXPECT_NEAR(grm, want_rm, 1e-5 * (1 + std::abs(want_rm))) << where;
+        EXPECT_NEAR(grv, want_rv, 1e-4 * (1 + std::abs(want_rv))) << where;
+      }
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const int64_t k = (n * C + c) * HW + i;
+          const double want = (p[k] - mean) / std::sqrt(var + eps) * w.data_ptr<float>()[c] + b.data_ptr<float>()[c];
+          const float g = got[0].data_ptr<float>()[k];
+          ASSERT_EQ(std::isnan(g), std::isnan(want)) << where << " element " << k;
+          if (!std::isnan(want)) ASSERT_NEAR(g, want, 1e-4 * (1 + std::abs(want))) << where << " element " << k;
+        }
+    }
+  }
+  CompileStats st = f.stats();
+  EXPECT_EQ(st.compiles, 1);
+  EXPECT_EQ(st.eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, C, 7, 7})});
+  ASSERT_TRUE(graph);
+  EXPECT_GE(runtime_row_steps(graph), 1) << "the statistics over each image, a kernel over the call's sizes";
+}
+
+// Sizes a function reads from its input (a full of the batch's size, a mean
+// spelled as the sum over sym_numel) follow each call: one compile serves them.
+TEST(CompileDynamic, FullsAndCountsOfTheCallsSize) {
+  manual_seed(31);
+  auto fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor x = in[0];
+    return {x + full({x.size(0), x.size(1)}, 1.5), x.sum({1}) / sym_numel(x)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t n : {3, 8, 5, 33}) {
+    Tensor x = randn({n, 7});
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{n, 7}));
+    ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{n}));
+    const float *p = x.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < 7; ++j) {
+        s += p[i * 7 + j];
+        EXPECT_FLOAT_EQ(got[0].data_ptr<float>()[i * 7 + j], p[i * 7 + j] + 1.5f) << n;
+      }
+      EXPECT_NEAR(got[1].data_ptr<float>()[i], s / double(n * 7), 1e-6) << n << " row " << i;
+    }
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
