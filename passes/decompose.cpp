@@ -238,13 +238,22 @@ template <class A> Value *variance(Emit e, const Node &n, A a) {
   bool keepdim = a.keepdim();
   double correction = a.correction().value_or(1.0);
   double count = 1;
+  bool symbolic = false;
   for (int64_t d : dims) {
-    if (symbolic_dim(x, d)) return nullptr; // the count is per call: the composite stays
+    symbolic |= symbolic_dim(x, d);
     count *= double(x->type().shape[size_t(d)]);
   }
-  Value *c = e.sub(x, e.mean(x, dims));
+  Value *m = e.mean(x, dims);
+  Value *c = e.sub(x, m);
   Value *ss = e.b.op<OpId::Sum>({e.mul(c, c)}, {.dims = dims, .keepdim = keepdim, .dtype = std::nullopt});
-  return e.mul(ss, 1.0 / std::max(0.0, count - correction));
+  if (!symbolic) return e.mul(ss, 1.0 / std::max(0.0, count - correction));
+  // N per call: x's elements over the result's, in float64 as the constant above.
+  auto count_of = [&](Value *v) {
+    return e.b.op<OpId::Cast>({e.b.op<OpId::SymNumel>({v}, {})}, {.dtype = kFloat64});
+  };
+  Value *den = e.add(e.div(count_of(x), count_of(ss)), -correction);
+  den = e.b.op<OpId::Clamp>({den}, {.min = Scalar(0.0), .max = std::nullopt});
+  return e.mul(ss, e.unary(OpId::Reciprocal, den));
 }
 
 Values var(Emit e, const Node &n) {
