@@ -15,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/op_attrs.h"
 #include "runtime/ops.h"
+#include "runtime/trace_hook.h"
 
 namespace kiln::autograd::detail {
 
@@ -230,11 +231,21 @@ Grads d_sum(const GradCtx &c) {
   const DimList dims = reduced_dims(a.dims(), int64_t(c.input_sizes[0].size()), "sum");
   return {unreduce(c.grad(), dims, a.keepdim()).expand(c.input_sizes[0])};
 }
+// g / (n - minus), n the count of elements a reduction of `whole` into
+// `reduced` took. While tracing, the count is read per call (sym_numel of each,
+// in float64), so that a graph over symbolic sizes divides by the call's n;
+// canonicalize folds it back to the number for static sizes.
+Tensor over_count(const Tensor &g, const Tensor &whole, const Tensor &reduced, int64_t n, double minus = 0) {
+  if (!kiln::detail::tracing()) return g / (double(n) - minus);
+  Tensor count = sym_numel(whole).to(kFloat64) / sym_numel(reduced).to(kFloat64);
+  return g / (count - minus);
+}
 Grads d_mean(const GradCtx &c) {
   const attrs::Mean a{c.attrs};
   const DimList dims = reduced_dims(a.dims(), int64_t(c.input_sizes[0].size()), "mean");
   const int64_t n = count_of(c.input_sizes[0], dims);
-  return {unreduce(c.grad(), dims, a.keepdim()).expand(c.input_sizes[0]) / double(n)};
+  Tensor g = unreduce(c.grad(), dims, a.keepdim()).expand(c.input_sizes[0]);
+  return {over_count(g, g, c.grad(), n)};
 }
 // The product of every other element along the last dim of x [..., K], without
 // dividing (zeros are fine): exclusive cumulative products from both ends.
@@ -311,9 +322,8 @@ Grads d_min_dim(const GradCtx &c) {
 Tensor centered_over_n(const GradCtx &c, IntArrayRef dims_attr, std::optional<double> correction, const char *op) {
   const Tensor &x = c.in(0);
   const DimList dims = reduced_dims(dims_attr, x.dim(), op);
-  const double n = double(count_of(x.sizes(), dims)) - correction.value_or(1.0);
   Tensor centered = dims.empty() ? x - x : x - mean(x, dims, true);
-  return centered / n;
+  return over_count(centered, x, c.grad(), count_of(x.sizes(), dims), correction.value_or(1.0));
 }
 Grads d_var(const GradCtx &c) {
   const attrs::Var a{c.attrs};

@@ -857,3 +857,87 @@ TEST(CompileDynamic, FullsAndCountsOfTheCallsSize) {
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().eager_calls, 0);
 }
+
+// var and std over symbolic dims: decompose divides by the call's count
+// (sym_numel of x over the mean's) less the correction, so one compile serves
+// every size; against a double loop, and a correction the count does not exceed.
+TEST(CompileDynamic, VarAndStdOverSymbolicDims) {
+  manual_seed(37);
+  auto fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    return {var(in[0], {1}), kiln::std(in[0], {0, 2}, /*correction=*/0.0, /*keepdim=*/true)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{3, 5}, {6, 2}, {2, 19}, {5, 40}};
+  for (const auto &bs : sizes) {
+    const int64_t B = bs[0], S = bs[1], D = 24;
+    const std::string at = "[" + std::to_string(B) + ", " + std::to_string(S) + ", 24]";
+    Tensor x = randn({B, S, D});
+    const float *p = x.data_ptr<float>();
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{B, D})) << at;
+    ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{1, S, 1})) << at;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t d = 0; d < D; ++d) {
+        double s = 0, q = 0;
+        for (int64_t t = 0; t < S; ++t) s += p[(b * S + t) * D + d];
+        for (int64_t t = 0; t < S; ++t) q += std::pow(p[(b * S + t) * D + d] - s / double(S), 2);
+        const double want = q / double(S - 1);
+        EXPECT_NEAR(got[0].data_ptr<float>()[b * D + d], want, 1e-5 * (1 + want)) << at << " " << b << ", " << d;
+      }
+    for (int64_t t = 0; t < S; ++t) {
+      double s = 0, q = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t d = 0; d < D; ++d) s += p[(b * S + t) * D + d];
+      const double mean = s / double(B * D);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t d = 0; d < D; ++d) q += std::pow(p[(b * S + t) * D + d] - mean, 2);
+      const double want = std::sqrt(q / double(B * D));
+      EXPECT_NEAR(got[1].data_ptr<float>()[t], want, 1e-5 * (1 + want)) << at << " position " << t;
+    }
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, 7, 24})});
+  ASSERT_TRUE(graph);
+  for (const ir::Node *n : graph->nodes())
+    EXPECT_TRUE(n->kind() != ir::Node::Kind::Op || (n->op() != OpId::Var && n->op() != OpId::Std))
+        << "var and std decompose over symbolic dims";
+}
+
+// A training step whose loss is a mean and whose features are scaled by a var
+// over the batch, compiled with the default (Auto) and called at five batch
+// sizes: the backward's counts (mean's 1 / n, var's 1 / (n - 1)) are read per
+// call, so the batch turns symbolic at the second size and no later size
+// compiles. Losses and weights against the same steps run eagerly.
+TEST(CompileDynamic, TrainingStepsWithMeansAndVarsOverEveryBatch) {
+  manual_seed(41);
+  Tensor w0 = randn({3, 4}) * 0.5;
+  Tensor wc = w0.clone().requires_grad_(true), we = w0.clone().requires_grad_(true);
+  auto step_with = [](Tensor &w) {
+    return [&w](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+      Tensor h = linear(in[0], w);
+      Tensor z = h / sqrt(var(h, {0}, 1.0, true) + 1e-3);
+      Tensor d = z - in[1];
+      Tensor loss = (d * d).mean();
+      loss.backward();
+      {
+        NoGradGuard g;
+        w.sub_(w.grad() * 0.1);
+        w.mutable_grad().zero_();
+      }
+      return {loss.detach()};
+    };
+  };
+  CompiledFunction f = compile(step_with(wc));
+  auto eager = step_with(we);
+  for (int64_t b : {4, 7, 5, 12, 9, 33}) {
+    Tensor x = randn({b, 4}), y = randn({b, 3});
+    const double lc = f({x, y})[0].item<double>(), le = eager({x, y})[0].item<double>();
+    EXPECT_NEAR(lc, le, 1e-5 * (1 + std::abs(le))) << "batch " << b;
+    EXPECT_TRUE(allclose(wc.detach(), we.detach(), 1e-5, 1e-6)) << "batch " << b;
+  }
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
