@@ -251,7 +251,9 @@ template <class A> Value *variance(Emit e, const Node &n, A a) {
   auto count_of = [&](Value *v) {
     return e.b.op<OpId::Cast>({e.b.op<OpId::SymNumel>({v}, {})}, {.dtype = kFloat64});
   };
-  Value *den = e.add(e.div(count_of(x), count_of(ss)), -correction);
+  Value *whole = count_of(x); // in this order: arguments' order is unspecified, the graph's must not be
+  Value *reduced = count_of(ss);
+  Value *den = e.add(e.div(whole, reduced), -correction);
   den = e.b.op<OpId::Clamp>({den}, {.min = Scalar(0.0), .max = std::nullopt});
   return e.mul(ss, e.unary(OpId::Reciprocal, den));
 }

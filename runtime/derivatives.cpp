@@ -237,8 +237,9 @@ Grads d_sum(const GradCtx &c) {
 // canonicalize folds it back to the number for static sizes.
 Tensor over_count(const Tensor &g, const Tensor &whole, const Tensor &reduced, int64_t n, double minus = 0) {
   if (!kiln::detail::tracing()) return g / (double(n) - minus);
-  Tensor count = sym_numel(whole).to(kFloat64) / sym_numel(reduced).to(kFloat64);
-  return g / (count - minus);
+  Tensor n_whole = sym_numel(whole).to(kFloat64); // traced in this order on every compiler
+  Tensor n_reduced = sym_numel(reduced).to(kFloat64);
+  return g / (n_whole / n_reduced - minus);
 }
 Grads d_mean(const GradCtx &c) {
   const attrs::Mean a{c.attrs};
