@@ -327,8 +327,8 @@ Values adaptive_avg_pool2d(Emit e, const Node &n) {
 // where a symbol sizes one of them, as the reduction over the innermost run of
 // them, then over the others. A kernel reads a row of one dim per call, and
 // runs of rows walked with a stride in tiles, but not a row of several runs:
-// whole, such a reduction runs eagerly over symbolic sizes (7-9x slower than the
-// static kernel; these two run within 1.1x of it, measured on [s0, 64, 56, 56]).
+// whole, such a reduction runs eagerly over symbolic sizes (6-9x slower than the
+// static kernel; these two run 1.2-1.4x of it, measured on [s0, 64, 56, 56]).
 // Static sizes keep it whole: one kernel reads the row faster than two.
 Values split_reduction(Emit e, const Node &n) {
   Value *x = n.operand(0);
