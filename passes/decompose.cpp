@@ -3,8 +3,8 @@
 // one rule per composite. Rules may emit other composites (sdpa over zero
 // keys emits softmax); the pass repeats until none it knows is left. A composite whose
 // rule does not apply (dropout in training, sdpa with dropout) stays. Over
-// symbolic sizes it also splits a sum or mean over several runs of dims in two
-// (split_reduction).
+// symbolic sizes it also splits a sum, mean, amax or amin over several
+// runs of dims in two (split_reduction).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -323,17 +323,39 @@ Values adaptive_avg_pool2d(Emit e, const Node &n) {
   return {e.mean(x, {rank(x) - 2, rank(x) - 1})};
 }
 
-// A sum or mean over dims that are not one run (batch_norm's [0, 2, 3] of NCHW),
-// where a symbol sizes one of them, as the reduction over the innermost run of
-// them, then over the others. A kernel reads a row of one dim per call, and
-// runs of rows walked with a stride in tiles, but not a row of several runs:
-// whole, such a reduction runs eagerly over symbolic sizes (6-9x slower than the
-// static kernel; these two run 1.2-1.4x of it, measured on [s0, 64, 56, 56]).
-// Static sizes keep it whole: one kernel reads the row faster than two.
+// A reduction's dims, keepdim and dtype, as split_reduction reads and re-emits
+// them (amax and amin have no dtype). The caller's op is one of the four.
+struct ReductionForm {
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  std::optional<DType> dtype;
+};
+ReductionForm reduction_form(const Node &n) {
+  if (n.op() == OpId::Sum) return {attrs::Sum{n}.dims(), attrs::Sum{n}.keepdim(), attrs::Sum{n}.dtype()};
+  if (n.op() == OpId::Mean) return {attrs::Mean{n}.dims(), attrs::Mean{n}.keepdim(), attrs::Mean{n}.dtype()};
+  if (n.op() == OpId::Amax) return {attrs::Amax{n}.dims(), attrs::Amax{n}.keepdim(), std::nullopt};
+  return {attrs::Amin{n}.dims(), attrs::Amin{n}.keepdim(), std::nullopt};
+}
+Value *reduce(Emit e, OpId op, Value *x, const ReductionForm &f) {
+  if (op == OpId::Sum) return e.b.op<OpId::Sum>({x}, {.dims = f.dims, .keepdim = f.keepdim, .dtype = f.dtype});
+  if (op == OpId::Mean) return e.b.op<OpId::Mean>({x}, {.dims = f.dims, .keepdim = f.keepdim, .dtype = f.dtype});
+  if (op == OpId::Amax) return e.b.op<OpId::Amax>({x}, {.dims = f.dims, .keepdim = f.keepdim});
+  return e.b.op<OpId::Amin>({x}, {.dims = f.dims, .keepdim = f.keepdim});
+}
+
+// A sum, mean, amax or amin over dims that are not one run (batch_norm's
+// [0, 2, 3] of NCHW), where a symbol sizes one of them, as the reduction over
+// the innermost run of them, then over the others (each of the four is
+// associative that way; a mean of equal-sized means is the mean). A kernel
+// reads a row of one dim per call, and runs of rows walked with a stride in
+// tiles, but not a row of several runs: whole, such a reduction runs eagerly
+// over symbolic sizes (6-9x slower than the static kernel; these two run
+// 1.2-1.4x of it, measured on [s0, 64, 56, 56]). Static sizes keep it whole:
+// one kernel reads the row faster than two.
 Values split_reduction(Emit e, const Node &n) {
   Value *x = n.operand(0);
-  const bool sum = n.op() == OpId::Sum;
-  std::vector<int64_t> dims = sum ? attrs::Sum{n}.dims() : attrs::Mean{n}.dims();
+  const ReductionForm whole = reduction_form(n);
+  std::vector<int64_t> dims = whole.dims;
   if (dims.empty()) dims = all_dims(x);
   for (int64_t &d : dims) d = wrap(d, rank(x));
   std::sort(dims.begin(), dims.end());
@@ -348,13 +370,9 @@ Values split_reduction(Emit e, const Node &n) {
   size_t run = live.size() - 1; // where the innermost run of consecutive dims starts
   while (run > 0 && live[run - 1] + 1 == live[run]) --run;
   if (run == 0) return {};
-  const std::vector<int64_t> inner(live.begin() + std::ptrdiff_t(run), live.end());
-  const bool keepdim = sum ? attrs::Sum{n}.keepdim() : attrs::Mean{n}.keepdim();
-  const std::optional<DType> dtype = sum ? attrs::Sum{n}.dtype() : attrs::Mean{n}.dtype();
-  Value *first = sum ? e.b.op<OpId::Sum>({x}, {.dims = inner, .keepdim = true, .dtype = dtype})
-                     : e.b.op<OpId::Mean>({x}, {.dims = inner, .keepdim = true, .dtype = dtype});
-  return {sum ? e.b.op<OpId::Sum>({first}, {.dims = dims, .keepdim = keepdim, .dtype = std::nullopt})
-              : e.b.op<OpId::Mean>({first}, {.dims = dims, .keepdim = keepdim, .dtype = std::nullopt})};
+  const ReductionForm inner{{live.begin() + std::ptrdiff_t(run), live.end()}, true, whole.dtype};
+  const ReductionForm rest{dims, whole.keepdim, std::nullopt};
+  return {reduce(e, n.op(), reduce(e, n.op(), x, inner), rest)};
 }
 
 struct Decomposition {
@@ -368,6 +386,7 @@ const Decomposition kRules[] = {
     {OpId::Addmm, addmm}, {OpId::Mm, small_k_matmul}, {OpId::Matmul, small_k_matmul},
     {OpId::Var, var}, {OpId::Std, std_}, {OpId::Sdpa, sdpa}, {OpId::Dropout, dropout},
     {OpId::AdaptiveAvgPool2d, adaptive_avg_pool2d}, {OpId::Sum, split_reduction}, {OpId::Mean, split_reduction},
+    {OpId::Amax, split_reduction}, {OpId::Amin, split_reduction},
 };
 
 const Decomposition *rule_for(const Node &n) {

@@ -827,6 +827,62 @@ TEST(CompileDynamic, BatchNormTrainingOverImagesOfEverySize) {
   EXPECT_GE(runtime_row_steps(graph), 1) << "the statistics over each image, a kernel over the call's sizes";
 }
 
+// Per-channel extremes over images whose batch and size change (a
+// calibration's amax of |x * w| over [0, 2, 3]): decompose splits each over
+// the image, then over the batch, so each half is a kernel over the call's
+// sizes (whole, they would run eagerly). Against a double loop, NaN and inf
+// included (a NaN anywhere in the channel is its max and min).
+TEST(CompileDynamic, ExtremesOverImagesOfEverySize) {
+  manual_seed(41);
+  const int64_t C = 3;
+  Tensor w = rand({C, 1, 1}) + 0.5; // the channels' scales (which keep C a constant)
+  auto fn = [w](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor y = in[0] * w;
+    return {amax(abs(y), {0, 2, 3}), amin(y, {3, 0, 2}, /*keepdim=*/true)};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  const int64_t sizes[][2] = {{4, 6}, {2, 9}, {7, 5}, {3, 17}};
+  for (const auto &bs : sizes) {
+    const int64_t N = bs[0], H = bs[1], HW = H * H;
+    const std::string at = "[" + std::to_string(N) + ", 3, " + std::to_string(H) + ", " + std::to_string(H) + "]";
+    Tensor x = randn({N, C, H, H});
+    float *p = x.data_ptr<float>();
+    if (N == 2) p[1 * HW + 5] = NAN;             // channel 1
+    if (N == 7) p[(6 * C + 2) * HW] = -INFINITY; // channel 2, the last image
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{C})) << at;
+    ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{1, C, 1, 1})) << at;
+    for (int64_t c = 0; c < C; ++c) {
+      const double scale = w.data_ptr<float>()[c];
+      double mx = -INFINITY, mn = INFINITY;
+      bool nan = false;
+      for (int64_t i = 0; i < N * HW; ++i) {
+        const double v = double(p[(i / HW * C + c) * HW + i % HW]) * scale;
+        nan |= std::isnan(v);
+        mx = std::max(mx, std::abs(v));
+        mn = std::min(mn, v);
+      }
+      const std::string where = at + " channel " + std::to_string(c);
+      const float gmax = got[0].data_ptr<float>()[c], gmin = got[1].data_ptr<float>()[c];
+      ASSERT_EQ(std::isnan(gmax), nan) << where;
+      ASSERT_EQ(std::isnan(gmin), nan) << where;
+      if (nan) continue;
+      if (std::isinf(mx)) EXPECT_EQ(gmax, mx) << where; // (inf - inf is NaN: no tolerance holds)
+      else EXPECT_NEAR(gmax, mx, 1e-6 * (1 + std::abs(mx))) << where;
+      if (std::isinf(mn)) EXPECT_EQ(gmin, mn) << where;
+      else EXPECT_NEAR(gmin, mn, 1e-6 * (1 + std::abs(mn))) << where;
+    }
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  std::shared_ptr<const ir::Graph> graph = f.graph_for({randn({3, C, 7, 7})});
+  ASSERT_TRUE(graph);
+  EXPECT_GE(runtime_row_steps(graph), 2) << "the reductions over each image and over the batch, kernels over the call's sizes";
+}
+
 // Sizes a function reads from its input (a full of the batch's size, a mean
 // spelled as the sum over sym_numel) follow each call: one compile serves them.
 TEST(CompileDynamic, FullsAndCountsOfTheCallsSize) {
