@@ -144,6 +144,13 @@ std::optional<int64_t> SymExpr::constant() const {
   return std::nullopt;
 }
 
+std::optional<int> SymExpr::as_symbol() const {
+  if (terms_.size() != 1 || terms_[0].coeff != 1 || terms_[0].factors.size() != 1) return std::nullopt;
+  const Factor &f = terms_[0].factors[0];
+  if (f.power != 1 || f.atom.symbol < 0) return std::nullopt;
+  return f.atom.symbol;
+}
+
 int SymExpr::max_symbol() const {
   int m = -1;
   for (const Term &t : terms_)

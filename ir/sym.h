@@ -34,6 +34,8 @@ public:
   // The value when the expression mentions no symbol.
   std::optional<int64_t> constant() const;
   bool is_constant() const { return constant().has_value(); }
+  // k when the expression is s<k> alone (a dim a call binds), else nullopt.
+  std::optional<int> as_symbol() const;
   // The highest symbol id mentioned, -1 when none.
   int max_symbol() const;
   // A step P >= 1 such that moving the symbols by multiples of P moves every

@@ -257,9 +257,9 @@ std::vector<int64_t> bind_symbols(const Graph &g, const std::vector<IntArrayRef>
     KILN_CHECK(sizes[i].size() == t.shape.size(), "@", g.name(), ": ", input_name(i), " must have ", t.shape.size(),
                " dims (", t.str(), "), got ", shape_str(sizes[i]));
     for (size_t d = 0; d < t.sym.size(); ++d) {
-      std::vector<int> ids = t.sym[d].symbols();
-      if (ids.size() != 1 || t.sym[d] != SymExpr::symbol(ids[0]) || values[size_t(ids[0])] >= 0) continue;
-      values[size_t(ids[0])] = sizes[i][int64_t(d)];
+      const std::optional<int> id = t.sym[d].as_symbol();
+      if (!id || values[size_t(*id)] >= 0) continue;
+      values[size_t(*id)] = sizes[i][int64_t(d)];
     }
   }
   for (size_t k = 0; k < n; ++k)

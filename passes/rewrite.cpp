@@ -158,10 +158,10 @@ std::vector<int64_t> symbol_values(const ir::Graph &g, const std::vector<ir::Val
     if (!v) continue;
     const ir::TensorType &t = v->type();
     for (size_t d = 0; d < t.sym.size(); ++d) {
-      std::vector<int> ids = t.sym[d].symbols();
-      if (ids.size() != 1 || t.sym[d] != ir::SymExpr::symbol(ids[0])) continue;
-      if (values.size() <= size_t(ids[0])) values.resize(size_t(ids[0]) + 1, -1);
-      values[size_t(ids[0])] = t.shape[int64_t(d)];
+      const std::optional<int> id = t.sym[d].as_symbol();
+      if (!id) continue;
+      if (values.size() <= size_t(*id)) values.resize(size_t(*id) + 1, -1);
+      values[size_t(*id)] = t.shape[int64_t(d)];
     }
   }
   // A symbol no operand has as a bare dim (an operand of [2*s0] alone) has no

@@ -196,6 +196,21 @@ TEST(SymExpr, TextForm) {
   EXPECT_EQ(P("s10"), s(10));
 }
 
+// A dim a call binds is a symbol alone: not a multiple, a power, a sum or a division of one.
+TEST(SymExpr, AsSymbolOnlyOfABareSymbol) {
+  EXPECT_EQ(s(3).as_symbol(), std::optional<int>(3));
+  EXPECT_EQ(P("s0").as_symbol(), std::optional<int>(0));
+  EXPECT_EQ((s(0) + s(1) - s(1)).as_symbol(), std::optional<int>(0));
+  EXPECT_EQ(SymExpr(5).as_symbol(), std::nullopt);
+  EXPECT_EQ(SymExpr(0).as_symbol(), std::nullopt);
+  EXPECT_EQ((2 * s(0)).as_symbol(), std::nullopt);
+  EXPECT_EQ((-s(0)).as_symbol(), std::nullopt);
+  EXPECT_EQ((s(0) * s(0)).as_symbol(), std::nullopt);
+  EXPECT_EQ((s(0) + 1).as_symbol(), std::nullopt);
+  EXPECT_EQ((s(0) * s(1)).as_symbol(), std::nullopt);
+  EXPECT_EQ(SymExpr::floordiv(s(0), 2).as_symbol(), std::nullopt);
+}
+
 // ------------------------------------------------------------ errors
 
 TEST(SymExpr, BadInputIsAnError) {
