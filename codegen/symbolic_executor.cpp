@@ -1,6 +1,6 @@
 // A compiled program over a symbolic graph (issue 17, codegen/executable.h's
 // make_symbolic_executable): built once, it serves every call whose sizes bind
-// the graph's symbols. Each call binds them (ir::bind_symbols); a fusion group
+// the graph's symbols. Each call binds them (ir::bind_symbols' rule); a fusion group
 // runs as one kernel that reads its outer extent per call, the product of the
 // symbols that size its outer dims (KernelDesc::runtime_dim0, RuntimeExtents),
 // and the length of its row when symbols size that too (KernelDesc::runtime_row),
@@ -58,11 +58,14 @@ public:
   explicit SymbolicExecutor(std::shared_ptr<const ir::Graph> g) : g_(std::move(g)) {
     const auto t0 = std::chrono::steady_clock::now();
     const ir::Graph &graph = *g_;
+    // (bind checks every input's sizes.)
     auto define = [&](const ir::Value *v) {
       slot_[v] = int(types_.size());
       types_.push_back(v->type());
+      sized_by_type_.push_back(v->kind() == ir::Value::Kind::Input);
     };
     for (const ir::Value *v : graph.inputs()) define(v);
+    build_binding(graph);
     for (const ir::Value *v : graph.params()) define(v);
     for (const ir::Value *v : graph.consts()) define(v);
     size_t index = 0; // of n in the graph
@@ -78,6 +81,9 @@ public:
       else if (n->kind() == ir::Node::Kind::FusionGroup) build_group(*n, s);
       else if (op_info(n->op()).kind == OpKind::Contraction) build_contraction(*n, index, s);
       else ++stats_.eager_steps;
+      // Results the step sizes from their types (result_tensor) need no check where they are read.
+      const bool sized = s.kind == Step::Kind::Kernel || (s.kind == Step::Kind::Contraction && s.rows_per_call);
+      for (int o : s.out) sized_by_type_.at(size_t(o)) = sized;
       steps_.push_back(std::move(s));
       ++index;
     }
@@ -115,10 +121,7 @@ public:
 
   std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
     calls_.fetch_add(1, std::memory_order_relaxed);
-    std::vector<IntArrayRef> sizes;
-    sizes.reserve(inputs.size());
-    for (const Tensor &t : inputs) sizes.push_back(t.sizes());
-    const std::vector<int64_t> values = ir::bind_symbols(*g_, sizes);
+    const std::vector<int64_t> values = bind(inputs);
     Arena arena = take_arena(values);
     std::vector<Tensor> env(types_.size());
     for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
@@ -176,6 +179,57 @@ public:
   }
 
 private:
+  // ir::bind_symbols' rule, laid out once: each input dim that is a bare
+  // symbol binds it (or, bound already, must equal it), and every other dim
+  // must equal its size or expression. A call that misses any of them runs
+  // ir::bind_symbols for its error. (Per call this is the cost of a
+  // few-element call: no allocation but the values.)
+  struct DimRule {
+    size_t input, dim;
+    int symbol;       // >= 0: the dim is s<symbol> alone
+    ir::SymExpr size; // else: what it must equal
+  };
+  void build_binding(const ir::Graph &graph) {
+    num_symbols_ = graph.symbol_hints().size();
+    std::vector<bool> bound(num_symbols_, false);
+    for (size_t i = 0; i < graph.inputs().size(); ++i) {
+      const ir::TensorType &t = graph.inputs()[i]->type();
+      ranks_.push_back(t.shape.size());
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        const std::optional<int> id = t.symbolic() ? t.sym[d].as_symbol() : std::nullopt;
+        if (id) bound.at(size_t(*id)) = true;
+        dim_rules_.push_back({i, d, id.value_or(-1), t.symbolic() ? t.sym[d] : ir::SymExpr(t.shape[int64_t(d)])});
+      }
+    }
+    binds_every_symbol_ = std::all_of(bound.begin(), bound.end(), [](bool b) { return b; });
+    // Binding rules first, so that every symbol has its value before the checks.
+    std::stable_partition(dim_rules_.begin(), dim_rules_.end(), [](const DimRule &r) { return r.symbol >= 0; });
+  }
+  std::vector<int64_t> bind(const std::vector<Tensor> &inputs) const {
+    std::vector<int64_t> values(num_symbols_, -1);
+    bool ok = binds_every_symbol_ && inputs.size() == ranks_.size();
+    for (size_t i = 0; ok && i < inputs.size(); ++i) ok = size_t(inputs[i].dim()) == ranks_[i];
+    for (size_t k = 0; ok && k < dim_rules_.size(); ++k) {
+      const DimRule &r = dim_rules_[k];
+      const int64_t v = inputs[r.input].size(int64_t(r.dim));
+      if (r.symbol < 0) ok = r.size.evaluate(values) == v;
+      else if (values[size_t(r.symbol)] < 0) values[size_t(r.symbol)] = v;
+      else ok = values[size_t(r.symbol)] == v;
+    }
+    if (ok) return values;
+    std::vector<IntArrayRef> sizes;
+    for (const Tensor &t : inputs) sizes.push_back(t.sizes());
+    return ir::bind_symbols(*g_, sizes); // throws what does not hold
+  }
+
+  static Dims sizes_at(const ir::TensorType &type, std::span<const int64_t> values) {
+    if (!type.symbolic()) return type.shape;
+    Dims sizes;
+    sizes.resize(type.sym.size());
+    for (size_t d = 0; d < type.sym.size(); ++d) sizes[d] = type.sym[d].evaluate(values);
+    return sizes;
+  }
+
   // One call's arena (from the pool, returned when the call ends) and the
   // addresses of the planned values at the call's sizes, per slot.
   class Arena {
@@ -244,7 +298,7 @@ private:
   // A planned slot's value over the call's arena; else a fresh tensor.
   Tensor result_tensor(const Arena &arena, int slot, std::span<const int64_t> values) const {
     const ir::TensorType &type = types_[size_t(slot)];
-    const Dims sizes = type.symbolic() ? Dims(IntArrayRef(ir::evaluate_dims(type.sym, values))) : type.shape;
+    const Dims sizes = sizes_at(type, values);
     if (void *p = arena.at(slot)) return from_blob(p, IntArrayRef(sizes), TensorOptions(type.dtype));
     return kiln::detail::make_tensor(IntArrayRef(sizes), type.dtype);
   }
@@ -392,8 +446,12 @@ private:
       Tensor &t = env[size_t(slot)];
       check_sizes(s, slot, t, values);
       // A contiguous operand's strides change with the sizes: contiguous at each.
-      if (s.contiguous_at_every_size[k]) t = t.is_contiguous() ? t : t.contiguous();
-      else if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
+      // (Not a ternary: t = t would copy the handle, two atomic counts per buffer and call.)
+      if (s.contiguous_at_every_size[k]) {
+        if (!t.is_contiguous()) t = t.contiguous();
+      } else if (!same_layout(t, s.buffer_strides[k])) {
+        t = relaid(t, s.buffer_strides[k]);
+      }
       buffers[b++] = t.raw_data();
     }
     for (int o : s.out) {
@@ -424,8 +482,11 @@ private:
       // A symbolic operand's strides change with its sizes: contiguous at each
       // (its traced META was contiguous, and the step's row strides hold at any M).
       if (s.any_layout) continue;
-      if (s.contiguous[k]) t = t.is_contiguous() ? t : t.contiguous();
-      else if (!same_layout(t, s.buffer_strides[k])) t = relaid(t, s.buffer_strides[k]);
+      if (s.contiguous[k]) {
+        if (!t.is_contiguous()) t = t.contiguous();
+      } else if (!same_layout(t, s.buffer_strides[k])) {
+        t = relaid(t, s.buffer_strides[k]);
+      }
     }
     std::vector<Tensor> outs;
     if (!s.rows_per_call) {
@@ -440,8 +501,9 @@ private:
   // Kernels index their buffers by the sizes the types give; an operand of
   // other sizes (a shape rule the fit got wrong) would be read out of bounds.
   void check_sizes(const Step &s, int slot, const Tensor &t, std::span<const int64_t> values) const {
+    if (sized_by_type_[size_t(slot)]) return;
     const ir::TensorType &type = types_[size_t(slot)];
-    const Dims want = type.symbolic() ? Dims(IntArrayRef(ir::evaluate_dims(type.sym, values))) : type.shape;
+    const Dims want = sizes_at(type, values);
     KILN_CHECK(t.sizes() == IntArrayRef(want), "internal: %", s.node->result()->name(), " expects an operand of ",
                shape_str(want), " but it is ", shape_str(t.sizes()));
   }
@@ -492,6 +554,11 @@ private:
   std::shared_ptr<const ir::Graph> g_;
   std::unordered_map<const ir::Value *, int> slot_;
   std::vector<ir::TensorType> types_; // per slot
+  std::vector<bool> sized_by_type_;    // per slot: its sizes are its type's at every call (check_sizes skips it)
+  size_t num_symbols_ = 0;
+  std::vector<size_t> ranks_; // per input
+  std::vector<DimRule> dim_rules_;
+  bool binds_every_symbol_ = false;
   std::vector<Step> steps_;
   std::vector<int> outputs_;
   struct WriteBackAt {

@@ -8,6 +8,7 @@
 // compiled results.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -331,6 +332,33 @@ TEST(SymArena, AnUpdatedInputIsWrittenBeforeItsBytesAreReused) {
   std::shared_ptr<const ir::Graph> g = f.graph_for({randn({16, 256}), randn({16, 128})});
   ASSERT_TRUE(g && g->memory_plan());
   EXPECT_EQ(g->write_backs().size(), 1u) << ir::print(*g);
+}
+
+// A symbolic executable binds its symbols from the inputs' bare dims and
+// checks every other dim (a static one, an expression, a symbol bound by an
+// earlier input) as ir::bind_symbols does, with its errors; kernels then read
+// the inputs' sizes unchecked, so a miss must never reach them.
+TEST(SymArena, ACallBindsItsSymbolsAndChecksEveryOtherDim) {
+  auto g = ir::parse(R"(graph @g(%x: f32[s0, 2*s1], %y: f32[s1, 3], %z: f32[s0]) symbols(s0 = 4, s1 = 5) {
+  %0 = exp(%x) : f32[s0, 2*s1]
+  %1 = neg(%y) : f32[s1, 3]
+  %2 = relu(%z) : f32[s0]
+  return %0, %1, %2
+})");
+  passes::run_pipeline(*g, "fuse,plan-memory");
+  std::shared_ptr<codegen::Executable> e = codegen::make_symbolic_executable(std::move(g));
+  Tensor x = randn({7, 18}), y = randn({9, 3}), z = randn({7});
+  std::vector<Tensor> got = e->run({x, y, z});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{7, 18}));
+  const float *px = x.data_ptr<float>(), *py = y.data_ptr<float>();
+  for (int64_t i = 0; i < 7 * 18; ++i) ASSERT_FLOAT_EQ(got[0].data_ptr<float>()[i], std::exp(px[i])) << i;
+  for (int64_t i = 0; i < 9 * 3; ++i) ASSERT_FLOAT_EQ(got[1].data_ptr<float>()[i], -py[i]) << i;
+  expect_error([&] { e->run({randn({7, 17}), y, z}); }, {"input 0 (%x)", "size 17 in dim 1", "2*s1 = 18 at s1 = 9"});
+  expect_error([&] { e->run({x, randn({9, 4}), z}); }, {"input 1 (%y)", "size 4 in dim 1", "needs 3"});
+  expect_error([&] { e->run({x, y, randn({8})}); }, {"input 2 (%z)", "size 8 in dim 0", "needs s0 = 7"});
+  expect_error([&] { e->run({x, y, randn({7, 1})}); }, {"input 2 (%z) must have 1 dims"});
+  expect_error([&] { e->run({x, y}); }, {"expected 3 inputs, got 2"});
 }
 
 } // namespace
