@@ -96,7 +96,7 @@ int64_t Lowering::outer_grain() const {
   if (rank() == 1) return grain;
   int64_t rows = std::max<int64_t>(1, grain / std::max<int64_t>(1, row_length()));
   if (block_ > 0) return (rows + block_ - 1) / block_; // in blocks
-  return tiled_ ? std::max<int64_t>(rows, 16) : rows; // tiles want neighbouring rows together
+  return tiled_ ? std::max<int64_t>(rows, kMinTileRows) : rows; // tiles want neighbouring rows together
 }
 
 void Lowering::stamp(llvm::Function *f) {
@@ -136,7 +136,7 @@ void Lowering::build_entry(const std::string &symbol, llvm::Function *body) {
   if (k_.runtime_row) { // rows per chunk from the call's length, as outer_grain from the static one
     Value *len = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, runtime_extent(b, f->getArg(0), 1), b.getInt64(1));
     grain = b.CreateUDiv(b.getInt64(k_.grain > 0 ? k_.grain : kDefaultGrain), len);
-    grain = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, grain, b.getInt64(tiled_ ? 16 : 1), nullptr, "grain");
+    grain = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, grain, b.getInt64(tiled_ ? kMinTileRows : 1), nullptr, "grain");
   }
   b.CreateCall(pfor, {b.getInt64(0), count, grain, body, f->getArg(0)});
   b.CreateRetVoid();

@@ -41,6 +41,10 @@ using llvm::IRBuilder;
 using llvm::Value;
 
 inline constexpr int64_t kDefaultGrain = 16384; // elements; below this a chunk is not worth a thread
+// Rows evaluated in tiles (Lowering::wants_tiles) need at least this many
+// neighbours in the innermost outer dim to tile at all (with fewer they go one
+// by one), and a thread's chunk of them at least this many rows.
+inline constexpr int64_t kMinTileRows = 16;
 // A rank-1 kernel with streamed outputs is split into blocks of this many
 // elements, so that every chunk starts 64-byte aligned in every output.
 inline constexpr int64_t kStreamBlock = 64;

@@ -25,9 +25,8 @@ namespace {
 // for several vectors of the widest ISA, small enough for L1 (one element per
 // row per per-row value).
 constexpr int64_t kTileRows = 64;
-// With several outer dims, tiles span only the innermost one: below this many
-// rows there, rows go one by one.
-constexpr int64_t kMinTileRows = 16;
+// (With several outer dims, tiles span only the innermost one: below
+// kMinTileRows rows there, rows go one by one.)
 
 } // namespace
 
