@@ -48,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 
 // Bump whenever lowering or vecmath changes the code generated for a given
 // description: it is part of the disk cache key, so stale objects are never reused.
-constexpr const char *kCodegenVersion = "kiln-codegen-14"; // 14: runtime rows that run down columns go in tiles; 13: runtime rows walk every pass in blocks, prefetch 8 lines a step; 12: rows whose length is read per call (KernelDesc::runtime_row); 11: float64 sigmoid calls its list definition; 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
+constexpr const char *kCodegenVersion = "kiln-codegen-15"; // 15: element-wise kernels over a runtime dim 0 may stream their stores to the call's extent; 14: runtime rows that run down columns go in tiles; 13: runtime rows walk every pass in blocks, prefetch 8 lines a step; 12: rows whose length is read per call (KernelDesc::runtime_row); 11: float64 sigmoid calls its list definition; 4: tiles of column rows (lower.cpp); 5: streaming stores, reciprocal of row statistics; 6: exp by exponent add, tanh without a NaN select; 7: row blocks; 8: row max/min fold with maxnum + a NaN flag; 9: float sums in double / blocks, tiles over several outer dims, nests kept rolled; 10: exp(NaN) and expm1(-0) kept (vecmath), relu(-0) and sign(NaN/-0) as eager
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -100,20 +100,25 @@ int64_t last_level_cache_bytes() {
 } // namespace
 
 bool streaming_stores_pay_off(const KernelDesc &desc) {
+  const int64_t above = streaming_threshold_bytes(desc);
+  return above >= 0 && footprint_bytes(desc) > above;
+}
+
+int64_t streaming_threshold_bytes(const KernelDesc &desc) {
   static const int forced = [] {
     const char *v = std::getenv("KILN_STREAM_STORES");
     if (!v || !*v) return -1;
     return std::string(v) == "0" ? 0 : 1;
   }();
-  if (forced >= 0) return forced == 1;
+  if (forced >= 0) return forced == 1 ? 0 : -1;
   // Measured on the 2-core EPYC (32 MiB L3), 2 threads, kiln bench: x + y over
   // 4M floats (48 MiB touched) 940-990 -> 610-670 us per call; layer_norm of
   // 4096x1024 (32 MiB touched) 480-520 -> 600-640 us: its input and output
   // stay in the L3 from call to call, which streaming gives up. Kernels bound
   // by per-element transcendentals lost 5-10% (gelu_tanh, softmax's exp).
   for (const Node &n : desc.nodes)
-    if (is_transcendental(n.op)) return false;
-  return footprint_bytes(desc) > last_level_cache_bytes() + last_level_cache_bytes() / 4;
+    if (is_transcendental(n.op)) return -1;
+  return last_level_cache_bytes() + last_level_cache_bytes() / 4;
 }
 
 int64_t footprint_bytes(const KernelDesc &desc) {

@@ -240,8 +240,10 @@ struct KernelDesc {
   // loops as if dim 0 were large (kRuntimeExtentAssumed). Dim 0 must be an
   // outer dim (rank >= 1, and row_rank < rank when the kernel reduces), and
   // the strides must hold at every extent: a row-major buffer's dim-0 stride
-  // is the product of the other dims, which do not change. These kernels
-  // never stream their stores (stream_stores is ignored).
+  // is the product of the other dims, which do not change. Such a kernel
+  // streams its stores (stream_stores) only when it is element-wise and its
+  // dims fold into one; the caller picks it per call, above
+  // streaming_threshold_bytes (else stream_stores is ignored).
   bool runtime_dim0 = false;
   // The row's length is read per call too (a softmax over [s0, s1], issue 17):
   // buffers[num_buffers()] then points at two int64_t, dim 0's extent and the
@@ -327,6 +329,10 @@ int64_t footprint_bytes(const KernelDesc &desc);
 // memory-bound (no per-element transcendentals: those kernels measured slower
 // with them). KILN_STREAM_STORES=0 / 1 forces the answer (for measurements).
 bool streaming_stores_pay_off(const KernelDesc &desc);
+// The footprint in bytes above which they pay off for desc's ops (the same
+// rule, for a kernel whose footprint is known only per call: a runtime dim 0),
+// or -1 when they never do.
+int64_t streaming_threshold_bytes(const KernelDesc &desc);
 
 class KernelBuilder;
 

@@ -25,7 +25,9 @@ Lowering::Lowering(const KernelDesc &k, llvm::Module &m, const LowerTarget &t)
   if (k.runtime_dim0) { // shape_[0] is kRuntimeExtentAssumed times what collapse_dims merged into dim 0
     dim0_scale_ = shape_[0] / kRuntimeExtentAssumed;
     row_rank_ = k.has_reductions() ? size_t(k.row_rank) : 1;
-    return; // streaming needs aligned blocks of a known count (and pays off only on large outputs)
+    // Streamed in blocks (blocked()) only when it folds into one dim, each
+    // block's start aligned; rows of a runtime count would need more.
+    if (k.has_reductions() || shape_.size() != 1) return;
   }
   // An in-place output stores through its input's pointer, whose alignment
   // nobody promised, into lines the kernel has just read: never streamed.

@@ -14,7 +14,7 @@ llvm::Function *Lowering::build_body(const std::string &name) {
   if (blocked()) { // [begin, end) counts blocks
     begin = b.CreateMul(begin, b.getInt64(kStreamBlock), "lo", true, true);
     end = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateMul(end, b.getInt64(kStreamBlock)),
-                                  b.getInt64(shape_[0]), nullptr, "hi");
+                                  dim0_extent(b, f->getArg(0)), nullptr, "hi");
   }
   if (rank() == 1) {
     std::vector<Value *> zero(k_.num_buffers(), b.getInt64(0));

@@ -303,6 +303,55 @@ private:
     return kiln::detail::make_tensor(IntArrayRef(sizes), type.dtype);
   }
 
+  // An element-wise kernel over a runtime dim 0 whose buffers fold into one
+  // dim, compiled again with streaming stores (KernelDesc::stream_stores) the
+  // first time a call touches more than `above` bytes (streaming_threshold_bytes:
+  // beyond the last-level cache), and run for such calls. At the traced sizes
+  // a static kernel decides this once; here the size is the call's.
+  struct StreamedTwin {
+    KernelDesc desc;
+    int64_t above = 0;
+    std::once_flag once;
+    std::shared_ptr<const CompiledKernel> kernel; // null until the first such call, or if it failed to compile
+
+    const CompiledKernel *get() {
+      std::call_once(once, [&] {
+        try {
+          kernel = Jit::current().compile(desc);
+          kiln::log()->debug("codegen: {} streams its stores on calls above {} bytes", kernel->symbol(), above);
+        } catch (const Error &e) {
+          kiln::log()->warn("codegen: the streaming twin of a kernel over runtime sizes failed to compile, so "
+                            "calls keep the kernel without it: {}", e.what());
+        }
+      });
+      return kernel.get();
+    }
+  };
+
+  // Whether every buffer of desc walks its iteration space row-major (so that
+  // its dims fold into one and the lowering can stream it in blocks).
+  static bool folds_into_one(const KernelDesc &desc) {
+    const auto dense = contiguous_strides(desc.shape);
+    for (size_t b = 0; b < desc.num_buffers(); ++b) {
+      const std::vector<int64_t> &st = desc.buffer(b).strides;
+      for (size_t d = 0; d < st.size(); ++d)
+        if (desc.shape[d] > 1 && st[d] != dense[d]) return false;
+    }
+    return true;
+  }
+  static std::shared_ptr<StreamedTwin> streamed_twin(const KernelDesc &desc) {
+    if (!desc.runtime_dim0 || desc.runtime_row || desc.runtime_layout || desc.has_reductions() ||
+        !desc.output_aliases_input.empty() || !folds_into_one(desc))
+      return nullptr;
+    const int64_t above = streaming_threshold_bytes(desc);
+    if (above < 0) return nullptr;
+    auto twin = std::make_shared<StreamedTwin>();
+    twin->desc = desc;
+    twin->desc.stream_stores = true;
+    twin->above = above;
+    return twin;
+  }
+
   struct Step {
     enum class Kind { Eager, Kernel, EagerGroup, Contraction } kind = Kind::Eager;
     const ir::Node *node = nullptr;
@@ -312,6 +361,7 @@ private:
     std::vector<Dims> buffer_strides;    // Kernel: per input buffer, the strides it was lowered for
     std::vector<bool> contiguous_at_every_size; // Kernel: per input buffer, lowered contiguous (else strided)
     std::optional<RuntimeExtents> extents;      // Kernel: its runtime sizes per call; empty: a static kernel
+    std::shared_ptr<StreamedTwin> streamed;     // Kernel: its twin with streaming stores, for calls above a size
     std::shared_ptr<const EpilogueStep> contraction; // Contraction: (buffer_* for its operands too)
     bool rows_per_call = false;                      // Contraction: M read per call
     bool any_layout = false; // Contraction: reads its operands' strides per call (no copy)
@@ -397,6 +447,7 @@ private:
         s.contiguous_at_every_size.push_back(s.extents && operands[i].is_contiguous());
       }
       s.kernel = Jit::current().compile(desc);
+      if (s.extents) s.streamed = streamed_twin(desc);
       s.kind = Step::Kind::Kernel;
       ++stats_.kernels;
       s.how = "kernel: fusion group %" + name + (!s.extents                  ? " has static sizes"
@@ -441,6 +492,7 @@ private:
   void run_kernel(const Step &s, std::span<const int64_t> values, const Arena &arena, std::vector<Tensor> &env) const {
     void *buffers[65];
     size_t b = 0;
+    int64_t bytes = 0; // the call's footprint
     for (size_t k = 0; k < s.buffer_operands.size(); ++k) {
       const int slot = s.in[s.buffer_operands[k]];
       Tensor &t = env[size_t(slot)];
@@ -453,10 +505,14 @@ private:
         t = relaid(t, s.buffer_strides[k]);
       }
       buffers[b++] = t.raw_data();
+      bytes += int64_t(t.nbytes());
     }
+    bool aligned = true; // (streamed blocks start 64-byte aligned in every output)
     for (int o : s.out) {
       Tensor r = result_tensor(arena, o, values);
       buffers[b++] = r.raw_data();
+      bytes += int64_t(r.nbytes());
+      aligned &= reinterpret_cast<uintptr_t>(r.raw_data()) % 64 == 0;
       env[size_t(o)] = std::move(r);
     }
     // Extents (and row length), or a runtime layout's extents and strides:
@@ -464,7 +520,8 @@ private:
     std::array<int64_t, kMaxKernelRank * 65> words; // (filled as far as the kernel reads)
     if (s.extents) s.extents->fill(values, words.data());
     buffers[b] = words.data();
-    s.kernel->fn()(buffers);
+    const CompiledKernel *streamed = s.streamed && aligned && bytes > s.streamed->above ? s.streamed->get() : nullptr;
+    (streamed ? streamed : s.kernel.get())->fn()(buffers);
   }
 
   // Operands in the layouts the step was built for; results contiguous at the

@@ -883,6 +883,34 @@ TEST(CompileDynamic, ExtremesOverImagesOfEverySize) {
   EXPECT_GE(runtime_row_steps(graph), 2) << "the reductions over each image and over the batch, kernels over the call's sizes";
 }
 
+// An element-wise kernel over a runtime batch streams its stores on calls
+// that touch more than the last-level cache (its twin compiled on the first
+// such call) and not on small ones: equal to eager at both, inf and NaN
+// included, and nothing written beyond the result.
+TEST(CompileDynamic, LargeCallsOfAnElementwiseKernelOverARuntimeBatch) {
+  manual_seed(43);
+  auto fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> { return {in[0] * 2.0 - in[1]}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t b : {7, 4101, 33, 4101}) { // 4101 x 1024 floats: 3 x 16.8 MB touched
+    Tensor x = randn({b, 1024}), y = randn({b, 1024});
+    x.data_ptr<float>()[b * 1024 - 1] = INFINITY;
+    y.data_ptr<float>()[5] = NAN;
+    std::vector<Tensor> got = f({x, y});
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{b, 1024}));
+    const float *px = x.data_ptr<float>(), *py = y.data_ptr<float>(), *pg = got[0].data_ptr<float>();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < b * 1024; ++i) {
+      const float want = px[i] * 2.0f - py[i];
+      bad += std::isnan(want) ? !std::isnan(pg[i]) : pg[i] != want;
+    }
+    EXPECT_EQ(bad, 0) << "batch " << b;
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+}
+
 // Sizes a function reads from its input (a full of the batch's size, a mean
 // spelled as the sum over sym_numel) follow each call: one compile serves them.
 TEST(CompileDynamic, FullsAndCountsOfTheCallsSize) {

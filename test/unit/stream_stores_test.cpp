@@ -184,6 +184,37 @@ TEST_P(StreamStores, UnalignedRowsKeepOrdinaryStores) {
   EXPECT_EQ(bad, 0);
 }
 
+// The same over a runtime dim 0 (KernelDesc::runtime_dim0, dynamic shapes):
+// the blocks end at the call's extent, not the traced one, at a ragged
+// extent, one below a block and one far above the traced 4096.
+TEST_P(StreamStores, RankOneBlocksOverARuntimeExtent) {
+  KernelBuilder k({4096});
+  Expr x = k.input(kiln::kFloat32);
+  Expr y = k.input(kiln::kFloat32);
+  k.output(x * 2.0 - y);
+  k.set_grain(1000);
+  k.set_stream_stores(true);
+  KernelDesc desc = k.build();
+  desc.runtime_dim0 = true;
+  auto kernel = compile_with_asm(desc);
+  if (x86_host()) {
+    EXPECT_TRUE(has_nontemporal_store(kernel->assembly()));
+  }
+  for (int64_t n : {int64_t(1'000'003), int64_t(37), int64_t(4096 + 64)}) {
+    AlignedFloats xs(n), ys(n), out(n + 64);
+    fill_random(xs, -4, 4, 5);
+    fill_random(ys, -4, 4, 6);
+    fill_nan(out);
+    int64_t extent = n;
+    void *bufs[] = {xs.p, ys.p, out.p, &extent};
+    kernel->run(bufs);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += out[i] != xs[i] * 2.0f - ys[i];
+    EXPECT_EQ(bad, 0) << "extent " << n;
+    for (int64_t i = n; i < n + 64; ++i) ASSERT_TRUE(std::isnan(out[i])) << "extent " << n << ": wrote past the end at " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, StreamStores, ::testing::Values(1, 2));
 
 TEST(StreamStoresDecision, ByOutputBytes) {
@@ -205,6 +236,10 @@ TEST(StreamStoresDecision, ByOutputBytes) {
   KernelBuilder g({65536, 1024});
   g.output(gelu_tanh(g.input(kiln::kFloat32)));
   EXPECT_FALSE(streaming_stores_pay_off(g.build()));
+  EXPECT_EQ(streaming_threshold_bytes(g.build()), -1);
+  // For a kernel sized per call: the same rule as a footprint.
+  EXPECT_GT(streaming_threshold_bytes(desc(128, 768)), footprint_bytes(desc(128, 768)));
+  EXPECT_LT(streaming_threshold_bytes(desc(128, 768)), footprint_bytes(desc(65536, 1024)));
   // Per-row outputs count one element per row.
   KernelBuilder k({4096, 1024});
   k.output_per_row(reduce_sum(k.input(kiln::kFloat32)));
