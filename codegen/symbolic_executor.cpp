@@ -182,8 +182,8 @@ private:
   // ir::bind_symbols' rule, laid out once: each input dim that is a bare
   // symbol binds it (or, bound already, must equal it), and every other dim
   // must equal its size or expression. A call that misses any of them runs
-  // ir::bind_symbols for its error. (Per call this is the cost of a
-  // few-element call: no allocation but the values.)
+  // ir::bind_symbols for its error. (It runs on every call: it allocates
+  // only the values it returns.)
   struct DimRule {
     size_t input, dim;
     int symbol;       // >= 0: the dim is s<symbol> alone

@@ -783,8 +783,8 @@ TEST(CompileDynamic, BatchNormTrainingOverImagesOfEverySize) {
   const int64_t sizes[][2] = {{4, 6}, {2, 9}, {7, 5}, {3, 17}, {1, 4}};
   for (const auto &bs : sizes) {
     const int64_t N = bs[0], H = bs[1], HW = H * H;
-    const std::string at = "[" + std::to_string(N) + ", 5, " + std::to_string(H) + ", " + std::to_string(H) + "]";
     Tensor x = randn({N, C, H, H});
+    const std::string at = shape_str(x.sizes());
     float *p = x.data_ptr<float>();
     if (N == 2) p[3 * HW + 1] = NAN; // channel 3
     std::vector<double> rm0(C), rv0(C);
@@ -846,8 +846,8 @@ TEST(CompileDynamic, ExtremesOverImagesOfEverySize) {
   const int64_t sizes[][2] = {{4, 6}, {2, 9}, {7, 5}, {3, 17}};
   for (const auto &bs : sizes) {
     const int64_t N = bs[0], H = bs[1], HW = H * H;
-    const std::string at = "[" + std::to_string(N) + ", 3, " + std::to_string(H) + ", " + std::to_string(H) + "]";
     Tensor x = randn({N, C, H, H});
+    const std::string at = shape_str(x.sizes());
     float *p = x.data_ptr<float>();
     if (N == 2) p[1 * HW + 5] = NAN;             // channel 1
     if (N == 7) p[(6 * C + 2) * HW] = -INFINITY; // channel 2, the last image
