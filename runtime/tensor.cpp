@@ -139,9 +139,8 @@ int64_t checked_numel(IntArrayRef sizes, const char *op) {
   int64_t n = 1;
   for (int64_t s : sizes) {
     KILN_CHECK(s >= 0, op, ": negative size ", s, " in shape ", shape_str(sizes));
-    KILN_CHECK(s == 0 || n <= std::numeric_limits<int64_t>::max() / s, op, ": shape ", shape_str(sizes),
-               " has too many elements");
-    n *= s;
+    // (No division: every tensor made passes here.)
+    KILN_CHECK(!__builtin_mul_overflow(n, s, &n), op, ": shape ", shape_str(sizes), " has too many elements");
   }
   return n;
 }
@@ -179,7 +178,7 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, bool meta) {
   Ref<TensorImpl> ref(impl);
   impl->dtype = dtype;
   impl->is_meta = meta;
-  impl->sizes = Dims(sizes);
+  impl->sizes.assign(sizes);
   set_contiguous_strides(impl->strides, sizes);
   impl->numel = n;
   if (!meta) impl->storage = allocate_for(sizes, n, dtype);
@@ -205,8 +204,8 @@ Tensor make_view(const Tensor &base, IntArrayRef sizes, IntArrayRef strides, int
   const TensorImpl &b = base.impl();
   impl->dtype = b.dtype;
   impl->is_meta = b.is_meta;
-  impl->sizes = Dims(sizes);
-  impl->strides = Dims(strides);
+  impl->sizes.assign(sizes);
+  impl->strides.assign(strides);
   impl->storage_offset = storage_offset;
   impl->storage = b.storage;
   impl->refresh_numel();
@@ -254,8 +253,9 @@ Tensor make_strided_result(IntArrayRef sizes, const Dims *strides, DType dtype,
   auto *impl = new TensorImpl;
   Ref<TensorImpl> ref(impl);
   impl->dtype = dtype;
-  impl->sizes = Dims(sizes);
-  impl->strides = strides ? *strides : contiguous_strides(sizes);
+  impl->sizes.assign(sizes);
+  if (strides) impl->strides = *strides;
+  else set_contiguous_strides(impl->strides, sizes);
   impl->refresh_numel();
   impl->storage = Storage::borrow(p->data_, p->nbytes_);
   p->data_ = nullptr; // once: later results of the op allocate

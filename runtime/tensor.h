@@ -73,6 +73,14 @@ public:
     n_ = r.size();
   }
   Dims(std::initializer_list<int64_t> il) : Dims(IntArrayRef(il)) {}
+  // In place: `d = Dims(r)` builds a temporary with narrow stores and copies
+  // it with wide loads right after, which stalls on every tensor made.
+  void assign(IntArrayRef r) {
+    if (r.size() > size_t(kMaxDims)) [[unlikely]]
+      fail_too_many(r.size());
+    for (size_t i = 0; i < r.size(); ++i) v_[i] = r[i];
+    n_ = r.size();
+  }
   int64_t *begin() { return v_; }
   int64_t *end() { return v_ + n_; }
   const int64_t *begin() const { return v_; }
@@ -106,7 +114,11 @@ public:
     std::swap(p_, o.p_);
     return *this;
   }
-  ~Ref() { release(); }
+  // (The test inline, the release maybe not: a moved-from handle, which every
+  // move leaves, then costs no call.)
+  ~Ref() {
+    if (p_) release();
+  }
   T *get() const { return p_; }
   T *operator->() const { return p_; }
   T &operator*() const { return *p_; }
