@@ -30,6 +30,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -94,6 +95,8 @@ public:
       planned_at_hints_ = plan->peak_bytes;
     }
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      output_last_.push_back(std::find(outputs_.begin() + long(i) + 1, outputs_.end(), outputs_[i]) == outputs_.end());
     // Each write-back runs where the memory plan ends its value's life (after
     // that step): later steps may reuse the value's arena bytes.
     const std::vector<int64_t> points = ir::write_back_points(graph);
@@ -121,13 +124,18 @@ public:
 
   std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
     calls_.fetch_add(1, std::memory_order_relaxed);
-    const std::vector<int64_t> values = bind(inputs);
+    // The symbols' values: on the stack for up to kInlineSymbols of them.
+    std::array<int64_t, kInlineSymbols> inline_values;
+    std::vector<int64_t> more_values(num_symbols_ > kInlineSymbols ? num_symbols_ : 0);
+    const std::span<int64_t> values = more_values.empty() ? std::span<int64_t>(inline_values.data(), num_symbols_)
+                                                          : std::span<int64_t>(more_values);
+    bind(inputs, values);
     Arena arena = take_arena(values);
-    std::vector<Tensor> env(types_.size());
-    for (size_t i = 0; i < inputs.size(); ++i) env[i] = inputs[i];
+    Env env(types_.size());
+    for (size_t i = 0; i < inputs.size(); ++i) env.borrow(i, inputs[i]);
     size_t k = inputs.size();
-    for (const ir::Value *p : g_->params()) env[k++] = p->tensor();
-    for (const ir::Value *c : g_->consts()) env[k++] = c->tensor();
+    for (const ir::Value *p : g_->params()) env.borrow(k++, p->tensor());
+    for (const ir::Value *c : g_->consts()) env.borrow(k++, c->tensor());
     kiln::detail::TracingOff no_trace;
     NoGradGuard no_grad; // a plan records no backward; write-backs may update parameters that require grad
     const StepObserver *observer = current_step_observer();
@@ -150,9 +158,11 @@ public:
     out.reserve(outputs_.size());
     // The plan keeps outputs out of the arena; should an eager op have returned
     // a view of an arena value anyway, the caller gets a copy.
-    for (int o : outputs_) {
-      const Tensor &t = env[size_t(o)];
-      out.push_back(is_constant(t) || arena.holds(t) ? t.clone() : t);
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      const size_t o = size_t(outputs_[i]);
+      const Tensor &t = env[o];
+      if (is_constant(t) || arena.holds(t)) out.push_back(t.clone());
+      else out.push_back(output_last_[i] ? env.take(o) : t);
     }
     return out;
   }
@@ -179,6 +189,51 @@ public:
   }
 
 private:
+  // A call's values by slot. Inputs, captured tensors and constants outlive the
+  // call, so their slots point at them (binding one counts no reference); a
+  // slot a step fills, or lays out again, owns its tensor.
+  class Env {
+  public:
+    explicit Env(size_t n)
+        : n_(n), slots_(n > kInline ? static_cast<Slot *>(::operator new(n * sizeof(Slot)))
+                                    : reinterpret_cast<Slot *>(inline_)) {
+      std::uninitialized_default_construct_n(slots_, n);
+    }
+    ~Env() {
+      // (A slot that owns nothing has nothing to release: most are borrowed.)
+      for (size_t i = 0; i < n_; ++i)
+        if (slots_[i].own.defined()) std::destroy_at(&slots_[i]);
+      if (n_ > kInline) ::operator delete(slots_);
+    }
+    Env(const Env &) = delete;
+    Env &operator=(const Env &) = delete;
+    const Tensor &operator[](size_t i) const { return slots_[i].at ? *slots_[i].at : none(); }
+    void borrow(size_t i, const Tensor &t) { slots_[i].at = &t; }
+    const Tensor &set(size_t i, Tensor t) {
+      slots_[i].own = std::move(t);
+      return *(slots_[i].at = &slots_[i].own);
+    }
+    // The slot's tensor, moved out where the slot owns it: only at the call's end.
+    Tensor take(size_t i) { return slots_[i].at == &slots_[i].own ? std::move(slots_[i].own) : (*this)[i]; }
+
+  private:
+    struct Slot {
+      const Tensor *at = nullptr;
+      Tensor own;
+    };
+    static const Tensor &none() {
+      static const Tensor undefined;
+      return undefined;
+    }
+    // A small graph's slots live on the stack: a call allocates only its
+    // outputs. (Raw bytes: only the n slots in use are made and destroyed.)
+    static constexpr size_t kInline = 16;
+    alignas(Slot) unsigned char inline_[kInline * sizeof(Slot)];
+    size_t n_;
+    Slot *slots_;
+  };
+  static constexpr size_t kInlineSymbols = 8;
+
   // ir::bind_symbols' rule, laid out once: each input dim that is a bare
   // symbol binds it (or, bound already, must equal it), and every other dim
   // must equal its size or expression. A call that misses any of them runs
@@ -205,29 +260,29 @@ private:
     // Binding rules first, so that every symbol has its value before the checks.
     std::stable_partition(dim_rules_.begin(), dim_rules_.end(), [](const DimRule &r) { return r.symbol >= 0; });
   }
-  std::vector<int64_t> bind(const std::vector<Tensor> &inputs) const {
-    std::vector<int64_t> values(num_symbols_, -1);
+  void bind(const std::vector<Tensor> &inputs, std::span<int64_t> values) const {
+    std::fill(values.begin(), values.end(), -1);
     bool ok = binds_every_symbol_ && inputs.size() == ranks_.size();
     for (size_t i = 0; ok && i < inputs.size(); ++i) ok = size_t(inputs[i].dim()) == ranks_[i];
     for (size_t k = 0; ok && k < dim_rules_.size(); ++k) {
       const DimRule &r = dim_rules_[k];
-      const int64_t v = inputs[r.input].size(int64_t(r.dim));
+      const int64_t v = inputs[r.input].sizes()[r.dim]; // (the rank was checked)
       if (r.symbol < 0) ok = r.size.evaluate(values) == v;
       else if (values[size_t(r.symbol)] < 0) values[size_t(r.symbol)] = v;
       else ok = values[size_t(r.symbol)] == v;
     }
-    if (ok) return values;
+    if (ok) return;
     std::vector<IntArrayRef> sizes;
     for (const Tensor &t : inputs) sizes.push_back(t.sizes());
-    return ir::bind_symbols(*g_, sizes); // throws what does not hold
+    const std::vector<int64_t> bound = ir::bind_symbols(*g_, sizes); // throws what does not hold
+    std::copy(bound.begin(), bound.end(), values.begin());
   }
 
   static Dims sizes_at(const ir::TensorType &type, std::span<const int64_t> values) {
     if (!type.symbolic()) return type.shape;
-    Dims sizes;
-    sizes.resize(type.sym.size());
+    std::array<int64_t, kMaxDims> sizes; // (a type has at most kMaxDims dims)
     for (size_t d = 0; d < type.sym.size(); ++d) sizes[d] = type.sym[d].evaluate(values);
-    return sizes;
+    return Dims(IntArrayRef(sizes.data(), type.sym.size()));
   }
 
   // One call's arena (from the pool, returned when the call ends) and the
@@ -468,7 +523,7 @@ private:
     }
   }
 
-  void run_step(const Step &s, const std::vector<int64_t> &values, const Arena &arena, std::vector<Tensor> &env) const {
+  void run_step(const Step &s, std::span<const int64_t> values, const Arena &arena, Env &env) const {
     if (s.kind == Step::Kind::Kernel) {
       run_kernel(s, values, arena, env);
       return;
@@ -480,32 +535,31 @@ private:
     std::vector<Tensor> ins;
     ins.reserve(s.in.size());
     for (int i : s.in) ins.push_back(i < 0 ? Tensor() : env[size_t(i)]);
-    std::vector<Tensor> outs = s.kind == Step::Kind::EagerGroup ? ir::interpret_body(*s.node->body(), ins, values)
+    std::vector<Tensor> outs = s.kind == Step::Kind::EagerGroup ? ir::interpret_body(*s.node->body(), ins, {values.begin(), values.end()})
                                                                 : run_op(s.node->op(), ins, ir::attrs_at(*s.node, values));
-    for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs.at(i));
+    for (size_t i = 0; i < s.out.size(); ++i) env.set(size_t(s.out[i]), std::move(outs.at(i)));
   }
 
   // The kernel was lowered for its operands' layouts in the traced call
   // (lower_group_for_every_size), which hold at every size; an operand in
   // another layout (an input with a static dim and other strides, an eager
   // group's result) is copied into that one first.
-  void run_kernel(const Step &s, std::span<const int64_t> values, const Arena &arena, std::vector<Tensor> &env) const {
+  void run_kernel(const Step &s, std::span<const int64_t> values, const Arena &arena, Env &env) const {
     void *buffers[65];
     size_t b = 0;
     int64_t bytes = 0; // the call's footprint
     for (size_t k = 0; k < s.buffer_operands.size(); ++k) {
       const int slot = s.in[s.buffer_operands[k]];
-      Tensor &t = env[size_t(slot)];
-      check_sizes(s, slot, t, values);
+      const Tensor *t = &env[size_t(slot)];
+      check_sizes(s, slot, *t, values);
       // A contiguous operand's strides change with the sizes: contiguous at each.
-      // (Not a ternary: t = t would copy the handle, two atomic counts per buffer and call.)
       if (s.contiguous_at_every_size[k]) {
-        if (!t.is_contiguous()) t = t.contiguous();
-      } else if (!same_layout(t, s.buffer_strides[k])) {
-        t = relaid(t, s.buffer_strides[k]);
+        if (!t->is_contiguous()) t = &env.set(size_t(slot), t->contiguous());
+      } else if (!same_layout(*t, s.buffer_strides[k])) {
+        t = &env.set(size_t(slot), relaid(*t, s.buffer_strides[k]));
       }
-      buffers[b++] = t.raw_data();
-      bytes += int64_t(t.nbytes());
+      buffers[b++] = t->raw_data();
+      bytes += int64_t(t->nbytes());
     }
     bool aligned = true; // (streamed blocks start 64-byte aligned in every output)
     for (int o : s.out) {
@@ -513,7 +567,7 @@ private:
       buffers[b++] = r.raw_data();
       bytes += int64_t(r.nbytes());
       aligned &= reinterpret_cast<uintptr_t>(r.raw_data()) % 64 == 0;
-      env[size_t(o)] = std::move(r);
+      env.set(size_t(o), std::move(r));
     }
     // Extents (and row length), or a runtime layout's extents and strides:
     // at most rank 4 times (1 + 64 buffers).
@@ -527,7 +581,7 @@ private:
   // Operands in the layouts the step was built for; results contiguous at the
   // call's sizes (M read per call) or as the step gives them.
   void run_contraction(const Step &s, std::span<const int64_t> values, const Arena &arena,
-                       std::vector<Tensor> &env) const {
+                       Env &env) const {
     std::vector<Tensor> ins;
     ins.reserve(s.in.size());
     for (int i : s.in)
@@ -552,13 +606,16 @@ private:
       for (int o : s.out) outs.push_back(result_tensor(arena, o, values));
       s.contraction->run_into(ins, outs);
     }
-    for (size_t i = 0; i < s.out.size(); ++i) env[size_t(s.out[i])] = std::move(outs[i]);
+    for (size_t i = 0; i < s.out.size(); ++i) env.set(size_t(s.out[i]), std::move(outs[i]));
   }
 
   // Kernels index their buffers by the sizes the types give; an operand of
   // other sizes (a shape rule the fit got wrong) would be read out of bounds.
   void check_sizes(const Step &s, int slot, const Tensor &t, std::span<const int64_t> values) const {
-    if (sized_by_type_[size_t(slot)]) return;
+    if (!sized_by_type_[size_t(slot)]) [[unlikely]]
+      check_sizes_of(s, slot, t, values);
+  }
+  void check_sizes_of(const Step &s, int slot, const Tensor &t, std::span<const int64_t> values) const {
     const ir::TensorType &type = types_[size_t(slot)];
     const Dims want = sizes_at(type, values);
     KILN_CHECK(t.sizes() == IntArrayRef(want), "internal: %", s.node->result()->name(), " expects an operand of ",
@@ -611,6 +668,7 @@ private:
   std::shared_ptr<const ir::Graph> g_;
   std::unordered_map<const ir::Value *, int> slot_;
   std::vector<ir::TensorType> types_; // per slot
+  std::vector<bool> output_last_;      // per output: no later output is the same slot (the call moves it out)
   std::vector<bool> sized_by_type_;    // per slot: its sizes are its type's at every call (check_sizes skips it)
   size_t num_symbols_ = 0;
   std::vector<size_t> ranks_; // per input

@@ -520,9 +520,10 @@ struct Specialization {
       const InputGuard &g = inputs[i];
       if (!t.defined() || t.dtype() != g.dtype || size_t(t.dim()) != g.sizes.size()) return describe(i, t, g);
       bool symbolic = false;
+      const IntArrayRef sizes = t.sizes(); // (the rank was checked)
       for (size_t d = 0; d < g.sizes.size(); ++d) {
         const int s = dim_symbols[i][d];
-        const int64_t v = t.size(int64_t(d));
+        const int64_t v = sizes[d];
         if (s < 0) {
           if (v != g.sizes[d]) return describe(i, t, g);
           continue;

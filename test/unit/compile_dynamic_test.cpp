@@ -1025,3 +1025,32 @@ TEST(CompileDynamic, TrainingStepsWithMeansAndVarsOverEveryBatch) {
   EXPECT_EQ(f.stats().compiles, 2);
   EXPECT_EQ(f.stats().eager_calls, 0);
 }
+
+// A result returned twice and an input returned as it came, over a symbolic
+// batch: every call hands back each output (the plan moves a result out of a
+// call only at its last use), one tensor twice where eager returns one twice,
+// and the caller's input where eager returns it.
+TEST(CompileDynamic, AResultReturnedTwiceAndAnInputReturnedAsItCame) {
+  ModelFn fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> {
+    Tensor y = relu(in[0]) * 2.0;
+    return {y, in[1], y};
+  };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t n : {5, 17, 3, 64}) {
+    const std::vector<Tensor> in = {randn({n, 7}), randn({n, 7})};
+    const std::string where = "batch " + std::to_string(n);
+    const std::vector<Tensor> got = f(in);
+    ASSERT_EQ(got.size(), 3u) << where;
+    ASSERT_TRUE(got[0].defined() && got[2].defined()) << where;
+    EXPECT_TRUE(got[0].is_alias_of(got[2])) << where;
+    EXPECT_TRUE(got[1].is_alias_of(in[1])) << where;
+    ASSERT_EQ(got[2].sizes().vec(), (std::vector<int64_t>{n, 7})) << where;
+    const float *x = in[0].contiguous().data_ptr<float>();
+    const float *y = got[2].contiguous().data_ptr<float>();
+    for (int64_t k = 0; k < n * 7; ++k) EXPECT_EQ(y[k], std::max(x[k], 0.0f) * 2.0f) << where << ", element " << k;
+    expect_as_eager(f, fn, in, where);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
