@@ -275,6 +275,8 @@ private:
     std::vector<IntArrayRef> sizes;
     for (const Tensor &t : inputs) sizes.push_back(t.sizes());
     const std::vector<int64_t> bound = ir::bind_symbols(*g_, sizes); // throws what does not hold
+    KILN_CHECK(bound.size() == values.size(), "internal: @", g_->name(), " binds ", bound.size(), " symbols, not ",
+               values.size());
     std::copy(bound.begin(), bound.end(), values.begin());
   }
 
