@@ -275,8 +275,8 @@ std::optional<SymExpr> SymExpr::exact_div(const SymExpr &a, const SymExpr &b) {
 }
 
 int64_t SymExpr::evaluate(std::span<const int64_t> values) const {
-  // A bare symbol (most dims): read without the general walk. (Each call of a
-  // symbolic plan evaluates every result's sizes.)
+  // A constant or a bare symbol (most dims): read without the general walk.
+  // (Each call of a symbolic plan evaluates every result's sizes.)
   if (terms_.size() == 1 && terms_[0].factors.empty()) return terms_[0].coeff;
   if (terms_.size() == 1 && terms_[0].coeff == 1 && terms_[0].factors.size() == 1) {
     const Factor &f = terms_[0].factors[0];

@@ -66,12 +66,7 @@ class Dims {
 public:
   Dims() = default;
   // Inline: every result a tensor op makes copies its shape through here.
-  Dims(IntArrayRef r) {
-    if (r.size() > size_t(kMaxDims)) [[unlikely]]
-      fail_too_many(r.size());
-    for (size_t i = 0; i < r.size(); ++i) v_[i] = r[i];
-    n_ = r.size();
-  }
+  Dims(IntArrayRef r) { assign(r); }
   Dims(std::initializer_list<int64_t> il) : Dims(IntArrayRef(il)) {}
   // In place: `d = Dims(r)` builds a temporary with narrow stores and copies
   // it with wide loads right after, which stalls on every tensor made.
