@@ -274,14 +274,7 @@ std::optional<SymExpr> SymExpr::exact_div(const SymExpr &a, const SymExpr &b) {
   return q;
 }
 
-int64_t SymExpr::evaluate(std::span<const int64_t> values) const {
-  // A constant or a bare symbol (most dims): read without the general walk.
-  // (Each call of a symbolic plan evaluates every result's sizes.)
-  if (terms_.size() == 1 && terms_[0].factors.empty()) return terms_[0].coeff;
-  if (terms_.size() == 1 && terms_[0].coeff == 1 && terms_[0].factors.size() == 1) {
-    const Factor &f = terms_[0].factors[0];
-    if (f.power == 1 && f.atom.symbol >= 0 && size_t(f.atom.symbol) < values.size()) return values[size_t(f.atom.symbol)];
-  }
+int64_t SymExpr::evaluate_terms(std::span<const int64_t> values) const {
   int64_t sum = 0;
   for (const Term &t : terms_) {
     int64_t prod = t.coeff;

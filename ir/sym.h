@@ -64,7 +64,17 @@ public:
 
   // The value with s<k> = values[k]. kiln::Error on a symbol without a value,
   // a division by zero or an int64 overflow.
-  int64_t evaluate(std::span<const int64_t> values) const;
+  int64_t evaluate(std::span<const int64_t> values) const {
+    // A constant or a bare symbol (most dims) is read inline: each call of a
+    // symbolic plan evaluates its results' sizes and its kernels' extents.
+    if (terms_.size() == 1) {
+      const Term &t = terms_[0];
+      if (t.factors.empty()) return t.coeff;
+      const int s = t.factors.size() == 1 && t.coeff == 1 && t.factors[0].power == 1 ? t.factors[0].atom.symbol : -1;
+      if (s >= 0 && size_t(s) < values.size()) return values[size_t(s)];
+    }
+    return evaluate_terms(values);
+  }
 
   // "2*s0*s1 + floordiv(s2 + 1, 4) - 3"; parse() reads it back (and accepts
   // any spacing, parentheses, + - * and mod(a, b)). A parse error is a
@@ -97,6 +107,7 @@ public:
   const std::vector<Term> &terms() const { return terms_; }
 
 private:
+  int64_t evaluate_terms(std::span<const int64_t> values) const; // evaluate's general walk
   static SymExpr from_terms(std::vector<Term> terms); // normalizes
   std::vector<Term> terms_;
 };

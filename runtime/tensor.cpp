@@ -437,8 +437,6 @@ void Tensor::fail_meta_data() {
 int64_t Tensor::size(int64_t d) const { return impl().sizes[detail::wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl().strides[detail::wrap_dim(d, dim(), "stride")]; }
 
-bool Tensor::is_contiguous() const { return detail::is_contiguous(impl()); }
-
 bool Tensor::is_contiguous(MemoryFormat format) const {
   if (format == MemoryFormat::Contiguous) return is_contiguous();
   const TensorImpl &t = impl();

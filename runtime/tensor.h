@@ -287,7 +287,7 @@ public:
   size_t element_size() const { return itemsize(dtype()); }
   size_t nbytes() const { return numel() * element_size(); }
   int64_t storage_offset() const { return impl().storage_offset; }
-  bool is_contiguous() const;
+  bool is_contiguous() const; // (inline, below: guards call it on every compiled call)
   // ChannelsLast: 4-D with NHWC strides (size-1 dims may have any stride).
   bool is_contiguous(MemoryFormat format) const;
   bool is_meta() const { return impl().is_meta; }
@@ -674,6 +674,11 @@ inline bool is_contiguous(const TensorImpl &t) {
   }
   return true;
 }
+} // namespace detail
+
+inline bool Tensor::is_contiguous() const { return detail::is_contiguous(impl()); }
+
+namespace detail {
 // NHWC strides (H*W*C, 1, W*C, C) of a 4-D NCHW shape.
 Dims channels_last_strides(IntArrayRef sizes);
 // Wrap dim into [0, ndim); `op` and `arg` name the caller in the error message.
