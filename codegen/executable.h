@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,14 @@ public:
   // program was built for (dtype, sizes and strides of each; kiln::compile's
   // guards do): skips that check, which costs as much as the guards on tiny calls.
   virtual std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const = 0;
+  // run_matched() for a symbolic program whose caller also bound the graph's
+  // symbols from the inputs' sizes (ir::bind_symbols' values, by symbol id):
+  // kiln::compile's guard does, and a call under a microsecond would otherwise
+  // bind them twice. A program that binds anything else ignores them.
+  virtual std::vector<Tensor> run_bound(const std::vector<Tensor> &inputs, std::span<const int64_t> symbols) const {
+    (void)symbols;
+    return run_matched(inputs);
+  }
   virtual ExecutableStats stats() const = 0;
   // How many calls (run or run_matched) have started so far. Counted without a
   // read-modify-write per call: exact once the calls have returned.

@@ -97,6 +97,16 @@ public:
     for (const ir::Value *o : graph.outputs()) outputs_.push_back(slot_.at(o));
     for (size_t i = 0; i < outputs_.size(); ++i)
       output_last_.push_back(std::find(outputs_.begin() + long(i) + 1, outputs_.end(), outputs_[i]) == outputs_.end());
+    // A kernel's result outside the arena is made per call (result_tensor);
+    // returned once, it shares memory with nothing the caller holds.
+    std::vector<bool> kernel_result(types_.size(), false);
+    for (const Step &s : steps_)
+      if (s.kind == Step::Kind::Kernel)
+        for (int o : s.out) kernel_result[size_t(o)] = true;
+    for (const auto &[slot, offset] : planned_) kernel_result[size_t(slot)] = false;
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      output_owned_.push_back(kernel_result[size_t(outputs_[i])] &&
+                              std::count(outputs_.begin(), outputs_.end(), outputs_[i]) == 1);
     // Each write-back runs where the memory plan ends its value's life (after
     // that step): later steps may reuse the value's arena bytes.
     const std::vector<int64_t> points = ir::write_back_points(graph);
@@ -123,13 +133,24 @@ public:
   }
 
   std::vector<Tensor> run_matched(const std::vector<Tensor> &inputs) const override {
-    calls_.fetch_add(1, std::memory_order_relaxed);
     // The symbols' values: on the stack for up to kInlineSymbols of them.
     std::array<int64_t, kInlineSymbols> inline_values;
     std::vector<int64_t> more_values(num_symbols_ > kInlineSymbols ? num_symbols_ : 0);
     const std::span<int64_t> values = more_values.empty() ? std::span<int64_t>(inline_values.data(), num_symbols_)
                                                           : std::span<int64_t>(more_values);
     bind(inputs, values);
+    return run_with(inputs, values);
+  }
+
+  // The caller's values stand for bind()'s where every input dim is a constant
+  // or a bare symbol: the caller checked the constants and bound the symbols.
+  std::vector<Tensor> run_bound(const std::vector<Tensor> &inputs, std::span<const int64_t> symbols) const override {
+    if (!bound_by_bare_dims_ || symbols.size() != num_symbols_) return run_matched(inputs);
+    return run_with(inputs, symbols);
+  }
+
+  std::vector<Tensor> run_with(const std::vector<Tensor> &inputs, std::span<const int64_t> values) const {
+    calls_.fetch_add(1, std::memory_order_relaxed);
     Arena arena = take_arena(values);
     Env env(types_.size());
     for (size_t i = 0; i < inputs.size(); ++i) env.borrow(i, inputs[i]);
@@ -180,9 +201,9 @@ public:
     return lines;
   }
   int64_t calls() const override { return calls_.load(std::memory_order_relaxed); }
-  // Kernel results are fresh per call, but an output may also be a view or an
-  // eager result: the caller's ownership checks decide.
-  std::vector<bool> outputs_allocated_per_call() const override { return std::vector<bool>(outputs_.size(), false); }
+  // A kernel's result returned once is fresh per call; another output (a view,
+  // an eager result) is left to the caller's ownership checks.
+  std::vector<bool> outputs_allocated_per_call() const override { return output_owned_; }
 
   ~SymbolicExecutor() override {
     for (auto [p, n] : pool_) cached_free(p, n);
@@ -257,6 +278,9 @@ private:
       }
     }
     binds_every_symbol_ = std::all_of(bound.begin(), bound.end(), [](bool b) { return b; });
+    bound_by_bare_dims_ = binds_every_symbol_ && std::all_of(dim_rules_.begin(), dim_rules_.end(), [](const DimRule &r) {
+                            return r.symbol >= 0 || r.size.is_constant();
+                          });
     // Binding rules first, so that every symbol has its value before the checks.
     std::stable_partition(dim_rules_.begin(), dim_rules_.end(), [](const DimRule &r) { return r.symbol >= 0; });
   }
@@ -671,11 +695,13 @@ private:
   std::unordered_map<const ir::Value *, int> slot_;
   std::vector<ir::TensorType> types_; // per slot
   std::vector<bool> output_last_;      // per output: no later output is the same slot (the call moves it out)
+  std::vector<bool> output_owned_;     // per output: outputs_allocated_per_call
   std::vector<bool> sized_by_type_;    // per slot: its sizes are its type's at every call (check_sizes skips it)
   size_t num_symbols_ = 0;
   std::vector<size_t> ranks_; // per input
   std::vector<DimRule> dim_rules_;
   bool binds_every_symbol_ = false;
+  bool bound_by_bare_dims_ = false; // and every other input dim is a constant (run_bound trusts its caller)
   std::vector<Step> steps_;
   std::vector<int> outputs_;
   struct WriteBackAt {

@@ -292,6 +292,19 @@ Dims dense_strides(IntArrayRef sizes, const std::vector<int> &order) {
   return strides;
 }
 
+// same_strides(sizes, strides, dense_strides(sizes, order)), without making
+// the dense strides (a symbolic call checks each output).
+bool dense_in(IntArrayRef sizes, IntArrayRef strides, const std::vector<int> &order) {
+  if (strides.size() != order.size()) return false;
+  int64_t next = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    const int64_t size = sizes[size_t(*d)];
+    if (size > 1 && strides[size_t(*d)] != next) return false;
+    next *= std::max<int64_t>(size, 1);
+  }
+  return true;
+}
+
 // Whether optimized symbolic graph g holds with any of its symbols at 1 and
 // the others at their traced sizes: each node's shape rule at those sizes
 // gives its type there (the verifier). Tracing checked the function at those
@@ -314,6 +327,15 @@ bool holds_at_one(const ir::Graph &g, const std::string &name) {
 
 // Symbols a specialization may bind (ir::kMaxFitSymbols per graph).
 constexpr size_t kMaxGuardSymbols = 8;
+
+// The symbols' values a symbolic specialization's guard bound for a call, by
+// symbol id: handed to the plan, which then need not bind them again.
+using BoundSymbols = std::array<int64_t, kMaxGuardSymbols>;
+
+// Whether the optimized graph's inputs are sized as the guard binds them
+// (dim_symbols, from the traced graph): then the guard's values serve the plan.
+struct Specialization;
+bool guard_binds(const Specialization &s, const ir::Graph &g);
 
 // The random numbers a traced graph draws per call: its random ops' results
 // (a mask draws one per element), each at its offset in the call's block.
@@ -340,6 +362,7 @@ struct Specialization {
   static inline const std::vector<int> no_order;
   // Symbolic: a symbol may be 1 in a call (holds_at_one); else 1 specializes.
   bool one_ok = false;
+  size_t num_symbols = 0; // symbolic: the graph's (each bound by an input dim: dim_symbols)
   // When this was used last, on the function's clock (Impl::clock): the least
   // recently used specialization is evicted past the cache limit.
   mutable std::atomic<uint64_t> last_used{0};
@@ -391,8 +414,10 @@ struct Specialization {
   void relayout_outputs(std::vector<Tensor> &out) const {
     for (size_t i = 0; i < out.size() && i < traced_outputs.size(); ++i) {
       const Tensor &t = out[i];
+      if (dim_symbols.empty() ? same_strides(t.sizes(), t.strides(), traced_outputs[i].strides)
+                              : dense_in(t.sizes(), t.strides(), output_orders[i]))
+        continue;
       const Dims strides = dim_symbols.empty() ? traced_outputs[i].strides : dense_strides(t.sizes(), output_orders[i]);
-      if (same_strides(t.sizes(), t.strides(), strides)) continue;
       Tensor want = detail::make_view(detail::make_tensor({0}, t.dtype(), true), t.sizes(), strides, 0);
       if (!detail::is_non_overlapping_and_dense(want.impl())) continue;
       Tensor r = detail::make_tensor({t.numel()}, t.dtype()).as_strided(t.sizes(), strides, 0);
@@ -441,23 +466,27 @@ struct Specialization {
   // call reserves them at once, and each random op draws its own part.
   int64_t random_draws = 0;
 
-  // Runs the plan on inputs that matched.
-  std::vector<Tensor> run(const std::vector<Tensor> &in) const {
+  // Runs the plan on inputs that matched; `bound`: what matches() bound, if it ran.
+  std::vector<Tensor> run(const std::vector<Tensor> &in, const BoundSymbols *bound = nullptr) const {
     if (random_draws > 0) [[unlikely]] {
       detail::RandomBlock draws(random_draws);
-      return run_plan(in);
+      return run_plan(in, bound);
     }
-    return run_plan(in);
+    return run_plan(in, bound);
   }
 
-  std::vector<Tensor> run_plan(const std::vector<Tensor> &in) const {
+  std::vector<Tensor> run_plan(const std::vector<Tensor> &in, const BoundSymbols *bound) const {
     if (fold) fold->refresh();
-    std::vector<Tensor> out = any_input_order ? executable->run_matched(relaid_inputs(in)) : executable->run_matched(in);
+    std::vector<Tensor> out = any_input_order ? run_executable(relaid_inputs(in), bound) : run_executable(in, bound);
     own_outputs(out, in);
     for (const detail::TracedGrad &g : grads)
       if (!g.leaf->grad.is_same(g.grad)) [[unlikely]]
         g.leaf->grad = g.grad;
     return out;
+  }
+  std::vector<Tensor> run_executable(const std::vector<Tensor> &in, const BoundSymbols *bound) const {
+    if (!bound || dim_symbols.empty()) return executable->run_matched(in);
+    return executable->run_bound(in, std::span<const int64_t>(bound->data(), num_symbols));
   }
   // The inputs as the graph reads them: contiguous where input_orders holds
   // another layout. The graph neither writes such an input nor returns a view
@@ -492,12 +521,13 @@ struct Specialization {
 
   // The thread count is no part of the key: kernels, parallel loops and scratch
   // read it when they run, so a plan is right at any count.
-  bool matches(const std::vector<Tensor> &in) const {
+  bool matches(const std::vector<Tensor> &in, BoundSymbols *bound = nullptr) const {
     if (in.size() != inputs.size()) return false;
     if (trains && !detail::autograd_active()) [[unlikely]]
       return false; // under no_grad eager's backward() fails: retrace, and fail as eager
     if (!dim_symbols.empty()) {
-      if (!bind_symbols(in).empty()) return false;
+      BoundSymbols scratch;
+      if (!bind_symbols(in, bound ? *bound : scratch).empty()) return false;
     } else {
       for (size_t i = 0; i < in.size(); ++i)
         if (!inputs[i].matches(in[i])) return false;
@@ -512,7 +542,10 @@ struct Specialization {
   // symbolic dim contiguous or nested in their input_orders, the others with
   // their strides), else why not.
   std::string bind_symbols(const std::vector<Tensor> &in) const {
-    std::array<int64_t, kMaxGuardSymbols> value;
+    BoundSymbols value;
+    return bind_symbols(in, value);
+  }
+  std::string bind_symbols(const std::vector<Tensor> &in, BoundSymbols &value) const {
     value.fill(-1);
     std::array<size_t, kMaxGuardSymbols> first{};
     for (size_t i = 0; i < in.size(); ++i) {
@@ -567,6 +600,20 @@ struct Specialization {
     return detail::concat("input ", i, " shape ", shape_str(t.sizes()), " != ", want, "]");
   }
 };
+
+bool guard_binds(const Specialization &s, const ir::Graph &g) {
+  if (g.inputs().size() != s.dim_symbols.size()) return false;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::TensorType &t = g.inputs()[i]->type();
+    if (t.shape.size() != s.dim_symbols[i].size()) return false;
+    for (size_t d = 0; d < s.dim_symbols[i].size(); ++d) {
+      const ir::SymExpr size = t.symbolic() ? t.sym[d] : ir::SymExpr(t.shape[int64_t(d)]);
+      const int id = s.dim_symbols[i][d];
+      if (size != (id >= 0 ? ir::SymExpr::symbol(id) : ir::SymExpr(s.inputs[i].sizes[d]))) return false;
+    }
+  }
+  return true;
+}
 
 // Why `in` does not match `s`: the first difference, in the words users read,
 // and how far the check got (a later stage means a closer specialization).
@@ -636,10 +683,10 @@ struct CompiledFunction::Impl {
 
   // Same answer as find() when the match is published in `fast`; null otherwise.
   // Only inside a CallSection.
-  const Specialization *find_fast(const std::vector<Tensor> &in) const {
+  const Specialization *find_fast(const std::vector<Tensor> &in, BoundSymbols &bound) const {
     for (const auto &slot : fast) {
       const Specialization *s = slot.load(std::memory_order_acquire);
-      if (!s || !s->matches(in)) continue;
+      if (!s || !s->matches(in, &bound)) continue;
       s->touch(clock);
       return s;
     }
@@ -776,6 +823,7 @@ struct CompiledFunction::Impl {
       }
       spec.dim_symbols.push_back(std::move(syms));
     }
+    spec.num_symbols = g->symbol_hints().size();
     for (size_t i = 0; i < spec.traced_outputs.size(); ++i)
       spec.output_orders.push_back(dim_order(spec.traced_outputs[i].strides));
     std::string symbols;
@@ -860,6 +908,7 @@ struct CompiledFunction::Impl {
                                           spec->aliases[i] < int(in.size()) ? "another input" : "a captured tensor",
                                           " and the function updates tensors in place"));
       spec->executable = symbolic ? codegen::make_symbolic_executable(g) : codegen::make_executable(g, in);
+      if (symbolic && !guard_binds(*spec, *g)) spec->num_symbols = 0; // (the plan binds for itself)
       if (symbolic) spec->one_ok = spec->one_ok && holds_at_one(*g, options.name);
       spec->graph = g;
       // An output the plan allocates in every call is a tensor of its own already.
@@ -998,7 +1047,8 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
   }
   {
     CallSection in_call; // keeps a specialization found below alive until the call returns
-    if (const Specialization *spec = impl.find_fast(inputs)) {
+    BoundSymbols bound; // (filled by a symbolic specialization's guard)
+    if (const Specialization *spec = impl.find_fast(inputs, bound)) {
       if (!spec->executable) {
         impl.calls.fetch_add(1, std::memory_order_relaxed);
         return impl.run_eager(inputs);
@@ -1007,7 +1057,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor> &inpu
         return impl.run_eager_for_grad(inputs);
       // The guards above checked every input against the plan's signature. The
       // plan counts the call: a locked add here would cost as much as the guards.
-      return spec->run(inputs);
+      return spec->run(inputs, &bound);
     }
   }
   std::shared_ptr<Specialization> spec; // found or built the slow way

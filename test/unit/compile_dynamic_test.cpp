@@ -1030,6 +1030,32 @@ TEST(CompileDynamic, TrainingStepsWithMeansAndVarsOverEveryBatch) {
 // batch: every call hands back each output (the plan moves a result out of a
 // call only at its last use), one tensor twice where eager returns one twice,
 // and the caller's input where eager returns it.
+// Eager's x * 1 is a tensor of its own; the plan computes it as x itself
+// (canonicalize folds it), so the call must hand back a copy, as it must not for a
+// kernel's result, which is the call's own. Writing into either output leaves
+// the input as it was.
+TEST(CompileDynamic, AnOutputThePlanFoldsToAnInputIsStillATensorOfItsOwn) {
+  ModelFn fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> { return {in[0] * 1.0, in[0] + in[1]}; };
+  CompileOptions o;
+  o.dynamic = Dynamic::On;
+  CompiledFunction f = compile(fn, o);
+  for (int64_t n : {6, 33, 2}) {
+    const std::vector<Tensor> in = {randn({n, 5}), randn({n, 5})};
+    const Tensor before = in[0].clone();
+    const std::string where = "batch " + std::to_string(n);
+    std::vector<Tensor> got = f(in);
+    ASSERT_EQ(got.size(), 2u) << where;
+    EXPECT_FALSE(got[0].is_alias_of(in[0])) << where;
+    EXPECT_FALSE(got[1].is_alias_of(in[0]) || got[1].is_alias_of(in[1])) << where;
+    got[0].fill_(7.0);
+    got[1].fill_(8.0);
+    const float *x = in[0].data_ptr<float>(), *want = before.data_ptr<float>();
+    for (int64_t k = 0; k < n * 5; ++k) ASSERT_EQ(x[k], want[k]) << where << ", element " << k;
+    expect_as_eager(f, fn, in, where);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
 TEST(CompileDynamic, AResultReturnedTwiceAndAnInputReturnedAsItCame) {
   ModelFn fn = [](const std::vector<Tensor> &in) -> std::vector<Tensor> {
     Tensor y = relu(in[0]) * 2.0;
