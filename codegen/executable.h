@@ -50,8 +50,7 @@ public:
   // symbols from the inputs' sizes (ir::bind_symbols' values, by symbol id):
   // kiln::compile's guard does, and a call under a microsecond would otherwise
   // bind them twice. A program that binds anything else ignores them.
-  virtual std::vector<Tensor> run_bound(const std::vector<Tensor> &inputs, std::span<const int64_t> symbols) const {
-    (void)symbols;
+  virtual std::vector<Tensor> run_bound(const std::vector<Tensor> &inputs, std::span<const int64_t> /*symbols*/) const {
     return run_matched(inputs);
   }
   virtual ExecutableStats stats() const = 0;

@@ -332,11 +332,6 @@ constexpr size_t kMaxGuardSymbols = 8;
 // symbol id: handed to the plan, which then need not bind them again.
 using BoundSymbols = std::array<int64_t, kMaxGuardSymbols>;
 
-// Whether the optimized graph's inputs are sized as the guard binds them
-// (dim_symbols, from the traced graph): then the guard's values serve the plan.
-struct Specialization;
-bool guard_binds(const Specialization &s, const ir::Graph &g);
-
 // The random numbers a traced graph draws per call: its random ops' results
 // (a mask draws one per element), each at its offset in the call's block.
 int64_t random_draws_of(const ir::Graph &g) {
@@ -362,7 +357,9 @@ struct Specialization {
   static inline const std::vector<int> no_order;
   // Symbolic: a symbol may be 1 in a call (holds_at_one); else 1 specializes.
   bool one_ok = false;
-  size_t num_symbols = 0; // symbolic: the graph's (each bound by an input dim: dim_symbols)
+  // Symbolic: how many symbols the guard hands the plan (run_bound), all the
+  // graph's; 0 where the plan binds them itself (binds_as_guard does not hold).
+  size_t handed_symbols = 0;
   // When this was used last, on the function's clock (Impl::clock): the least
   // recently used specialization is evicted past the cache limit.
   mutable std::atomic<uint64_t> last_used{0};
@@ -485,8 +482,23 @@ struct Specialization {
     return out;
   }
   std::vector<Tensor> run_executable(const std::vector<Tensor> &in, const BoundSymbols *bound) const {
-    if (!bound || dim_symbols.empty()) return executable->run_matched(in);
-    return executable->run_bound(in, std::span<const int64_t>(bound->data(), num_symbols));
+    if (!bound || handed_symbols == 0) return executable->run_matched(in);
+    return executable->run_bound(in, std::span<const int64_t>(bound->data(), handed_symbols));
+  }
+  // Whether optimized graph g's inputs are sized as the guard binds them
+  // (dim_symbols, from the traced graph): then the guard's values serve the plan.
+  bool binds_as_guard(const ir::Graph &g) const {
+    if (g.inputs().size() != dim_symbols.size()) return false;
+    for (size_t i = 0; i < g.inputs().size(); ++i) {
+      const ir::TensorType &t = g.inputs()[i]->type();
+      if (t.shape.size() != dim_symbols[i].size()) return false;
+      for (size_t d = 0; d < dim_symbols[i].size(); ++d) {
+        const ir::SymExpr size = t.symbolic() ? t.sym[d] : ir::SymExpr(t.shape[int64_t(d)]);
+        const int id = dim_symbols[i][d];
+        if (size != (id >= 0 ? ir::SymExpr::symbol(id) : ir::SymExpr(inputs[i].sizes[d]))) return false;
+      }
+    }
+    return true;
   }
   // The inputs as the graph reads them: contiguous where input_orders holds
   // another layout. The graph neither writes such an input nor returns a view
@@ -600,20 +612,6 @@ struct Specialization {
     return detail::concat("input ", i, " shape ", shape_str(t.sizes()), " != ", want, "]");
   }
 };
-
-bool guard_binds(const Specialization &s, const ir::Graph &g) {
-  if (g.inputs().size() != s.dim_symbols.size()) return false;
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    const ir::TensorType &t = g.inputs()[i]->type();
-    if (t.shape.size() != s.dim_symbols[i].size()) return false;
-    for (size_t d = 0; d < s.dim_symbols[i].size(); ++d) {
-      const ir::SymExpr size = t.symbolic() ? t.sym[d] : ir::SymExpr(t.shape[int64_t(d)]);
-      const int id = s.dim_symbols[i][d];
-      if (size != (id >= 0 ? ir::SymExpr::symbol(id) : ir::SymExpr(s.inputs[i].sizes[d]))) return false;
-    }
-  }
-  return true;
-}
 
 // Why `in` does not match `s`: the first difference, in the words users read,
 // and how far the check got (a later stage means a closer specialization).
@@ -823,7 +821,6 @@ struct CompiledFunction::Impl {
       }
       spec.dim_symbols.push_back(std::move(syms));
     }
-    spec.num_symbols = g->symbol_hints().size();
     for (size_t i = 0; i < spec.traced_outputs.size(); ++i)
       spec.output_orders.push_back(dim_order(spec.traced_outputs[i].strides));
     std::string symbols;
@@ -908,7 +905,7 @@ struct CompiledFunction::Impl {
                                           spec->aliases[i] < int(in.size()) ? "another input" : "a captured tensor",
                                           " and the function updates tensors in place"));
       spec->executable = symbolic ? codegen::make_symbolic_executable(g) : codegen::make_executable(g, in);
-      if (symbolic && !guard_binds(*spec, *g)) spec->num_symbols = 0; // (the plan binds for itself)
+      if (symbolic && spec->binds_as_guard(*g)) spec->handed_symbols = g->symbol_hints().size();
       if (symbolic) spec->one_ok = spec->one_ok && holds_at_one(*g, options.name);
       spec->graph = g;
       // An output the plan allocates in every call is a tensor of its own already.
@@ -922,6 +919,7 @@ struct CompiledFunction::Impl {
       spec->grads.clear();
       spec->random_draws = 0;
       spec->dim_symbols.clear();
+      spec->handed_symbols = 0;
       spec->graph = nullptr;
       spec->executable = nullptr;
       spec->fold = nullptr;
